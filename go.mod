@@ -1,0 +1,3 @@
+module agentsociety
+
+go 1.26

@@ -1,0 +1,153 @@
+// Package store defines where a society keeps its state: the organisation
+// (roles, agents, contact registries), pending collaboration requests, the
+// journal of accepted messages, and artifacts.
+//
+// A host picks an implementation and passes it to the society; the package
+// ships [Memory], an in-memory store. Implementations import only this package
+// and the standard library, never the society itself, and prove themselves
+// with the conformance suite in store/storetest.
+//
+// Records here are persistence shapes: nested documents (task briefs,
+// interface specs, message payloads) are carried as raw JSON so that a store
+// never needs to understand them.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned (possibly wrapped) when a record does not exist.
+var ErrNotFound = errors.New("store: not found")
+
+// ErrExists is returned (possibly wrapped) when a record that must be new
+// already exists, such as an artifact id.
+var ErrExists = errors.New("store: already exists")
+
+// Store keeps a society's state.
+//
+// A Store must be safe for concurrent use. Every method takes a context that
+// bounds the call; a cancelled call may or may not have taken effect, except
+// for Apply, which is atomic: a failed Apply leaves no trace.
+//
+// The society calls Load once when it opens and keeps its own view after that,
+// so a Store is a write-behind record, not a cache the society reads from on
+// every operation. Implementations must copy what they are given and what they
+// return: callers may reuse their slices and maps.
+type Store interface {
+	// Load returns everything the store holds except artifact contents.
+	// An empty store returns a zero State and no error.
+	Load(ctx context.Context) (State, error)
+
+	// Apply records one change atomically: either all of it is durable
+	// (as durable as the implementation promises) or none of it is.
+	// Records with an id already present replace the earlier ones, except
+	// contacts, which are keyed by owner and contact id, and messages, which
+	// are appended once each: re-applying a message id that is already
+	// pending returns an error wrapping ErrExists. Finishing a message id that
+	// is not pending is not an error.
+	Apply(ctx context.Context, c Change) error
+
+	// PutArtifact stores an artifact's metadata and content. The id is chosen
+	// by the caller; putting an id that exists returns an error wrapping
+	// ErrExists, so that artifacts stay immutable.
+	PutArtifact(ctx context.Context, a Artifact, data []byte) error
+
+	// GetArtifact returns an artifact's metadata and content, or an error
+	// wrapping ErrNotFound.
+	GetArtifact(ctx context.Context, id string) (Artifact, []byte, error)
+}
+
+// State is a snapshot of a store, as returned by [Store.Load].
+type State struct {
+	Roles    []Role
+	Agents   []Agent
+	Contacts map[string][]Contact // by owner agent id, in the order added
+	Requests []Request
+	Pending  []Message // accepted and not finished, in ascending Seq order
+}
+
+// Change is one atomic update, as passed to [Store.Apply]. Any field may be
+// empty.
+type Change struct {
+	Roles    []Role
+	Agents   []Agent
+	Contacts []ContactEntry
+	Requests []Request
+	Accepted []Message // messages accepted for delivery
+	Finished []string  // ids of messages whose handling ended
+}
+
+// Role is a role's record.
+type Role struct {
+	ID            string
+	Name          string
+	Prompt        string
+	InterfaceSpec json.RawMessage // nil when the role has none
+	CreatedBy     string
+	CreatedAt     time.Time
+}
+
+// Agent is an agent's record. The society never stores its built-in
+// agents, root and user.
+type Agent struct {
+	ID        string
+	RoleID    string
+	ParentID  string
+	TaskID    string
+	Brief     json.RawMessage
+	Status    string
+	CreatedAt time.Time
+}
+
+// Contact is one entry of an agent's contact registry.
+type Contact struct {
+	ID            string
+	Role          string
+	InterfaceSpec json.RawMessage // nil when unknown
+	Source        string
+	IntroducedBy  string
+	Note          string
+	AddedAt       time.Time
+}
+
+// ContactEntry adds Contact to the registry of Owner.
+type ContactEntry struct {
+	Owner   string
+	Contact Contact
+}
+
+// Request is a collaboration request's record.
+type Request struct {
+	ID        string
+	From      string // the requester
+	To        string // the agent asked to answer
+	TaskID    string
+	Status    string
+	CreatedAt time.Time
+	Deadline  time.Time // zero when the request has no timeout
+}
+
+// Message is an accepted message's record.
+type Message struct {
+	ID      string
+	Seq     uint64 // acceptance order within the society
+	From    string
+	To      string
+	TaskID  string
+	Type    string
+	Payload json.RawMessage
+	SentAt  time.Time
+}
+
+// Artifact is an artifact's metadata. Its content is stored beside it.
+type Artifact struct {
+	ID        string
+	Name      string
+	MediaType string
+	CreatedBy string
+	Size      int64
+	CreatedAt time.Time
+}
