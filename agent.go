@@ -1,0 +1,340 @@
+package agentsociety
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"agentsociety/internal/mailbox"
+	"agentsociety/store"
+)
+
+// Role is a post in the organisation: a prompt that agents spawned on it
+// start from. Only the agent that created a role may spawn agents on it.
+type Role struct {
+	ID            string
+	Name          string
+	Prompt        string
+	InterfaceSpec *InterfaceSpec // nil when the role offers none
+	CreatedBy     string
+	CreatedAt     time.Time
+}
+
+func (r *Role) clone() Role {
+	c := *r
+	c.InterfaceSpec = r.InterfaceSpec.clone()
+	return c
+}
+
+// AgentStatus is an agent's lifecycle state.
+type AgentStatus string
+
+// StatusActive is the status of an agent that takes messages.
+const StatusActive AgentStatus = "active"
+
+// Agent describes an agent instance: an agent bound to a role, working on
+// one task for its parent. Root and user have no role.
+type Agent struct {
+	ID        string
+	RoleID    string
+	ParentID  string
+	TaskID    string
+	Brief     *TaskBrief // nil for root and user
+	Status    AgentStatus
+	CreatedAt time.Time
+}
+
+func (a Agent) clone() Agent {
+	a.Brief = a.Brief.clone()
+	return a
+}
+
+// Behavior drives an agent: the society calls HandleMessage once for each
+// message delivered to the agent, one at a time, in arrival order.
+//
+// The handler acts through self, which acts as the agent and works on the
+// message's task. ctx is cancelled when the society is closed and stops
+// waiting; a handler that blocks should watch it. An error or a panic is
+// logged and reported to the agent's parent as a status_report, and the agent
+// goes on with its next message.
+//
+// One Behavior value may drive many agents at once, so it must be safe for
+// concurrent use if it is shared.
+type Behavior interface {
+	HandleMessage(ctx context.Context, self *Actor, m Message) error
+}
+
+// BehaviorFunc adapts a function to a Behavior.
+type BehaviorFunc func(ctx context.Context, self *Actor, m Message) error
+
+// HandleMessage calls f.
+func (f BehaviorFunc) HandleMessage(ctx context.Context, self *Actor, m Message) error {
+	return f(ctx, self, m)
+}
+
+// agent is the society's private state of an agent.
+type agent struct {
+	info     Agent
+	order    uint64 // creation order, for listing
+	roleName string
+	spec     *InterfaceSpec // the role's, shared, never modified
+	depth    int
+	behavior Behavior
+	box      mailbox.Box[Message]
+}
+
+// Actor is a handle through which code acts as one agent: what it sends, the
+// roles it creates and the agents it spawns are that agent's, under the rules
+// every agent follows. A behaviour receives one for each message; a host gets
+// one from [Society.Actor].
+//
+// An Actor is bound to a task: messages it sends default to that task, and
+// children it spawns inherit it. It is safe for concurrent use.
+type Actor struct {
+	s      *Society
+	a      *agent
+	taskID string
+}
+
+// ID returns the id of the agent this handle acts as.
+func (x *Actor) ID() string { return x.a.info.ID }
+
+// TaskID returns the task the handle works on.
+func (x *Actor) TaskID() string { return x.taskID }
+
+// Agent returns the agent this handle acts as.
+func (x *Actor) Agent() Agent { return x.a.info.clone() }
+
+// WithTask returns a handle for the same agent working on taskID.
+func (x *Actor) WithTask(taskID string) *Actor {
+	return &Actor{s: x.s, a: x.a, taskID: taskID}
+}
+
+// Contacts returns the agent's contact registry.
+func (x *Actor) Contacts() []Contact { return x.s.contacts.List(x.a.info.ID) }
+
+// FindRoleByName returns every role named name; see [Society.FindRoleByName].
+func (x *Actor) FindRoleByName(name string) []Role { return x.s.FindRoleByName(name) }
+
+// RoleSpec describes a role to create.
+type RoleSpec struct {
+	Name          string // required; unique per creator
+	Prompt        string // the rolePrompt agents of the role start from
+	InterfaceSpec *InterfaceSpec
+}
+
+// CreateRole creates a role owned by the agent. If the agent already created
+// a role with that name, CreateRole returns it with reused true and changes
+// nothing: the new spec's prompt and interface are ignored.
+func (x *Actor) CreateRole(ctx context.Context, spec RoleSpec) (role Role, reused bool, err error) {
+	s, by := x.s, x.a.info.ID
+	if blank(spec.Name) {
+		return Role{}, false, s.refuse("create_role", by, &Error{Code: ErrInvalidArgument, Message: "a role needs a name", MissingFields: []string{"name"}})
+	}
+	if by == UserID {
+		return Role{}, false, s.refuse("create_role", by, newError(ErrForbidden, "the user endpoint does not create roles"))
+	}
+	if s.isClosed() {
+		return Role{}, false, newError(ErrClosed, "the society is closed")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if id, ok := s.roleKeys[roleKey{by, spec.Name}]; ok {
+		return s.roles[id].clone(), true, nil
+	}
+	r := &Role{
+		ID:            s.roleIDs.Next(),
+		Name:          spec.Name,
+		Prompt:        spec.Prompt,
+		InterfaceSpec: spec.InterfaceSpec.clone(),
+		CreatedBy:     by,
+		CreatedAt:     time.Now(),
+	}
+	if err := s.store.Apply(ctx, store.Change{Roles: []store.Role{roleRecord(r)}}); err != nil {
+		return Role{}, false, s.refuse("create_role", by, storeError(err))
+	}
+	s.addRole(r)
+	s.log.LogAttrs(ctx, slog.LevelInfo, "role created",
+		slog.String("role", r.ID), slog.String("name", r.Name), slog.String("by", by))
+	return r.clone(), false, nil
+}
+
+func (s *Society) addRole(r *Role) {
+	s.roles[r.ID] = r
+	s.roleOrder = append(s.roleOrder, r.ID)
+	s.roleKeys[roleKey{r.CreatedBy, r.Name}] = r.ID
+}
+
+// SpawnSpec describes an agent to spawn.
+type SpawnSpec struct {
+	RoleID string
+	Brief  *TaskBrief // required and validated
+	// ParentID may be left empty: the parent is always the spawning agent,
+	// and a different ParentID is refused with ErrParentMismatch.
+	ParentID string
+	// Behavior drives the new agent. Nil means the society's Config.Default.
+	Behavior Behavior
+}
+
+// SpawnAgent creates an agent on one of the spawning agent's own roles, as its
+// child, working on the handle's task. The hard constraints of the
+// organisation hold: the parent is the caller; an agent spawns only on roles
+// it created; root has at most one child per task, and a repeated spawn for
+// the same task returns that child with reused true. A refused spawn creates
+// nothing and changes no registry.
+//
+// The child knows its parent and the brief's collaborators from birth, and
+// the parent knows the child.
+func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, reused bool, err error) {
+	s, by := x.s, x.a.info.ID
+	refuse := func(e *Error) (Agent, bool, error) { return Agent{}, false, s.refuse("spawn_agent", by, e) }
+	if by == UserID {
+		return refuse(newError(ErrForbidden, "the user endpoint does not spawn agents"))
+	}
+	if spec.ParentID != "" && spec.ParentID != by {
+		return refuse(&Error{Code: ErrParentMismatch, Message: "parentAgentId must be the caller, " + strconvQuote(by) + ", or be left out", AgentID: spec.ParentID})
+	}
+	if err := spec.Brief.Validate(); err != nil {
+		return refuse(err.(*Error))
+	}
+	for i, c := range spec.Brief.Collaborators {
+		if blank(c.AgentID) {
+			return refuse(&Error{Code: ErrInvalidTaskBrief, Message: "collaborators[" + itoa(i) + "] needs an agentId", MissingFields: []string{"collaborators.agentId"}})
+		}
+	}
+	if s.isClosed() {
+		return Agent{}, false, newError(ErrClosed, "the society is closed")
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	role := s.roles[spec.RoleID]
+	if role == nil {
+		return refuse(&Error{Code: ErrRoleNotFound, Message: "no role " + strconvQuote(spec.RoleID)})
+	}
+	if role.CreatedBy != by {
+		return refuse(&Error{Code: ErrNotRoleOwner, Message: "role " + role.ID + " was created by " + role.CreatedBy + "; spawn only on roles you created"})
+	}
+	if by == RootID {
+		if id, ok := s.rootKids[x.taskID]; ok {
+			return s.agents[id].info.clone(), true, nil
+		}
+	}
+	for _, c := range spec.Brief.Collaborators {
+		if s.agents[c.AgentID] == nil {
+			return refuse(&Error{Code: ErrAgentNotFound, Message: "collaborator " + strconvQuote(c.AgentID) + " does not exist", AgentID: c.AgentID})
+		}
+	}
+	if s.live >= s.cfg.MaxAgents {
+		return refuse(newError(ErrTooManyAgents, "the society has its maximum of "+itoa(s.cfg.MaxAgents)+" agents"))
+	}
+	if x.a.depth+1 > s.cfg.MaxDepth {
+		return refuse(newError(ErrMaxDepth, "a child here would be deeper than the maximum depth of "+itoa(s.cfg.MaxDepth)))
+	}
+
+	now := time.Now()
+	c := &agent{
+		info: Agent{
+			ID:        s.agentIDs.Next(),
+			RoleID:    role.ID,
+			ParentID:  by,
+			TaskID:    x.taskID,
+			Brief:     spec.Brief.clone(),
+			Status:    StatusActive,
+			CreatedAt: now,
+		},
+		roleName: role.Name,
+		spec:     role.InterfaceSpec,
+		depth:    x.a.depth + 1,
+		behavior: spec.Behavior,
+	}
+	entries := s.birthContacts(x.a, c, now)
+	rec, err := agentRecord(&c.info)
+	if err != nil {
+		return refuse(&Error{Code: ErrInvalidTaskBrief, Message: "the brief does not encode: " + err.Error()})
+	}
+	if err := s.store.Apply(ctx, store.Change{Agents: []store.Agent{rec}, Contacts: contactRecords(entries)}); err != nil {
+		return refuse(storeError(err))
+	}
+	s.addAgent(c)
+	for _, e := range entries {
+		s.contacts.Add(e.owner, e.c)
+	}
+	s.log.LogAttrs(ctx, slog.LevelInfo, "agent spawned",
+		slog.String("agent", c.info.ID), slog.String("role", role.ID), slog.String("parent", by), slog.String("task", c.info.TaskID))
+	return c.info.clone(), false, nil
+}
+
+// ownedContact is a contact entry with its owner.
+type ownedContact struct {
+	owner string
+	c     Contact
+}
+
+// birthContacts returns the entries a spawn adds: the parent to the child,
+// the child to the parent, and the brief's collaborators to the child.
+// Called with s.mu held.
+func (s *Society) birthContacts(parent, child *agent, now time.Time) []ownedContact {
+	id := child.info.ID
+	out := []ownedContact{
+		{id, Contact{ID: parent.info.ID, Role: parent.roleName, InterfaceSpec: parent.spec, Source: SourceParent, AddedAt: now}},
+		{parent.info.ID, Contact{ID: id, Role: child.roleName, InterfaceSpec: child.spec, Source: SourceChild, AddedAt: now}},
+	}
+	seen := map[string]bool{parent.info.ID: true}
+	for _, col := range child.info.Brief.Collaborators {
+		if seen[col.AgentID] {
+			continue
+		}
+		seen[col.AgentID] = true
+		target := s.agents[col.AgentID]
+		spec := col.InterfaceSpec
+		if spec == nil {
+			spec = target.spec
+		}
+		out = append(out, ownedContact{id, Contact{ID: col.AgentID, Role: target.roleName, InterfaceSpec: spec, Source: SourcePreset, Note: col.Description, AddedAt: now}})
+	}
+	return out
+}
+
+// addAgent records a new agent in memory. Called with s.mu held.
+func (s *Society) addAgent(c *agent) {
+	c.order = uint64(len(s.agents))
+	s.agents[c.info.ID] = c
+	s.live++
+	if c.info.ParentID == RootID {
+		s.rootKids[c.info.TaskID] = c.info.ID
+	}
+}
+
+func roleRecord(r *Role) store.Role {
+	return store.Role{ID: r.ID, Name: r.Name, Prompt: r.Prompt, InterfaceSpec: marshalSpec(r.InterfaceSpec), CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
+}
+
+func agentRecord(a *Agent) (store.Agent, error) {
+	brief, err := json.Marshal(a.Brief)
+	if err != nil {
+		return store.Agent{}, err
+	}
+	return store.Agent{ID: a.ID, RoleID: a.RoleID, ParentID: a.ParentID, TaskID: a.TaskID, Brief: brief, Status: string(a.Status), CreatedAt: a.CreatedAt}, nil
+}
+
+func contactRecords(entries []ownedContact) []store.ContactEntry {
+	out := make([]store.ContactEntry, len(entries))
+	for i, e := range entries {
+		c := e.c
+		out[i] = store.ContactEntry{Owner: e.owner, Contact: store.Contact{
+			ID: c.ID, Role: c.Role, InterfaceSpec: marshalSpec(c.InterfaceSpec), Source: string(c.Source),
+			IntroducedBy: c.IntroducedBy, Note: c.Note, AddedAt: c.AddedAt,
+		}}
+	}
+	return out
+}
+
+func marshalSpec(spec *InterfaceSpec) json.RawMessage {
+	if spec == nil {
+		return nil
+	}
+	b, _ := json.Marshal(spec) // strings only: always encodes
+	return b
+}

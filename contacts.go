@@ -1,0 +1,163 @@
+package agentsociety
+
+import (
+	"sync"
+	"time"
+)
+
+// ContactSource says how an agent came to know a contact.
+type ContactSource string
+
+// The sources of contacts.
+const (
+	SourceSystem       ContactSource = "system"        // root knows user and user knows root from the start
+	SourceParent       ContactSource = "parent"        // an agent knows its parent from birth
+	SourceChild        ContactSource = "child"         // a parent knows each child it spawned
+	SourcePreset       ContactSource = "preset"        // a collaborator named in the agent's brief
+	SourceIntroduction ContactSource = "introduction"  // named in an introduction_response to the agent
+	SourceFirstMessage ContactSource = "first_message" // the contact wrote to the agent first
+)
+
+// Contact is one entry of an agent's contact registry (Requirement 2.7).
+type Contact struct {
+	ID            string
+	Role          string         // the contact's role name
+	InterfaceSpec *InterfaceSpec // nil when the contact's role has none
+	Source        ContactSource
+	IntroducedBy  string // for SourceIntroduction, who introduced the contact
+	Note          string // a collaborator's description, or an introducer's advice
+	AddedAt       time.Time
+}
+
+// ContactPolicy decides whether an agent may message an agent that is not in
+// its registry. The seeds disagree (Requirement 2.6 against Property 5), so
+// both readings are offered. Under either, every agent may message user and
+// user may message every agent.
+type ContactPolicy int
+
+const (
+	// ContactOpen lets an agent message any existing agent; the registry
+	// records who knows whom (Property 5). It is the default.
+	ContactOpen ContactPolicy = iota
+	// ContactStrict refuses a message to an agent that is not in the sender's
+	// registry with [ErrUnknownContact] (Requirement 2.6).
+	ContactStrict
+)
+
+// String returns "open" or "strict".
+func (p ContactPolicy) String() string {
+	if p == ContactStrict {
+		return "strict"
+	}
+	return "open"
+}
+
+// ContactRegistry holds every agent's contacts. A registry never forgets
+// a contact, and the first entry for a contact wins: adding a contact the
+// owner already has changes nothing, so an entry's Source says how the owner
+// first came to know the contact.
+//
+// A ContactRegistry is safe for concurrent use. The zero value is an empty
+// registry ready to use.
+type ContactRegistry struct {
+	mu     sync.RWMutex
+	owners map[string]*contactList
+}
+
+// contactList keeps entries in the order added. Most agents know a handful
+// of contacts, so a slice scan is the fastest lookup and the smallest idle
+// footprint; a parent with many children gets an index once it passes
+// indexAfter entries.
+type contactList struct {
+	entries []Contact
+	index   map[string]int
+}
+
+const indexAfter = 16
+
+// NewContactRegistry returns an empty registry.
+func NewContactRegistry() *ContactRegistry { return &ContactRegistry{} }
+
+// Add records c in owner's registry and reports whether it was new. If owner
+// already knows c.ID, the registry is unchanged and Add returns false.
+func (r *ContactRegistry) Add(owner string, c Contact) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.owners == nil {
+		r.owners = make(map[string]*contactList)
+	}
+	l := r.owners[owner]
+	if l == nil {
+		l = &contactList{}
+		r.owners[owner] = l
+	}
+	if l.find(c.ID) >= 0 {
+		return false
+	}
+	c.InterfaceSpec = c.InterfaceSpec.clone()
+	l.entries = append(l.entries, c)
+	if l.index != nil {
+		l.index[c.ID] = len(l.entries) - 1
+	} else if len(l.entries) > indexAfter {
+		l.index = make(map[string]int, len(l.entries))
+		for i, e := range l.entries {
+			l.index[e.ID] = i
+		}
+	}
+	return true
+}
+
+// Get returns owner's entry for id.
+func (r *ContactRegistry) Get(owner, id string) (Contact, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	l := r.owners[owner]
+	if i := l.find(id); i >= 0 {
+		c := l.entries[i]
+		c.InterfaceSpec = c.InterfaceSpec.clone()
+		return c, true
+	}
+	return Contact{}, false
+}
+
+// IsKnown reports whether to is in from's registry. It answers the same
+// under both contact policies; only the society's use of the answer differs.
+func (r *ContactRegistry) IsKnown(from, to string) bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.owners[from].find(to) >= 0
+}
+
+// List returns owner's contacts in the order they were added.
+func (r *ContactRegistry) List(owner string) []Contact {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	l := r.owners[owner]
+	if l == nil {
+		return nil
+	}
+	out := make([]Contact, len(l.entries))
+	for i, c := range l.entries {
+		c.InterfaceSpec = c.InterfaceSpec.clone()
+		out[i] = c
+	}
+	return out
+}
+
+func (l *contactList) find(id string) int {
+	if l == nil {
+		return -1
+	}
+	if l.index != nil {
+		if i, ok := l.index[id]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range l.entries {
+		if l.entries[i].ID == id {
+			return i
+		}
+	}
+	return -1
+}

@@ -1,0 +1,112 @@
+package agentsociety
+
+import (
+	"strings"
+)
+
+// Code names the kind of a refusal. Every error the society returns for a
+// refused operation is an [*Error] whose Code is one of the constants below,
+// and each constant is itself an error, so a caller tests for a kind with
+// errors.Is:
+//
+//	if errors.Is(err, agentsociety.ErrAgentNotFound) { ... }
+//
+// Codes are stable strings: they are what a model sees in a failed tool
+// result, and what logs record.
+type Code string
+
+// Error returns the code itself.
+func (c Code) Error() string { return string(c) }
+
+// The codes of refusals.
+const (
+	// ErrInvalidTaskBrief: a Task Brief lacks required fields (see MissingFields).
+	ErrInvalidTaskBrief Code = "invalid_task_brief"
+	// ErrInvalidMessageFormat: a payload does not fit its message type.
+	ErrInvalidMessageFormat Code = "invalid_message_format"
+	// ErrInvalidArgument: an argument is malformed (a blank role name, say).
+	ErrInvalidArgument Code = "invalid_argument"
+	// ErrAgentNotFound: a named agent does not exist.
+	ErrAgentNotFound Code = "agent_not_found"
+	// ErrRoleNotFound: a named role does not exist.
+	ErrRoleNotFound Code = "role_not_found"
+	// ErrUnknownContact: under ContactStrict, the target is not in the
+	// sender's registry; for an introduction, the introducer does not know
+	// the agent it introduces.
+	ErrUnknownContact Code = "unknown_contact"
+	// ErrParentMismatch: spawn_agent named a parent other than the caller.
+	ErrParentMismatch Code = "parent_mismatch"
+	// ErrNotRoleOwner: an agent tried to spawn on a role it did not create.
+	ErrNotRoleOwner Code = "not_role_owner"
+	// ErrTooManyAgents: the society already has Config.MaxAgents live agents.
+	ErrTooManyAgents Code = "too_many_agents"
+	// ErrMaxDepth: the child would be deeper than Config.MaxDepth.
+	ErrMaxDepth Code = "max_depth_exceeded"
+	// ErrForbidden: the user endpoint tried to organise: it sends messages,
+	// it does not create roles or spawn agents.
+	ErrForbidden Code = "forbidden"
+	// ErrUnknownRequest: a collaboration_response names no known request.
+	ErrUnknownRequest Code = "unknown_request"
+	// ErrWrongResponder: a collaboration_response comes from an agent the
+	// request was not addressed to, or goes to someone other than the requester.
+	ErrWrongResponder Code = "wrong_responder"
+	// ErrRequestClosed: a collaboration_response answers a request that is no
+	// longer pending.
+	ErrRequestClosed Code = "request_closed"
+	// ErrDuplicateRequest: a collaboration_request reuses a request id.
+	ErrDuplicateRequest Code = "duplicate_request_id"
+	// ErrArtifactTooLarge: an artifact exceeds Config.MaxArtifactBytes.
+	ErrArtifactTooLarge Code = "artifact_too_large"
+	// ErrArtifactNotFound: an artifact reference names no artifact.
+	ErrArtifactNotFound Code = "artifact_not_found"
+	// ErrInvalidArtifactRef: a string is not an artifact reference.
+	ErrInvalidArtifactRef Code = "invalid_artifact_ref"
+	// ErrClosed: the society is closed.
+	ErrClosed Code = "society_closed"
+	// ErrStore: the store failed; the operation took no effect (see Unwrap).
+	ErrStore Code = "store_error"
+)
+
+// Error is a refused operation. Its Code says what kind of refusal it is;
+// the other fields say what was wrong, when they apply.
+type Error struct {
+	Code          Code
+	Message       string      // human-readable detail
+	MissingFields []string    // fields absent or blank, in their documented order
+	MessageType   MessageType // for ErrInvalidMessageFormat
+	AgentID       string      // the agent concerned, when there is one
+	Err           error       // the underlying cause, for ErrStore
+}
+
+// Error returns the code followed by the detail.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(string(e.Code))
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	if len(e.MissingFields) > 0 {
+		b.WriteString(" (missing: ")
+		b.WriteString(strings.Join(e.MissingFields, ", "))
+		b.WriteString(")")
+	}
+	if e.Err != nil {
+		b.WriteString(": ")
+		b.WriteString(e.Err.Error())
+	}
+	return b.String()
+}
+
+// Is reports whether target is e's Code, so that errors.Is(err, ErrX) works.
+func (e *Error) Is(target error) bool {
+	c, ok := target.(Code)
+	return ok && c == e.Code
+}
+
+// Unwrap returns the underlying cause, if any.
+func (e *Error) Unwrap() error { return e.Err }
+
+func newError(code Code, msg string) *Error {
+	return &Error{Code: code, Message: msg}
+}

@@ -1,0 +1,73 @@
+// Package ids makes the identifiers of a society: short sequential ones for
+// what a model reads and writes often (agents, roles), and random ones for
+// what must not collide across runs of the same store (messages, tasks,
+// artifacts, requests).
+package ids
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// Sequence makes ids prefix-1, prefix-2, ... It is safe for concurrent use.
+type Sequence struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+// NewSequence returns a Sequence whose first id is prefix-1.
+func NewSequence(prefix string) *Sequence { return &Sequence{prefix: prefix + "-"} }
+
+// Next returns the next id.
+func (s *Sequence) Next() string {
+	return s.prefix + strconv.FormatUint(s.n.Add(1), 10)
+}
+
+// Observe makes sure later ids come after id, if id is one of this
+// sequence's; it lets a society reopened on a store go on where it stopped.
+func (s *Sequence) Observe(id string) {
+	rest, ok := strings.CutPrefix(id, s.prefix)
+	if !ok {
+		return
+	}
+	n, err := strconv.ParseUint(rest, 10, 64)
+	if err != nil {
+		return
+	}
+	for {
+		cur := s.n.Load()
+		if cur >= n || s.n.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// Random returns prefix-<16 hex digits>.
+func Random(prefix string) string {
+	var b [8]byte
+	rand.Read(b[:]) // never fails (crypto/rand.Read documents it)
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// Epoch makes ids that share a random prefix chosen once and differ by a
+// counter: as unique as Random across runs, and as cheap as a counter on a
+// hot path. It is safe for concurrent use.
+type Epoch struct {
+	prefix string
+	n      atomic.Uint64
+}
+
+// NewEpoch returns an Epoch whose ids start with prefix-<random>-.
+func NewEpoch(prefix string) *Epoch {
+	var b [4]byte
+	rand.Read(b[:])
+	return &Epoch{prefix: prefix + "-" + hex.EncodeToString(b[:]) + "-"}
+}
+
+// Next returns the next id.
+func (e *Epoch) Next() string {
+	return e.prefix + strconv.FormatUint(e.n.Add(1), 10)
+}

@@ -1,0 +1,73 @@
+// Package mailbox is an agent's inbox: an unbounded FIFO that knows whether
+// someone is draining it, so that an idle agent needs no goroutine.
+package mailbox
+
+import "sync"
+
+// Box is a FIFO queue with a drainer flag. Push reports when the caller must
+// start a drainer; the drainer calls Next until it reports empty, at which
+// point the flag is cleared under the same lock, so no item is ever left
+// without a drainer and no two drainers run at once.
+//
+// A Box is safe for concurrent use. The zero value is an empty Box.
+type Box[T any] struct {
+	mu       sync.Mutex
+	items    []T
+	head     int
+	draining bool
+}
+
+// shrinkAbove is the capacity above which an emptied queue drops its buffer,
+// so that a burst does not leave an idle agent holding memory.
+const shrinkAbove = 64
+
+// Push appends v and reports whether the caller must start a drainer.
+func (b *Box[T]) Push(v T) (start bool) {
+	b.mu.Lock()
+	b.items = append(b.items, v)
+	start = !b.draining
+	b.draining = true
+	b.mu.Unlock()
+	return start
+}
+
+// Next removes and returns the oldest item. When the queue is empty it
+// returns ok false and the drainer must stop: the next Push starts a new one.
+func (b *Box[T]) Next() (v T, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.head == len(b.items) {
+		b.reset()
+		b.draining = false
+		return v, false
+	}
+	v = b.items[b.head]
+	var zero T
+	b.items[b.head] = zero // let the item be collected
+	b.head++
+	return v, true
+}
+
+// Stop ends the current drainer without emptying the queue. Items stay
+// queued; the next Push starts a drainer again.
+func (b *Box[T]) Stop() {
+	b.mu.Lock()
+	b.draining = false
+	b.mu.Unlock()
+}
+
+// Len returns the number of queued items.
+func (b *Box[T]) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.items) - b.head
+}
+
+func (b *Box[T]) reset() {
+	if cap(b.items) > shrinkAbove {
+		b.items = nil
+	} else {
+		b.items = b.items[:0]
+	}
+	b.head = 0
+}

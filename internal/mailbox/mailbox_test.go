@@ -1,0 +1,94 @@
+package mailbox
+
+import (
+	"sync"
+	"testing"
+)
+
+func TestBoxFIFOAndDrainerFlag(t *testing.T) {
+	var b Box[int]
+	if !b.Push(1) {
+		t.Fatal("first Push must ask for a drainer")
+	}
+	if b.Push(2) {
+		t.Fatal("second Push must not ask for another drainer")
+	}
+	for want := 1; want <= 2; want++ {
+		v, ok := b.Next()
+		if !ok || v != want {
+			t.Fatalf("Next = %d, %v; want %d, true", v, ok, want)
+		}
+	}
+	if _, ok := b.Next(); ok {
+		t.Fatal("Next on empty box returned ok")
+	}
+	if !b.Push(3) {
+		t.Fatal("Push after the drainer stopped must ask for a new one")
+	}
+	b.Stop()
+	if b.Len() != 1 {
+		t.Fatalf("Len after Stop = %d, want 1", b.Len())
+	}
+	if !b.Push(4) {
+		t.Fatal("Push after Stop must ask for a drainer")
+	}
+}
+
+// TestBoxConcurrentExactlyOnce pushes from many goroutines while drainers
+// come and go, and checks every item is drained exactly once, in per-producer
+// order, with never two drainers at once.
+func TestBoxConcurrentExactlyOnce(t *testing.T) {
+	const producers, each = 8, 5000
+	type item struct{ p, n int }
+	var (
+		b       Box[item]
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		next    [producers]int
+		active  int
+		drained int
+	)
+	drain := func() {
+		defer wg.Done()
+		mu.Lock()
+		active++
+		if active > 1 {
+			t.Error("two drainers at once")
+		}
+		mu.Unlock()
+		for {
+			v, ok := b.Next()
+			if !ok {
+				break
+			}
+			mu.Lock()
+			if v.n != next[v.p] {
+				t.Errorf("producer %d: got %d, want %d", v.p, v.n, next[v.p])
+			}
+			next[v.p]++
+			drained++
+			mu.Unlock()
+		}
+		mu.Lock()
+		active--
+		mu.Unlock()
+	}
+	var pw sync.WaitGroup
+	for p := range producers {
+		pw.Add(1)
+		go func() {
+			defer pw.Done()
+			for n := range each {
+				if b.Push(item{p, n}) {
+					wg.Add(1)
+					go drain()
+				}
+			}
+		}()
+	}
+	pw.Wait()
+	wg.Wait()
+	if drained != producers*each {
+		t.Fatalf("drained %d, want %d", drained, producers*each)
+	}
+}

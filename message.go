@@ -1,0 +1,263 @@
+package agentsociety
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+)
+
+// MessageType says what a message's payload holds (Requirement 8). The
+// society checks every payload against its type before it accepts a message.
+type MessageType string
+
+// The message types.
+const (
+	// General is a plain message; its payload is any JSON object, usually {"text": ...}.
+	General MessageType = "general"
+	// TaskAssignment carries a Task Brief: the payload is the brief itself,
+	// optionally with a "text".
+	TaskAssignment MessageType = "task_assignment"
+	// StatusReport tells how work is going: it needs a "status" or a "text".
+	StatusReport MessageType = "status_report"
+	// IntroductionRequest asks a contact to introduce an agent with a
+	// capability; see [IntroductionRequestPayload].
+	IntroductionRequest MessageType = "introduction_request"
+	// IntroductionResponse introduces an agent; see [IntroductionResponsePayload].
+	IntroductionResponse MessageType = "introduction_response"
+	// CollaborationRequest asks an agent to do a subtask; see
+	// [CollaborationRequestPayload].
+	CollaborationRequest MessageType = "collaboration_request"
+	// CollaborationResponse answers a collaboration request; see
+	// [CollaborationResponsePayload].
+	CollaborationResponse MessageType = "collaboration_response"
+)
+
+// MessageTypes lists every message type, in the order of Requirement 8.
+var MessageTypes = []MessageType{TaskAssignment, StatusReport, IntroductionRequest,
+	IntroductionResponse, CollaborationRequest, CollaborationResponse, General}
+
+// Message is a message the society accepted. Its From, ID, Seq and SentAt are
+// always the society's: a sender cannot set them.
+type Message struct {
+	ID      string
+	Seq     uint64 // order of acceptance within the society
+	From    string
+	To      string
+	TaskID  string
+	Type    MessageType
+	Payload json.RawMessage // a JSON object
+	SentAt  time.Time
+}
+
+// Text returns the payload's "text" field, or "" when it has none.
+func (m Message) Text() string {
+	var p struct {
+		Text string `json:"text"`
+	}
+	if json.Unmarshal(m.Payload, &p) != nil {
+		return ""
+	}
+	return p.Text
+}
+
+// Decode unmarshals the payload into v, typically one of the *Payload types.
+func (m Message) Decode(v any) error { return json.Unmarshal(m.Payload, v) }
+
+// Outgoing is what a sender says. The society fills in the sender, the
+// message id and the time; TaskID defaults to the task the sender is working
+// on and Type to [General].
+//
+// Payload is a json.RawMessage or []byte holding a JSON object, or any value
+// that encodes to one (a map, one of the *Payload types, ...). Use [Text] for
+// a plain text payload.
+type Outgoing struct {
+	To      string
+	Type    MessageType
+	TaskID  string
+	Payload any
+}
+
+// Text returns the payload {"text": s}.
+func Text(s string) json.RawMessage {
+	b, _ := json.Marshal(TextPayload{Text: s}) // a string always encodes
+	return b
+}
+
+// TextPayload is the payload of a plain text message.
+type TextPayload struct {
+	Text string `json:"text"`
+}
+
+// StatusReportPayload is the payload of a [StatusReport].
+type StatusReportPayload struct {
+	Status string `json:"status,omitempty"`
+	Text   string `json:"text,omitempty"`
+}
+
+// IntroductionRequestPayload is the payload of an [IntroductionRequest].
+type IntroductionRequestPayload struct {
+	Reason             string `json:"reason"`
+	RequiredCapability string `json:"required_capability"`
+	Text               string `json:"text,omitempty"`
+}
+
+// IntroductionResponsePayload is the payload of an [IntroductionResponse].
+// The society fills TargetRole and TargetInterfaceSpec with the target's real
+// ones, whatever the sender wrote there.
+type IntroductionResponsePayload struct {
+	TargetAgentID       string         `json:"target_agent_id"`
+	TargetRole          string         `json:"target_role,omitempty"`
+	TargetInterfaceSpec *InterfaceSpec `json:"target_interface_spec,omitempty"`
+	Advice              string         `json:"advice,omitempty"`
+	Text                string         `json:"text,omitempty"`
+}
+
+// CollaborationRequestPayload is the payload of a [CollaborationRequest].
+// The society generates RequestID when it is empty.
+type CollaborationRequestPayload struct {
+	RequestID          string          `json:"request_id,omitempty"`
+	SubtaskDescription string          `json:"subtask_description"`
+	Context            json.RawMessage `json:"context,omitempty"`
+	Text               string          `json:"text,omitempty"`
+}
+
+// The statuses of a collaboration response, and of the request it answers.
+const (
+	StatusCompleted = "completed"
+	StatusError     = "error"
+	StatusRejected  = "rejected"
+	StatusPending   = "pending"
+)
+
+// CollaborationResponsePayload is the payload of a [CollaborationResponse].
+// Status is StatusCompleted with ResultData, or StatusError or StatusRejected
+// with ErrorMessage.
+type CollaborationResponsePayload struct {
+	RequestID    string          `json:"request_id"`
+	Status       string          `json:"status"`
+	ResultData   json.RawMessage `json:"result_data,omitempty"`
+	ErrorMessage string          `json:"error_message,omitempty"`
+	Text         string          `json:"text,omitempty"`
+}
+
+// fields is a payload decoded one level deep.
+type fields map[string]json.RawMessage
+
+// encodePayload turns an Outgoing payload into a compact JSON object.
+func encodePayload(p any) (json.RawMessage, error) {
+	var raw []byte
+	switch v := p.(type) {
+	case nil:
+		return json.RawMessage("{}"), nil
+	case json.RawMessage:
+		raw = v
+	case []byte:
+		raw = v
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return nil, &Error{Code: ErrInvalidMessageFormat, Message: "the payload does not encode as JSON: " + err.Error()}
+		}
+		raw = b
+	}
+	trimmed := bytes.TrimSpace(raw)
+	if len(trimmed) == 0 || trimmed[0] != '{' || !json.Valid(trimmed) {
+		return nil, &Error{Code: ErrInvalidMessageFormat, Message: "the payload must be a JSON object"}
+	}
+	return bytes.Clone(trimmed), nil
+}
+
+// checkPayload checks that payload fits t. It returns the payload decoded one
+// level deep for the types whose handling needs its fields, and nil for the
+// others, so that general messages are never decoded.
+func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
+	if t == General {
+		return nil, nil
+	}
+	var f fields
+	if err := json.Unmarshal(payload, &f); err != nil {
+		return nil, formatError(t, "the payload must be a JSON object", nil)
+	}
+	var missing []string
+	need := func(names ...string) {
+		for _, n := range names {
+			if !f.hasText(n) {
+				missing = append(missing, n)
+			}
+		}
+	}
+	switch t {
+	case TaskAssignment:
+		var b TaskBrief
+		if err := json.Unmarshal(payload, &b); err != nil {
+			return nil, formatError(t, "the payload is not a task brief: "+err.Error(), nil)
+		}
+		if err := b.Validate(); err != nil {
+			return nil, formatError(t, "the payload must hold a complete task brief", err.(*Error).MissingFields)
+		}
+	case StatusReport:
+		if !f.hasText("status") && !f.hasText("text") {
+			missing = append(missing, "status")
+		}
+	case IntroductionRequest:
+		need("reason", "required_capability")
+	case IntroductionResponse:
+		need("target_agent_id")
+	case CollaborationRequest:
+		need("subtask_description")
+		if _, ok := f["request_id"]; ok && !f.hasText("request_id") {
+			return nil, formatError(t, "request_id, when given, must be a non-empty string", nil)
+		}
+	case CollaborationResponse:
+		need("request_id", "status")
+		switch status := f.text("status"); status {
+		case StatusCompleted:
+			if v, ok := f["result_data"]; !ok || bytes.Equal(v, []byte("null")) {
+				missing = append(missing, "result_data")
+			}
+		case StatusError, StatusRejected:
+			need("error_message")
+		case "":
+		default:
+			return nil, formatError(t, `status must be "completed", "error" or "rejected", not `+strconvQuote(status), nil)
+		}
+	default:
+		return nil, formatError(t, "unknown message_type "+strconvQuote(string(t)), nil)
+	}
+	if len(missing) > 0 {
+		return nil, formatError(t, "the payload lacks fields its type requires", missing)
+	}
+	return f, nil
+}
+
+func formatError(t MessageType, msg string, missing []string) *Error {
+	return &Error{Code: ErrInvalidMessageFormat, Message: msg, MessageType: t, MissingFields: missing}
+}
+
+// text returns field name as a string, or "" when it is absent or not a string.
+func (f fields) text(name string) string {
+	var s string
+	if v, ok := f[name]; ok && json.Unmarshal(v, &s) == nil {
+		return s
+	}
+	return ""
+}
+
+// hasText reports whether field name is a string that is not blank.
+func (f fields) hasText(name string) bool { return !blank(f.text(name)) }
+
+// set replaces field name with v encoded.
+func (f fields) set(name string, v any) {
+	b, _ := json.Marshal(v) // only strings and *InterfaceSpec are set
+	f[name] = b
+}
+
+func (f fields) encode() json.RawMessage {
+	b, _ := json.Marshal(f) // values are valid JSON already
+	return b
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}

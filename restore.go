@@ -1,0 +1,84 @@
+package agentsociety
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"agentsociety/store"
+)
+
+// restore loads what the store holds into a new society and queues the
+// messages that were accepted and never finished.
+func (s *Society) restore(ctx context.Context) error {
+	st, err := s.store.Load(ctx)
+	if err != nil {
+		return fmt.Errorf("agentsociety: loading the store: %w", err)
+	}
+	for _, r := range st.Roles {
+		spec, err := unmarshalSpec(r.InterfaceSpec)
+		if err != nil {
+			return fmt.Errorf("agentsociety: role %s: %w", r.ID, err)
+		}
+		s.addRole(&Role{ID: r.ID, Name: r.Name, Prompt: r.Prompt, InterfaceSpec: spec, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt})
+		s.roleIDs.Observe(r.ID)
+	}
+	// Parents come before children in creation order, which is what depth
+	// needs; sort to be independent of the store's order.
+	agents := append([]store.Agent(nil), st.Agents...)
+	sort.SliceStable(agents, func(i, j int) bool { return agents[i].CreatedAt.Before(agents[j].CreatedAt) })
+	for _, r := range agents {
+		var brief TaskBrief
+		if err := json.Unmarshal(r.Brief, &brief); err != nil {
+			return fmt.Errorf("agentsociety: agent %s: brief: %w", r.ID, err)
+		}
+		role := s.roles[r.RoleID]
+		parent := s.agents[r.ParentID]
+		if role == nil || parent == nil {
+			return fmt.Errorf("agentsociety: agent %s: role %q or parent %q is missing from the store", r.ID, r.RoleID, r.ParentID)
+		}
+		s.addAgent(&agent{
+			info:     Agent{ID: r.ID, RoleID: r.RoleID, ParentID: r.ParentID, TaskID: r.TaskID, Brief: &brief, Status: AgentStatus(r.Status), CreatedAt: r.CreatedAt},
+			roleName: role.Name,
+			spec:     role.InterfaceSpec,
+			depth:    parent.depth + 1,
+		})
+		s.agentIDs.Observe(r.ID)
+	}
+	for owner, list := range st.Contacts {
+		for _, c := range list {
+			spec, err := unmarshalSpec(c.InterfaceSpec)
+			if err != nil {
+				return fmt.Errorf("agentsociety: contact %s of %s: %w", c.ID, owner, err)
+			}
+			s.contacts.Add(owner, Contact{ID: c.ID, Role: c.Role, InterfaceSpec: spec, Source: ContactSource(c.Source), IntroducedBy: c.IntroducedBy, Note: c.Note, AddedAt: c.AddedAt})
+		}
+	}
+	for _, r := range st.Requests {
+		s.requests[r.ID] = &request{id: r.ID, from: r.From, to: r.To, taskID: r.TaskID, status: r.Status, createdAt: r.CreatedAt, deadline: r.Deadline}
+	}
+	for _, r := range st.Pending {
+		a := s.agents[r.To]
+		if a == nil {
+			return fmt.Errorf("agentsociety: pending message %s is to unknown agent %q", r.ID, r.To)
+		}
+		if r.Seq > s.seq.Load() {
+			s.seq.Store(r.Seq)
+		}
+		m := Message{ID: r.ID, Seq: r.Seq, From: r.From, To: r.To, TaskID: r.TaskID, Type: MessageType(r.Type), Payload: r.Payload, SentAt: r.SentAt}
+		s.enqueue(a, m)
+	}
+	return nil
+}
+
+func unmarshalSpec(raw json.RawMessage) (*InterfaceSpec, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var spec InterfaceSpec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return nil, fmt.Errorf("interface spec: %w", err)
+	}
+	return &spec, nil
+}

@@ -1,0 +1,302 @@
+package agentsociety
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sort"
+	"sync"
+	"time"
+
+	"agentsociety/internal/ids"
+	"agentsociety/store"
+)
+
+// The ids of the two built-in agents.
+const (
+	RootID = "root"
+	UserID = "user"
+)
+
+// Defaults for the zero values of Config.
+const (
+	DefaultMaxAgents        = 10_000
+	DefaultMaxDepth         = 16
+	DefaultMaxArtifactBytes = 16 << 20
+	DefaultUserInbox        = 1024
+)
+
+// Config configures a Society. The zero value is a working configuration:
+// every zero field means the documented default.
+type Config struct {
+	// Store keeps the society's state. Nil means a new store.NewMemory().
+	Store store.Store
+	// Logger receives the society's records. Nil means slog.Default().
+	Logger *slog.Logger
+
+	// Root drives the root agent. Nil means Default.
+	Root Behavior
+	// Default drives every agent that was spawned without a behaviour of its
+	// own. Nil means such agents log each message at Warn level and drop it.
+	Default Behavior
+
+	// ContactPolicy decides whether unknown contacts may be messaged. The
+	// zero value is ContactOpen.
+	ContactPolicy ContactPolicy
+	// MaxAgents caps the number of agents, root and user aside. Zero means
+	// DefaultMaxAgents.
+	MaxAgents int
+	// MaxDepth caps the depth of the organisation: root is at depth 0 and its
+	// children at depth 1. Zero means DefaultMaxDepth.
+	MaxDepth int
+	// MaxArtifactBytes caps an artifact's size. Zero means DefaultMaxArtifactBytes.
+	MaxArtifactBytes int64
+
+	// UserConsole, when set, receives every message to user, formatted for
+	// a person (see FormatMessage).
+	UserConsole io.Writer
+	// UserInbox caps how many messages to user are kept for
+	// WaitForUserMessage until a waiter claims them; the oldest go first.
+	// Zero means DefaultUserInbox.
+	UserInbox int
+}
+
+// Society is a running society of agents. It is safe for concurrent use.
+//
+// A Society starts with two agents: root, which receives requirements, and
+// user, the host's endpoint. Everything else is created by agents (or by the
+// host acting as an agent through [Society.Actor]).
+type Society struct {
+	cfg   Config
+	store store.Store
+	log   *slog.Logger
+	user  *userEndpoint
+
+	roleIDs  *ids.Sequence
+	agentIDs *ids.Sequence
+	msgIDs   *ids.Epoch
+	seq      seqCounter
+
+	// mu guards the organisation: roles, agents, root's children, requests.
+	// Contacts have their own lock; they change under mu held for writing
+	// so that a change and its store record happen as one.
+	mu        sync.RWMutex
+	roles     map[string]*Role
+	roleOrder []string
+	roleKeys  map[roleKey]string // (creator, name) -> role id
+	agents    map[string]*agent
+	rootKids  map[string]string // taskID -> root's child
+	requests  map[string]*request
+	live      int // agents other than root and user
+	contacts  ContactRegistry
+
+	// life guards closed; a sender holds it for reading from its check to
+	// the moment its message is queued, so Close sees no send half done.
+	life   sync.RWMutex
+	closed bool
+	wg     sync.WaitGroup // drainers
+	runCtx context.Context
+	cancel context.CancelFunc
+}
+
+type roleKey struct{ creator, name string }
+
+// New starts a society on cfg.Store, restoring the organisation, contacts,
+// pending requests and undelivered messages it holds. Restored agents are
+// driven by cfg.Default. The context bounds the loading only.
+func New(ctx context.Context, cfg Config) (*Society, error) {
+	if cfg.Store == nil {
+		cfg.Store = store.NewMemory()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxAgents <= 0 {
+		cfg.MaxAgents = DefaultMaxAgents
+	}
+	if cfg.MaxDepth <= 0 {
+		cfg.MaxDepth = DefaultMaxDepth
+	}
+	if cfg.MaxArtifactBytes <= 0 {
+		cfg.MaxArtifactBytes = DefaultMaxArtifactBytes
+	}
+	if cfg.UserInbox <= 0 {
+		cfg.UserInbox = DefaultUserInbox
+	}
+	s := &Society{
+		cfg:      cfg,
+		store:    cfg.Store,
+		log:      cfg.Logger,
+		roleIDs:  ids.NewSequence("role"),
+		agentIDs: ids.NewSequence("agent"),
+		msgIDs:   ids.NewEpoch("msg"),
+		roles:    make(map[string]*Role),
+		roleKeys: make(map[roleKey]string),
+		agents:   make(map[string]*agent),
+		rootKids: make(map[string]string),
+		requests: make(map[string]*request),
+	}
+	s.user = newUserEndpoint(s, cfg.UserConsole, cfg.UserInbox)
+	s.runCtx, s.cancel = context.WithCancel(context.Background())
+
+	now := time.Now()
+	root := cfg.Root
+	if root == nil {
+		root = cfg.Default
+	}
+	s.agents[RootID] = &agent{info: Agent{ID: RootID, Status: StatusActive, CreatedAt: now}, roleName: RootID, behavior: root}
+	s.user.self = &agent{info: Agent{ID: UserID, Status: StatusActive, CreatedAt: now}, roleName: UserID, behavior: s.user}
+	s.agents[UserID] = s.user.self
+	s.contacts.Add(RootID, Contact{ID: UserID, Role: UserID, Source: SourceSystem, AddedAt: now})
+	s.contacts.Add(UserID, Contact{ID: RootID, Role: RootID, Source: SourceSystem, AddedAt: now})
+
+	if err := s.restore(ctx); err != nil {
+		s.cancel()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close stops the society. It refuses new messages at once, stops each agent
+// after the message it is handling, and waits for those handlers to return.
+// If ctx ends first, the handlers' contexts are cancelled and Close still
+// waits for them, then returns ctx.Err(). Messages accepted and not yet
+// handled stay in the store as pending. After Close no goroutine of the
+// society is left. Closing twice is harmless.
+func (s *Society) Close(ctx context.Context) error {
+	s.life.Lock()
+	if s.closed {
+		s.life.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.life.Unlock()
+	s.user.close()
+
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	var err error
+	select {
+	case <-done:
+	case <-ctx.Done():
+		err = ctx.Err()
+		s.cancel()
+		<-done
+	}
+	s.cancel()
+	return err
+}
+
+func (s *Society) isClosed() bool {
+	s.life.RLock()
+	defer s.life.RUnlock()
+	return s.closed
+}
+
+// Actor returns a handle to act as agent id: whatever is done through it is
+// done as that agent, under the same rules an agent's own behaviour follows.
+// The handle works on the agent's own task; see [Actor.WithTask].
+func (s *Society) Actor(id string) (*Actor, error) {
+	s.mu.RLock()
+	a := s.agents[id]
+	s.mu.RUnlock()
+	if a == nil {
+		return nil, &Error{Code: ErrAgentNotFound, Message: "no agent " + strconvQuote(id), AgentID: id}
+	}
+	return &Actor{s: s, a: a, taskID: a.info.TaskID}, nil
+}
+
+// Agent returns the agent with the given id, root and user included.
+func (s *Society) Agent(id string) (Agent, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	a := s.agents[id]
+	if a == nil {
+		return Agent{}, false
+	}
+	return a.info.clone(), true
+}
+
+// Agents returns every agent other than root and user, oldest first.
+func (s *Society) Agents() []Agent {
+	s.mu.RLock()
+	list := make([]*agent, 0, s.live)
+	for _, a := range s.agents {
+		if a.info.ID != RootID && a.info.ID != UserID {
+			list = append(list, a)
+		}
+	}
+	s.mu.RUnlock()
+	sort.Slice(list, func(i, j int) bool { return list[i].order < list[j].order })
+	out := make([]Agent, len(list))
+	for i, a := range list {
+		out[i] = a.info.clone()
+	}
+	return out
+}
+
+// Role returns the role with the given id.
+func (s *Society) Role(id string) (Role, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	r := s.roles[id]
+	if r == nil {
+		return Role{}, false
+	}
+	return r.clone(), true
+}
+
+// Roles returns every role, oldest first.
+func (s *Society) Roles() []Role {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]Role, len(s.roleOrder))
+	for i, id := range s.roleOrder {
+		out[i] = s.roles[id].clone()
+	}
+	return out
+}
+
+// FindRoleByName returns every role named name, whoever created it, oldest
+// first. It returns nil when there is none.
+func (s *Society) FindRoleByName(name string) []Role {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []Role
+	for _, id := range s.roleOrder {
+		if r := s.roles[id]; r.Name == name {
+			out = append(out, r.clone())
+		}
+	}
+	return out
+}
+
+// Contacts returns agent id's contact registry in the order entries were added.
+func (s *Society) Contacts(id string) ([]Contact, error) {
+	if _, ok := s.Agent(id); !ok {
+		return nil, &Error{Code: ErrAgentNotFound, Message: "no agent " + strconvQuote(id), AgentID: id}
+	}
+	return s.contacts.List(id), nil
+}
+
+// IsKnown reports whether to is in from's contact registry. It answers the
+// same under both contact policies.
+func (s *Society) IsKnown(from, to string) bool { return s.contacts.IsKnown(from, to) }
+
+// ContactPolicy returns the policy the society enforces.
+func (s *Society) ContactPolicy() ContactPolicy { return s.cfg.ContactPolicy }
+
+// refuse logs a refused operation and returns err.
+func (s *Society) refuse(op, by string, err *Error) *Error {
+	s.log.LogAttrs(context.Background(), slog.LevelInfo, "refused",
+		slog.String("op", op), slog.String("by", by), slog.String("code", string(err.Code)), slog.String("detail", err.Error()))
+	return err
+}
+
+// storeError wraps a store failure, after which nothing has changed.
+func storeError(err error) *Error {
+	return &Error{Code: ErrStore, Message: "the store failed; nothing changed", Err: err}
+}

@@ -1,0 +1,137 @@
+package agentsociety_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	as "agentsociety"
+)
+
+// quiet is a logger for tests: records are checked where they matter, not
+// printed.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func newSociety(t testing.TB, cfg as.Config) *as.Society {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	s, err := as.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return s
+}
+
+func validBrief() *as.TaskBrief {
+	return &as.TaskBrief{
+		Objective:          "build a calculator",
+		Constraints:        []string{"HTML + JavaScript", "static page"},
+		Inputs:             "numbers and operators typed by the user",
+		Outputs:            "the result on the page",
+		CompletionCriteria: "the four operations work",
+	}
+}
+
+func TestSubmitRequirementRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	worker := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		_, err := self.SendText(ctx, as.UserID, "done: "+m.Text())
+		return err
+	})
+	root := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		role, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: "lead the task"})
+		if err != nil {
+			return err
+		}
+		child, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: worker})
+		if err != nil {
+			return err
+		}
+		_, err = self.SendText(ctx, child.ID, m.Text())
+		return err
+	})
+	s := newSociety(t, as.Config{Root: root})
+	task, err := s.SubmitRequirement(ctx, "calc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := s.WaitForUserMessage(wctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Text() != "done: calc" || m.TaskID != task {
+		t.Fatalf("got %q on task %q, want %q on %q", m.Text(), m.TaskID, "done: calc", task)
+	}
+	agents := s.Agents()
+	if len(agents) != 1 || agents[0].ParentID != as.RootID || agents[0].TaskID != task {
+		t.Fatalf("agents = %+v", agents)
+	}
+	if !s.IsKnown(as.RootID, agents[0].ID) || !s.IsKnown(agents[0].ID, as.RootID) {
+		t.Fatal("root and its child must know each other")
+	}
+	if !s.IsKnown(as.UserID, agents[0].ID) {
+		t.Fatal("user must know the agent that wrote to it first")
+	}
+}
+
+func TestHandlerPanicIsReportedToParent(t *testing.T) {
+	ctx := context.Background()
+	boom := as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { panic("boom") })
+	s := newSociety(t, as.Config{Root: boom})
+	if _, err := s.SubmitRequirement(ctx, "anything"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err := s.WaitForUserMessage(wctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || m.Type != as.StatusReport || p.Status != as.StatusError || m.From != as.RootID {
+		t.Fatalf("got %+v (%v), want an error status_report from root", m, err)
+	}
+	// The agent goes on: a second message is handled (and fails) again.
+	if _, err := s.SubmitRequirement(ctx, "again"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WaitForUserMessage(wctx, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestCloseRefusesAndWakesWaiters(t *testing.T) {
+	s, err := as.New(context.Background(), as.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error)
+	go func() {
+		_, err := s.WaitForUserMessage(context.Background(), nil)
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, as.ErrClosed) {
+		t.Fatalf("waiter got %v, want ErrClosed", err)
+	}
+	if _, err := s.SubmitRequirement(context.Background(), "x"); !errors.Is(err, as.ErrClosed) {
+		t.Fatalf("SubmitRequirement after Close: %v, want ErrClosed", err)
+	}
+}

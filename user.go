@@ -1,0 +1,189 @@
+package agentsociety
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+
+	"agentsociety/internal/ids"
+)
+
+// SubmitRequirement submits a requirement in natural language: it makes a
+// new task id and sends text from user to root on that task.
+func (s *Society) SubmitRequirement(ctx context.Context, text string) (taskID string, err error) {
+	if blank(text) {
+		return "", s.refuse("submit_requirement", UserID, &Error{Code: ErrInvalidArgument, Message: "the requirement is empty", MissingFields: []string{"text"}})
+	}
+	taskID = ids.Random("task")
+	if _, err := s.userActor().WithTask(taskID).SendText(ctx, RootID, text); err != nil {
+		return "", err
+	}
+	return taskID, nil
+}
+
+// SendTextToAgent sends text from user to agent agentID. An empty taskID
+// means the receiver's own task.
+func (s *Society) SendTextToAgent(ctx context.Context, agentID, text, taskID string) (Message, error) {
+	if taskID == "" {
+		if a, ok := s.Agent(agentID); ok {
+			taskID = a.TaskID
+		}
+	}
+	return s.userActor().WithTask(taskID).SendText(ctx, agentID, text)
+}
+
+// OnUserMessage registers f to be called with every message sent to user,
+// in arrival order, from the user endpoint's goroutine: f should return
+// quickly. It returns a function that unregisters f.
+func (s *Society) OnUserMessage(f func(Message)) (unregister func()) {
+	return s.user.subscribe(f)
+}
+
+// WaitForUserMessage waits for a message to user that matches filter (nil
+// matches any) and returns it. Each message to user is returned by at most
+// one call: the oldest unclaimed match, which may have arrived before the
+// call. It returns ctx.Err() when ctx ends first, and ErrClosed when the
+// society closes. filter runs under the endpoint's lock and must not call
+// the society.
+func (s *Society) WaitForUserMessage(ctx context.Context, filter func(Message) bool) (Message, error) {
+	return s.user.wait(ctx, filter)
+}
+
+func (s *Society) userActor() *Actor {
+	return &Actor{s: s, a: s.user.self}
+}
+
+// userEndpoint is the behaviour of user: it hands each message to the host.
+type userEndpoint struct {
+	s       *Society
+	self    *agent // user's agent state
+	console io.Writer
+	limit   int
+
+	mu      sync.Mutex
+	subs    []*func(Message)
+	inbox   []Message // unclaimed, oldest first
+	waiters []*waiter
+	closed  bool
+	done    chan struct{} // closed on close
+}
+
+type waiter struct {
+	filter func(Message) bool
+	ch     chan Message // buffered(1): the claimed message
+}
+
+func newUserEndpoint(s *Society, console io.Writer, limit int) *userEndpoint {
+	return &userEndpoint{s: s, console: console, limit: limit, done: make(chan struct{})}
+}
+
+// HandleMessage delivers m to the log, the console, the callbacks and then a
+// waiter or the inbox.
+func (u *userEndpoint) HandleMessage(ctx context.Context, _ *Actor, m Message) error {
+	role := u.s.roleNameOf(m.From)
+	u.s.log.LogAttrs(ctx, slog.LevelInfo, "message to user",
+		slog.String("msg", m.ID), slog.String("from", m.From), slog.String("role", role), slog.String("task", m.TaskID))
+	if u.console != nil {
+		io.WriteString(u.console, FormatMessage(m, role)+"\n\n")
+	}
+	u.mu.Lock()
+	subs := slices.Clone(u.subs)
+	u.mu.Unlock()
+	for _, f := range subs {
+		u.call(*f, m)
+	}
+
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for i, w := range u.waiters {
+		if w.filter == nil || w.filter(m) {
+			w.ch <- m
+			u.waiters = append(u.waiters[:i], u.waiters[i+1:]...)
+			return nil
+		}
+	}
+	if len(u.inbox) >= u.limit {
+		u.s.log.LogAttrs(ctx, slog.LevelWarn, "user inbox full: dropping the oldest unclaimed message", slog.String("msg", u.inbox[0].ID))
+		u.inbox = u.inbox[1:]
+	}
+	u.inbox = append(u.inbox, m)
+	return nil
+}
+
+// call runs a host callback; a panic in it is the host's bug, logged and
+// contained so that the endpoint keeps delivering.
+func (u *userEndpoint) call(f func(Message), m Message) {
+	defer func() {
+		if r := recover(); r != nil {
+			u.s.log.Error("OnUserMessage callback panicked", slog.Any("panic", r), slog.String("msg", m.ID))
+		}
+	}()
+	f(m)
+}
+
+func (u *userEndpoint) subscribe(f func(Message)) func() {
+	p := &f
+	u.mu.Lock()
+	u.subs = append(u.subs, p)
+	u.mu.Unlock()
+	return func() {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		for i, q := range u.subs {
+			if q == p {
+				u.subs = append(u.subs[:i:i], u.subs[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
+func (u *userEndpoint) wait(ctx context.Context, filter func(Message) bool) (Message, error) {
+	u.mu.Lock()
+	for i, m := range u.inbox {
+		if filter == nil || filter(m) {
+			u.inbox = append(u.inbox[:i], u.inbox[i+1:]...)
+			u.mu.Unlock()
+			return m, nil
+		}
+	}
+	if u.closed {
+		u.mu.Unlock()
+		return Message{}, newError(ErrClosed, "the society is closed")
+	}
+	w := &waiter{filter: filter, ch: make(chan Message, 1)}
+	u.waiters = append(u.waiters, w)
+	u.mu.Unlock()
+
+	var err error
+	select {
+	case m := <-w.ch:
+		return m, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-u.done:
+		err = newError(ErrClosed, "the society is closed")
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for i, x := range u.waiters {
+		if x == w {
+			u.waiters = append(u.waiters[:i], u.waiters[i+1:]...)
+			return Message{}, err
+		}
+	}
+	// A message was handed to w just as it gave up: return it rather than
+	// lose it.
+	return <-w.ch, nil
+}
+
+func (u *userEndpoint) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.closed {
+		u.closed = true
+		close(u.done)
+	}
+}
