@@ -1,0 +1,287 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Memory is a [Store] that keeps everything in the process's memory.
+//
+// It is safe for concurrent use. It is fit for tests and for hosts that need
+// no durability: its state is lost with the process. Apply is atomic because
+// a Change is validated in full before anything is mutated, under one lock.
+//
+// The zero value is not usable; call [NewMemory].
+type Memory struct {
+	mu sync.Mutex
+
+	// Registries replace by id yet must list in first-insertion order, so
+	// each is a slice plus an index into it.
+	roles      []Role
+	roleIdx    map[string]int
+	agents     []Agent
+	agentIdx   map[string]int
+	requests   []Request
+	requestIdx map[string]int
+
+	// A society may hold many idle agents with a few contacts each, so
+	// contacts are a plain slice per owner scanned linearly on replace,
+	// rather than a map per owner.
+	contacts map[string][]Contact
+
+	// Pending messages are added and removed on the message hot path, and
+	// are sorted by Seq only in Load. A map[string]Message would box each
+	// value (a Message is over the 128 bytes Go maps keep inline) and so
+	// allocate on every accept; instead messages sit in reusable slots
+	// found by id.
+	pending map[string]int // message id -> index in slots
+	slots   []Message
+	free    []int // indexes of unused slots
+
+	artifacts map[string]memArtifact
+}
+
+type memArtifact struct {
+	meta Artifact
+	data []byte
+}
+
+// NewMemory returns an empty in-memory store.
+func NewMemory() *Memory {
+	return &Memory{
+		roleIdx:    make(map[string]int),
+		agentIdx:   make(map[string]int),
+		requestIdx: make(map[string]int),
+		contacts:   make(map[string][]Contact),
+		pending:    make(map[string]int),
+		artifacts:  make(map[string]memArtifact),
+	}
+}
+
+// Load returns a deep copy of the store's state, so callers may mutate it.
+func (m *Memory) Load(ctx context.Context) (State, error) {
+	if err := ctx.Err(); err != nil {
+		return State{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	var s State
+	if len(m.roles) > 0 {
+		s.Roles = make([]Role, len(m.roles))
+		for i, r := range m.roles {
+			s.Roles[i] = cloneRole(r)
+		}
+	}
+	if len(m.agents) > 0 {
+		s.Agents = make([]Agent, len(m.agents))
+		for i, a := range m.agents {
+			s.Agents[i] = cloneAgent(a)
+		}
+	}
+	if len(m.contacts) > 0 {
+		s.Contacts = make(map[string][]Contact, len(m.contacts))
+		for owner, cs := range m.contacts {
+			out := make([]Contact, len(cs))
+			for i, c := range cs {
+				out[i] = cloneContact(c)
+			}
+			s.Contacts[owner] = out
+		}
+	}
+	if len(m.requests) > 0 {
+		s.Requests = slices.Clone(m.requests) // Request holds no slices.
+	}
+	if len(m.pending) > 0 {
+		s.Pending = make([]Message, 0, len(m.pending))
+		for _, i := range m.pending {
+			s.Pending = append(s.Pending, cloneMessage(m.slots[i]))
+		}
+		slices.SortFunc(s.Pending, func(a, b Message) int {
+			switch {
+			case a.Seq < b.Seq:
+				return -1
+			case a.Seq > b.Seq:
+				return 1
+			}
+			return 0
+		})
+	}
+	return s, nil
+}
+
+// Apply records c atomically, copying everything it keeps.
+func (m *Memory) Apply(ctx context.Context, c Change) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+
+	// Messages are the only part of a Change that can be refused, so they
+	// are checked before anything is mutated.
+	if err := m.checkAccepted(c.Accepted); err != nil {
+		return err
+	}
+
+	for _, r := range c.Roles {
+		r = cloneRole(r)
+		if i, ok := m.roleIdx[r.ID]; ok {
+			m.roles[i] = r
+		} else {
+			m.roleIdx[r.ID] = len(m.roles)
+			m.roles = append(m.roles, r)
+		}
+	}
+	for _, a := range c.Agents {
+		a = cloneAgent(a)
+		if i, ok := m.agentIdx[a.ID]; ok {
+			m.agents[i] = a
+		} else {
+			m.agentIdx[a.ID] = len(m.agents)
+			m.agents = append(m.agents, a)
+		}
+	}
+	for _, e := range c.Contacts {
+		m.putContact(e.Owner, cloneContact(e.Contact))
+	}
+	for _, r := range c.Requests {
+		if i, ok := m.requestIdx[r.ID]; ok {
+			m.requests[i] = r
+		} else {
+			m.requestIdx[r.ID] = len(m.requests)
+			m.requests = append(m.requests, r)
+		}
+	}
+	for _, msg := range c.Accepted {
+		m.addPending(cloneMessage(msg))
+	}
+	// Finished after Accepted, so a message accepted and finished in the
+	// same Change ends up not pending.
+	for _, id := range c.Finished {
+		m.finish(id)
+	}
+	return nil
+}
+
+func (m *Memory) addPending(msg Message) {
+	var i int
+	if n := len(m.free); n > 0 {
+		i = m.free[n-1]
+		m.free = m.free[:n-1]
+		m.slots[i] = msg
+	} else {
+		i = len(m.slots)
+		m.slots = append(m.slots, msg)
+	}
+	m.pending[msg.ID] = i
+}
+
+func (m *Memory) finish(id string) {
+	i, ok := m.pending[id]
+	if !ok {
+		return
+	}
+	delete(m.pending, id)
+	// Clear the slot so that its payload and strings can be collected.
+	m.slots[i] = Message{}
+	m.free = append(m.free, i)
+}
+
+// checkAccepted reports an error wrapping ErrExists if a message id in msgs
+// is already pending or appears twice in msgs.
+func (m *Memory) checkAccepted(msgs []Message) error {
+	for i, msg := range msgs {
+		if _, ok := m.pending[msg.ID]; ok {
+			return fmt.Errorf("%w: message %q is pending", ErrExists, msg.ID)
+		}
+		// Changes carry a message or two, so a quadratic scan beats
+		// allocating a set on the hot path.
+		for _, prev := range msgs[:i] {
+			if prev.ID == msg.ID {
+				return fmt.Errorf("%w: message %q accepted twice in one change", ErrExists, msg.ID)
+			}
+		}
+	}
+	return nil
+}
+
+// putContact adds c to owner's registry, replacing in place an entry with
+// the same contact id so the registry keeps the order contacts were added.
+func (m *Memory) putContact(owner string, c Contact) {
+	cs := m.contacts[owner]
+	for i := range cs {
+		if cs[i].ID == c.ID {
+			cs[i] = c
+			return
+		}
+	}
+	m.contacts[owner] = append(cs, c)
+}
+
+// PutArtifact stores a copy of a and data; an existing id is refused so that
+// artifacts stay immutable.
+func (m *Memory) PutArtifact(ctx context.Context, a Artifact, data []byte) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.artifacts[a.ID]; ok {
+		return fmt.Errorf("%w: artifact %q", ErrExists, a.ID)
+	}
+	m.artifacts[a.ID] = memArtifact{meta: a, data: cloneBytes(data)}
+	return nil
+}
+
+// GetArtifact returns a's metadata and a copy of its content.
+func (m *Memory) GetArtifact(ctx context.Context, id string) (Artifact, []byte, error) {
+	if err := ctx.Err(); err != nil {
+		return Artifact{}, nil, err
+	}
+	m.mu.Lock()
+	a, ok := m.artifacts[id]
+	m.mu.Unlock()
+	if !ok {
+		return Artifact{}, nil, fmt.Errorf("%w: artifact %q", ErrNotFound, id)
+	}
+	// Stored content is never mutated, so it can be copied outside the lock.
+	return a.meta, cloneBytes(a.data), nil
+}
+
+// cloneBytes returns a copy of b that shares no memory with it. Empty input
+// yields nil, as the record types use nil for "none" and an empty document
+// carries nothing more.
+func cloneBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+func cloneRaw(b json.RawMessage) json.RawMessage { return cloneBytes(b) }
+
+func cloneRole(r Role) Role {
+	r.InterfaceSpec = cloneRaw(r.InterfaceSpec)
+	return r
+}
+
+func cloneAgent(a Agent) Agent {
+	a.Brief = cloneRaw(a.Brief)
+	return a
+}
+
+func cloneContact(c Contact) Contact {
+	c.InterfaceSpec = cloneRaw(c.InterfaceSpec)
+	return c
+}
+
+func cloneMessage(msg Message) Message {
+	msg.Payload = cloneRaw(msg.Payload)
+	return msg
+}
+
+var _ Store = (*Memory)(nil)

@@ -1,0 +1,610 @@
+// Package storetest checks that a [store.Store] implementation keeps the
+// contract documented in package store.
+//
+// The suite is the contract's executable form: an implementation that passes
+// it can be handed to a society without the society knowing which one it is.
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"agentsociety/store"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+// Run checks the stores made by newStore against the contract of
+// [store.Store], one subtest per rule.
+//
+// Each subtest calls newStore for its own store, which must be empty; a
+// store that holds resources should release them with t.Cleanup. Some
+// subtests use a store from several goroutines, so run the suite with -race.
+// A store that persists to disk is expected to keep times to the nanosecond
+// but may change their location, and may return nil for empty JSON and
+// content; the suite accepts both.
+//
+// An implementation calls Run from its own test:
+//
+//	func TestFileStore(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store {
+//			s, err := filestore.Open(t.TempDir())
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			t.Cleanup(func() { s.Close() })
+//			return s
+//		})
+//	}
+func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+	tests := []struct {
+		name string
+		f    func(t *testing.T, s store.Store)
+	}{
+		{"EmptyLoad", testEmptyLoad},
+		{"EmptyChange", testEmptyChange},
+		{"Roles", testRoles},
+		{"Agents", testAgents},
+		{"Requests", testRequests},
+		{"ReplaceWithinChange", testReplaceWithinChange},
+		{"Contacts", testContacts},
+		{"PendingSeqOrder", testPendingSeqOrder},
+		{"FinishedRemoves", testFinishedRemoves},
+		{"FinishUnknown", testFinishUnknown},
+		{"AcceptedAndFinishedInOneChange", testAcceptedAndFinished},
+		{"DuplicatePendingAppliesNothing", testDuplicatePending},
+		{"ArtifactRoundTrip", testArtifactRoundTrip},
+		{"ArtifactDuplicate", testArtifactDuplicate},
+		{"ArtifactMissing", testArtifactMissing},
+		{"CopyIn", testCopyIn},
+		{"CopyOut", testCopyOut},
+		{"CancelledContext", testCancelledContext},
+		{"Concurrent", testConcurrent},
+		{"EmptyJSON", testEmptyJSON},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.f(t, newStore(t))
+		})
+	}
+}
+
+// opts lets stores that serialise their state pass: nil and empty slices
+// and maps are the same, and times compare as instants, not by location or
+// monotonic reading.
+var opts = cmp.Options{
+	cmpopts.EquateEmpty(),
+	cmpopts.EquateApproxTime(0),
+}
+
+// base has no monotonic reading, so that a store that drops it still
+// returns equal times.
+var base = time.Now().Round(0)
+
+func at(sec int) time.Time { return base.Add(time.Duration(sec) * time.Second) }
+
+// The fixtures below build fresh slices on every call, so a test can mutate
+// what it passed in and still build the value it expects back.
+
+func role(id, name string) store.Role {
+	return store.Role{
+		ID:            id,
+		Name:          name,
+		Prompt:        "You are " + name + ".",
+		InterfaceSpec: json.RawMessage(`{"accepts":"` + name + `"}`),
+		CreatedBy:     "root",
+		CreatedAt:     at(1),
+	}
+}
+
+func agent(id, status string) store.Agent {
+	return store.Agent{
+		ID:        id,
+		RoleID:    "role-" + id,
+		ParentID:  "root",
+		TaskID:    "task-" + id,
+		Brief:     json.RawMessage(`{"goal":"` + status + `"}`),
+		Status:    status,
+		CreatedAt: at(2),
+	}
+}
+
+func contact(id, note string) store.Contact {
+	return store.Contact{
+		ID:            id,
+		Role:          "role-" + id,
+		InterfaceSpec: json.RawMessage(`{"id":"` + id + `"}`),
+		Source:        "introduction",
+		IntroducedBy:  "root",
+		Note:          note,
+		AddedAt:       at(3),
+	}
+}
+
+func entry(owner, id, note string) store.ContactEntry {
+	return store.ContactEntry{Owner: owner, Contact: contact(id, note)}
+}
+
+func request(id, status string) store.Request {
+	return store.Request{
+		ID:        id,
+		From:      "agent-a",
+		To:        "agent-b",
+		TaskID:    "task-" + id,
+		Status:    status,
+		CreatedAt: at(4),
+		Deadline:  at(64),
+	}
+}
+
+func message(id string, seq uint64) store.Message {
+	return store.Message{
+		ID:      id,
+		Seq:     seq,
+		From:    "agent-a",
+		To:      "agent-b",
+		TaskID:  "task-1",
+		Type:    "text",
+		Payload: json.RawMessage(fmt.Sprintf(`{"text":"message %s"}`, id)),
+		SentAt:  at(5),
+	}
+}
+
+func artifact(id string, data []byte) store.Artifact {
+	return store.Artifact{
+		ID:        id,
+		Name:      id + ".txt",
+		MediaType: "text/plain",
+		CreatedBy: "agent-a",
+		Size:      int64(len(data)),
+		CreatedAt: at(6),
+	}
+}
+
+func apply(t *testing.T, s store.Store, c store.Change) {
+	t.Helper()
+	if err := s.Apply(t.Context(), c); err != nil {
+		t.Fatalf("Apply: %v", err)
+	}
+}
+
+func load(t *testing.T, s store.Store) store.State {
+	t.Helper()
+	st, err := s.Load(t.Context())
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return st
+}
+
+func checkState(t *testing.T, s store.Store, want store.State) {
+	t.Helper()
+	if diff := cmp.Diff(want, load(t, s), opts); diff != "" {
+		t.Errorf("Load mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func checkArtifact(t *testing.T, s store.Store, want store.Artifact, wantData []byte) {
+	t.Helper()
+	got, data, err := s.GetArtifact(t.Context(), want.ID)
+	if err != nil {
+		t.Fatalf("GetArtifact(%q): %v", want.ID, err)
+	}
+	if diff := cmp.Diff(want, got, opts); diff != "" {
+		t.Errorf("GetArtifact(%q) metadata mismatch (-want +got):\n%s", want.ID, diff)
+	}
+	if diff := cmp.Diff(wantData, data, opts); diff != "" {
+		t.Errorf("GetArtifact(%q) content mismatch (-want +got):\n%s", want.ID, diff)
+	}
+}
+
+func testEmptyLoad(t *testing.T, s store.Store) {
+	checkState(t, s, store.State{})
+}
+
+func testEmptyChange(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{})
+	checkState(t, s, store.State{})
+}
+
+func testRoles(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{Roles: []store.Role{role("r1", "writer"), role("r2", "critic")}})
+	apply(t, s, store.Change{Roles: []store.Role{role("r3", "editor")}})
+	checkState(t, s, store.State{Roles: []store.Role{
+		role("r1", "writer"), role("r2", "critic"), role("r3", "editor"),
+	}})
+
+	// A replaced record keeps the place of the one it replaces.
+	apply(t, s, store.Change{Roles: []store.Role{role("r1", "poet")}})
+	checkState(t, s, store.State{Roles: []store.Role{
+		role("r1", "poet"), role("r2", "critic"), role("r3", "editor"),
+	}})
+}
+
+func testAgents(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{Agents: []store.Agent{agent("a1", "idle"), agent("a2", "idle")}})
+	apply(t, s, store.Change{Agents: []store.Agent{agent("a3", "busy")}})
+	apply(t, s, store.Change{Agents: []store.Agent{agent("a2", "done")}})
+	checkState(t, s, store.State{Agents: []store.Agent{
+		agent("a1", "idle"), agent("a2", "done"), agent("a3", "busy"),
+	}})
+}
+
+func testRequests(t *testing.T, s store.Store) {
+	noDeadline := request("q2", "open")
+	noDeadline.Deadline = time.Time{}
+	apply(t, s, store.Change{Requests: []store.Request{request("q1", "open"), noDeadline}})
+	apply(t, s, store.Change{Requests: []store.Request{request("q3", "open")}})
+	apply(t, s, store.Change{Requests: []store.Request{request("q1", "answered")}})
+
+	got := load(t, s)
+	want := store.State{Requests: []store.Request{request("q1", "answered"), noDeadline, request("q3", "open")}}
+	if diff := cmp.Diff(want, got, opts); diff != "" {
+		t.Errorf("Load mismatch (-want +got):\n%s", diff)
+	}
+	if len(got.Requests) == 3 && !got.Requests[1].Deadline.IsZero() {
+		t.Errorf("zero Deadline came back as %v", got.Requests[1].Deadline)
+	}
+}
+
+func testReplaceWithinChange(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{
+		Roles:    []store.Role{role("r1", "writer"), role("r2", "critic"), role("r1", "poet")},
+		Agents:   []store.Agent{agent("a1", "idle"), agent("a1", "busy")},
+		Contacts: []store.ContactEntry{entry("a1", "c1", "first"), entry("a1", "c2", ""), entry("a1", "c1", "second")},
+		Requests: []store.Request{request("q1", "open"), request("q1", "answered")},
+	})
+	checkState(t, s, store.State{
+		Roles:    []store.Role{role("r1", "poet"), role("r2", "critic")},
+		Agents:   []store.Agent{agent("a1", "busy")},
+		Contacts: map[string][]store.Contact{"a1": {contact("c1", "second"), contact("c2", "")}},
+		Requests: []store.Request{request("q1", "answered")},
+	})
+}
+
+func testContacts(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{Contacts: []store.ContactEntry{
+		entry("a", "c1", "one"), entry("a", "c2", "two"),
+		entry("b", "c1", "b's one"), // same contact id, another owner
+	}})
+	apply(t, s, store.Change{Contacts: []store.ContactEntry{entry("a", "c3", "three")}})
+	checkState(t, s, store.State{Contacts: map[string][]store.Contact{
+		"a": {contact("c1", "one"), contact("c2", "two"), contact("c3", "three")},
+		"b": {contact("c1", "b's one")},
+	}})
+
+	// Replacing (a, c1) keeps its place and leaves (b, c1) alone.
+	apply(t, s, store.Change{Contacts: []store.ContactEntry{entry("a", "c1", "one again")}})
+	checkState(t, s, store.State{Contacts: map[string][]store.Contact{
+		"a": {contact("c1", "one again"), contact("c2", "two"), contact("c3", "three")},
+		"b": {contact("c1", "b's one")},
+	}})
+}
+
+func testPendingSeqOrder(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{Accepted: []store.Message{message("m5", 5)}})
+	apply(t, s, store.Change{Accepted: []store.Message{message("m3", 3), message("m9", 9), message("m1", 1)}})
+	apply(t, s, store.Change{Accepted: []store.Message{message("m4", 4)}})
+	checkState(t, s, store.State{Pending: []store.Message{
+		message("m1", 1), message("m3", 3), message("m4", 4), message("m5", 5), message("m9", 9),
+	}})
+}
+
+func testFinishedRemoves(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{Accepted: []store.Message{message("m1", 1), message("m2", 2), message("m3", 3)}})
+	apply(t, s, store.Change{Finished: []string{"m2"}})
+	checkState(t, s, store.State{Pending: []store.Message{message("m1", 1), message("m3", 3)}})
+
+	apply(t, s, store.Change{Finished: []string{"m3", "m1"}})
+	checkState(t, s, store.State{})
+}
+
+func testFinishUnknown(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{Finished: []string{"never-accepted"}})
+	checkState(t, s, store.State{})
+
+	apply(t, s, store.Change{Accepted: []store.Message{message("m1", 1), message("m2", 2)}})
+	apply(t, s, store.Change{Finished: []string{"m1"}})
+	apply(t, s, store.Change{Finished: []string{"m1", "never-accepted"}}) // finished twice
+	checkState(t, s, store.State{Pending: []store.Message{message("m2", 2)}})
+}
+
+func testAcceptedAndFinished(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{
+		Accepted: []store.Message{message("m1", 1), message("m2", 2)},
+		Finished: []string{"m1"},
+	})
+	checkState(t, s, store.State{Pending: []store.Message{message("m2", 2)}})
+}
+
+func testDuplicatePending(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{
+		Roles:    []store.Role{role("r1", "writer")},
+		Agents:   []store.Agent{agent("a1", "idle")},
+		Contacts: []store.ContactEntry{entry("a1", "c1", "one")},
+		Requests: []store.Request{request("q1", "open")},
+		Accepted: []store.Message{message("m1", 1), message("m2", 2)},
+	})
+	before := load(t, s)
+
+	bad := store.Change{
+		Roles:    []store.Role{role("r1", "poet"), role("r2", "critic")},
+		Agents:   []store.Agent{agent("a1", "busy"), agent("a2", "idle")},
+		Contacts: []store.ContactEntry{entry("a1", "c1", "replaced"), entry("a1", "c2", "new"), entry("a2", "c1", "new owner")},
+		Requests: []store.Request{request("q1", "answered"), request("q2", "open")},
+		Accepted: []store.Message{message("m3", 3), message("m1", 10)},
+		Finished: []string{"m2"},
+	}
+	err := s.Apply(t.Context(), bad)
+	if !errors.Is(err, store.ErrExists) {
+		t.Fatalf("Apply re-accepting pending m1: got error %v, want one wrapping store.ErrExists", err)
+	}
+	if diff := cmp.Diff(before, load(t, s), opts); diff != "" {
+		t.Errorf("failed Apply left a trace (-before +after):\n%s", diff)
+	}
+
+	// The failure must not wedge the store: the change without the
+	// duplicate goes through.
+	bad.Accepted = bad.Accepted[:1]
+	apply(t, s, bad)
+	checkState(t, s, store.State{
+		Roles:    []store.Role{role("r1", "poet"), role("r2", "critic")},
+		Agents:   []store.Agent{agent("a1", "busy"), agent("a2", "idle")},
+		Contacts: map[string][]store.Contact{"a1": {contact("c1", "replaced"), contact("c2", "new")}, "a2": {contact("c1", "new owner")}},
+		Requests: []store.Request{request("q1", "answered"), request("q2", "open")},
+		Pending:  []store.Message{message("m1", 1), message("m3", 3)},
+	})
+}
+
+func testArtifactRoundTrip(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	data := []byte("hello, society")
+	if err := s.PutArtifact(ctx, artifact("x1", data), data); err != nil {
+		t.Fatalf("PutArtifact: %v", err)
+	}
+	if err := s.PutArtifact(ctx, artifact("x2", nil), nil); err != nil {
+		t.Fatalf("PutArtifact empty: %v", err)
+	}
+	checkArtifact(t, s, artifact("x1", data), []byte("hello, society"))
+	checkArtifact(t, s, artifact("x2", nil), nil)
+	// Artifacts are not part of the society's state.
+	checkState(t, s, store.State{})
+}
+
+func testArtifactDuplicate(t *testing.T, s store.Store) {
+	ctx := t.Context()
+	first := []byte("first")
+	if err := s.PutArtifact(ctx, artifact("x1", first), first); err != nil {
+		t.Fatalf("PutArtifact: %v", err)
+	}
+	second := []byte("second version")
+	a := artifact("x1", second)
+	a.Name = "other.txt"
+	err := s.PutArtifact(ctx, a, second)
+	if !errors.Is(err, store.ErrExists) {
+		t.Fatalf("PutArtifact of existing id: got error %v, want one wrapping store.ErrExists", err)
+	}
+	checkArtifact(t, s, artifact("x1", first), []byte("first"))
+}
+
+func testArtifactMissing(t *testing.T, s store.Store) {
+	_, _, err := s.GetArtifact(t.Context(), "missing")
+	if !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("GetArtifact of missing id: got error %v, want one wrapping store.ErrNotFound", err)
+	}
+}
+
+// scribble overwrites b so that a store still sharing it would show it.
+func scribble(b []byte) {
+	for i := range b {
+		b[i] = '#'
+	}
+}
+
+func testCopyIn(t *testing.T, s store.Store) {
+	c := store.Change{
+		Roles:    []store.Role{role("r1", "writer")},
+		Agents:   []store.Agent{agent("a1", "idle")},
+		Contacts: []store.ContactEntry{entry("a1", "c1", "one")},
+		Requests: []store.Request{request("q1", "open")},
+		Accepted: []store.Message{message("m1", 1)},
+	}
+	apply(t, s, c)
+	data := []byte("content")
+	if err := s.PutArtifact(t.Context(), artifact("x1", data), data); err != nil {
+		t.Fatalf("PutArtifact: %v", err)
+	}
+
+	scribble(c.Roles[0].InterfaceSpec)
+	scribble(c.Agents[0].Brief)
+	scribble(c.Contacts[0].Contact.InterfaceSpec)
+	scribble(c.Accepted[0].Payload)
+	scribble(data)
+	c.Roles[0].Name = "changed"
+	c.Agents[0].Status = "changed"
+	c.Contacts[0].Contact.Note = "changed"
+	c.Requests[0].Status = "changed"
+	c.Accepted[0].Seq = 99
+
+	checkState(t, s, store.State{
+		Roles:    []store.Role{role("r1", "writer")},
+		Agents:   []store.Agent{agent("a1", "idle")},
+		Contacts: map[string][]store.Contact{"a1": {contact("c1", "one")}},
+		Requests: []store.Request{request("q1", "open")},
+		Pending:  []store.Message{message("m1", 1)},
+	})
+	checkArtifact(t, s, artifact("x1", data), []byte("content"))
+}
+
+func testCopyOut(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{
+		Roles:    []store.Role{role("r1", "writer")},
+		Agents:   []store.Agent{agent("a1", "idle")},
+		Contacts: []store.ContactEntry{entry("a1", "c1", "one"), entry("a2", "c1", "two")},
+		Requests: []store.Request{request("q1", "open")},
+		Accepted: []store.Message{message("m1", 1)},
+	})
+	data := []byte("content")
+	if err := s.PutArtifact(t.Context(), artifact("x1", data), data); err != nil {
+		t.Fatalf("PutArtifact: %v", err)
+	}
+	got := load(t, s)
+	scribble(got.Roles[0].InterfaceSpec)
+	scribble(got.Agents[0].Brief)
+	scribble(got.Contacts["a1"][0].InterfaceSpec)
+	scribble(got.Pending[0].Payload)
+	got.Roles[0].Name = "changed"
+	got.Agents[0].Status = "changed"
+	got.Contacts["a1"][0].Note = "changed"
+	got.Contacts["a1"] = append(got.Contacts["a1"], contact("c9", "added"))
+	delete(got.Contacts, "a2")
+	got.Requests[0].Status = "changed"
+	got.Pending[0].Seq = 99
+
+	_, gotData, err := s.GetArtifact(t.Context(), "x1")
+	if err != nil {
+		t.Fatalf("GetArtifact: %v", err)
+	}
+	scribble(gotData)
+
+	checkState(t, s, store.State{
+		Roles:    []store.Role{role("r1", "writer")},
+		Agents:   []store.Agent{agent("a1", "idle")},
+		Contacts: map[string][]store.Contact{"a1": {contact("c1", "one")}, "a2": {contact("c1", "two")}},
+		Requests: []store.Request{request("q1", "open")},
+		Pending:  []store.Message{message("m1", 1)},
+	})
+	checkArtifact(t, s, artifact("x1", data), []byte("content"))
+}
+
+func testCancelledContext(t *testing.T, s store.Store) {
+	data := []byte("content")
+	if err := s.PutArtifact(t.Context(), artifact("x1", data), data); err != nil {
+		t.Fatalf("PutArtifact: %v", err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+
+	if _, err := s.Load(ctx); err == nil {
+		t.Error("Load with a cancelled context: got no error")
+	}
+	if _, _, err := s.GetArtifact(ctx, "x1"); err == nil {
+		t.Error("GetArtifact with a cancelled context: got no error")
+	}
+	if err := s.PutArtifact(ctx, artifact("x2", data), data); err == nil {
+		t.Error("PutArtifact with a cancelled context: got no error")
+	}
+
+	// A cancelled Apply may or may not take effect, but only as a whole.
+	c := store.Change{
+		Roles:    []store.Role{role("r1", "writer")},
+		Contacts: []store.ContactEntry{entry("a1", "c1", "one")},
+		Accepted: []store.Message{message("m1", 1)},
+	}
+	if err := s.Apply(ctx, c); err == nil {
+		t.Error("Apply with a cancelled context: got no error")
+	}
+	got := load(t, s)
+	all := store.State{
+		Roles:    []store.Role{role("r1", "writer")},
+		Contacts: map[string][]store.Contact{"a1": {contact("c1", "one")}},
+		Pending:  []store.Message{message("m1", 1)},
+	}
+	if !cmp.Equal(store.State{}, got, opts) && !cmp.Equal(all, got, opts) {
+		t.Errorf("cancelled Apply took partial effect: Load = %+v", got)
+	}
+}
+
+func testConcurrent(t *testing.T, s store.Store) {
+	const workers, perWorker = 8, 50
+	ctx := t.Context()
+	id := func(w, i int) string { return fmt.Sprintf("w%d-m%d", w, i) }
+	seq := func(w, i int) uint64 { return uint64(w*perWorker + i + 1) }
+
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			owner := fmt.Sprintf("owner-%d", w)
+			for i := range perWorker {
+				c := store.Change{
+					Contacts: []store.ContactEntry{entry(owner, fmt.Sprintf("c%d", i), "")},
+					Accepted: []store.Message{message(id(w, i), seq(w, i))},
+				}
+				// Finish the previous message, so only odd ones stay pending.
+				if i%2 == 1 {
+					c.Finished = []string{id(w, i-1)}
+				}
+				if err := s.Apply(ctx, c); err != nil {
+					t.Errorf("worker %d: Apply %d: %v", w, i, err)
+					return
+				}
+			}
+		})
+		// Readers race with the writers.
+		wg.Go(func() {
+			for range perWorker / 10 {
+				if _, err := s.Load(ctx); err != nil {
+					t.Errorf("Load: %v", err)
+					return
+				}
+			}
+		})
+		wg.Go(func() {
+			data := []byte(fmt.Sprintf("from worker %d", w))
+			a := artifact(fmt.Sprintf("x%d", w), data)
+			if err := s.PutArtifact(ctx, a, data); err != nil {
+				t.Errorf("worker %d: PutArtifact: %v", w, err)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+
+	want := store.State{Contacts: make(map[string][]store.Contact)}
+	for w := range workers {
+		owner := fmt.Sprintf("owner-%d", w)
+		for i := range perWorker {
+			want.Contacts[owner] = append(want.Contacts[owner], contact(fmt.Sprintf("c%d", i), ""))
+			if i%2 == 1 {
+				want.Pending = append(want.Pending, message(id(w, i), seq(w, i)))
+			}
+		}
+		data := []byte(fmt.Sprintf("from worker %d", w))
+		checkArtifact(t, s, artifact(fmt.Sprintf("x%d", w), data), data)
+	}
+	checkState(t, s, want)
+}
+
+func testEmptyJSON(t *testing.T, s store.Store) {
+	r := role("r1", "writer")
+	r.InterfaceSpec = nil
+	a := agent("a1", "idle")
+	a.Brief = json.RawMessage{}
+	c := contact("c1", "one")
+	c.InterfaceSpec = nil
+	m1 := message("m1", 1)
+	m1.Payload = nil
+	m2 := message("m2", 2)
+	m2.Payload = json.RawMessage{}
+
+	apply(t, s, store.Change{
+		Roles:    []store.Role{r},
+		Agents:   []store.Agent{a},
+		Contacts: []store.ContactEntry{{Owner: "a1", Contact: c}},
+		Accepted: []store.Message{m1, m2},
+	})
+	checkState(t, s, store.State{
+		Roles:    []store.Role{r},
+		Agents:   []store.Agent{a},
+		Contacts: map[string][]store.Contact{"a1": {c}},
+		Pending:  []store.Message{m1, m2},
+	})
+}
