@@ -62,6 +62,12 @@ type pendingSend struct {
 	status   string   // the answered request's new status
 }
 
+// changesState reports whether accepting a message of type t always changes
+// the organisation (requests, or the receiver's contacts).
+func changesState(t MessageType) bool {
+	return t == IntroductionResponse || t == CollaborationRequest || t == CollaborationResponse
+}
+
 func (p *pendingSend) mutates() bool {
 	return len(p.contacts) > 0 || p.request != nil || p.answered != nil
 }
@@ -94,15 +100,25 @@ func (s *Society) send(ctx context.Context, from *agent, taskID string, out Outg
 	// Most messages go between agents that know each other and change
 	// nothing but the queue: check them under the read lock, and take the
 	// write lock only when accepting the message changes the organisation.
-	s.mu.RLock()
-	p, rerr := s.prepare(from, m, f)
-	if rerr == nil && p.mutates() {
-		s.mu.RUnlock()
+	// The types whose acceptance always changes it take the write lock at
+	// once, so that prepare, which rewrites their payload, runs once.
+	var p *pendingSend
+	var rerr *Error
+	if changesState(m.Type) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		p, rerr = s.prepare(from, m, f)
 	} else {
-		defer s.mu.RUnlock()
+		s.mu.RLock()
+		p, rerr = s.prepare(from, m, f)
+		if rerr == nil && p.mutates() {
+			s.mu.RUnlock()
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			p, rerr = s.prepare(from, m, f)
+		} else {
+			defer s.mu.RUnlock()
+		}
 	}
 	if rerr != nil {
 		return Message{}, s.refuse("send_message", by, rerr)

@@ -1,0 +1,423 @@
+package agentsociety_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
+
+	as "agentsociety"
+)
+
+// orgModel is the simplest thing that behaves like the organisation: who
+// exists, who created which role, who knows whom and how, which requests are
+// open. The state machine drives the society and the model side by side and
+// checks after every step that they agree and that no hard constraint broke.
+type orgModel struct {
+	policy    as.ContactPolicy
+	maxAgents int
+	maxDepth  int
+
+	agents   map[string]modelAgent
+	order    []string // agent ids, root and user first
+	roles    map[string]modelRole
+	roleKeys map[[2]string]string // creator, name -> role id
+	rootKids map[string]string    // task -> child
+	contacts map[string][]modelContact
+	requests map[string]*modelRequest
+	reqOrder []string
+}
+
+type modelAgent struct {
+	parent, role, roleName, task string
+	depth                        int
+}
+
+type modelRole struct{ name, creator string }
+
+type modelContact struct {
+	ID, Role, Source, IntroducedBy string
+}
+
+type modelRequest struct{ from, to, status string }
+
+func newOrgModel(policy as.ContactPolicy, maxAgents, maxDepth int) *orgModel {
+	m := &orgModel{
+		policy: policy, maxAgents: maxAgents, maxDepth: maxDepth,
+		agents: map[string]modelAgent{
+			as.RootID: {roleName: as.RootID},
+			as.UserID: {roleName: as.UserID},
+		},
+		order:    []string{as.RootID, as.UserID},
+		roles:    map[string]modelRole{},
+		roleKeys: map[[2]string]string{},
+		rootKids: map[string]string{},
+		contacts: map[string][]modelContact{
+			as.RootID: {{ID: as.UserID, Role: as.UserID, Source: "system"}},
+			as.UserID: {{ID: as.RootID, Role: as.RootID, Source: "system"}},
+		},
+		requests: map[string]*modelRequest{},
+	}
+	return m
+}
+
+func (m *orgModel) knows(owner, id string) bool {
+	return slices.ContainsFunc(m.contacts[owner], func(c modelContact) bool { return c.ID == id })
+}
+
+func (m *orgModel) addContact(owner string, c modelContact) {
+	if !m.knows(owner, c.ID) {
+		m.contacts[owner] = append(m.contacts[owner], c)
+	}
+}
+
+// sendCheck returns the code a message from -> to must be refused with
+// before its type is considered, or "".
+func (m *orgModel) sendCheck(from, to string) as.Code {
+	switch {
+	case m.agents[to] == (modelAgent{}) && to != as.RootID && to != as.UserID:
+		return as.ErrAgentNotFound
+	case from == to:
+		return as.ErrInvalidArgument
+	case m.policy == as.ContactStrict && from != as.UserID && to != as.UserID && !m.knows(from, to):
+		return as.ErrUnknownContact
+	}
+	return ""
+}
+
+func (m *orgModel) exists(id string) bool {
+	_, ok := m.agents[id]
+	return ok
+}
+
+type orgMachine struct {
+	ctx   context.Context
+	s     *as.Society
+	model *orgModel
+	tasks []string
+}
+
+var noop = as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })
+
+func (sm *orgMachine) actor(t *rapid.T, id, task string) *as.Actor {
+	a, err := sm.s.Actor(id)
+	if err != nil {
+		t.Fatalf("Actor(%s): %v", id, err)
+	}
+	if task != "" {
+		a = a.WithTask(task)
+	}
+	return a
+}
+
+// pickAgent draws an existing agent, or now and then an id that does not exist.
+func (sm *orgMachine) pickAgent(t *rapid.T, label string) string {
+	ids := append(slices.Clone(sm.model.order), "agent-999")
+	return rapid.SampledFrom(ids).Draw(t, label)
+}
+
+func expectCode(t *rapid.T, op string, err error, want as.Code) {
+	t.Helper()
+	if want == "" {
+		if err != nil {
+			t.Fatalf("%s: unexpected error %v", op, err)
+		}
+		return
+	}
+	var e *as.Error
+	if !errors.As(err, &e) || e.Code != want || !errors.Is(err, want) {
+		t.Fatalf("%s: got error %v, want code %s", op, err, want)
+	}
+}
+
+func (sm *orgMachine) createRole(t *rapid.T) {
+	by := sm.pickAgent(t, "by")
+	if !sm.model.exists(by) {
+		return // Actor refuses unknown ids; covered elsewhere
+	}
+	name := rapid.SampledFrom([]string{"dev", "tester", "lead", " "}).Draw(t, "name")
+	role, reused, err := sm.actor(t, by, "").CreateRole(sm.ctx, as.RoleSpec{Name: name, Prompt: "p"})
+	m := sm.model
+	var want as.Code
+	switch {
+	case name == " ":
+		want = as.ErrInvalidArgument
+	case by == as.UserID:
+		want = as.ErrForbidden
+	}
+	expectCode(t, "create_role", err, want)
+	if err != nil {
+		return
+	}
+	key := [2]string{by, name}
+	if id, ok := m.roleKeys[key]; ok {
+		if !reused || role.ID != id {
+			t.Fatalf("create_role %v: got %s reused=%v, want %s reused", key, role.ID, reused, id)
+		}
+		return
+	}
+	if reused {
+		t.Fatalf("create_role %v: reused a role that does not exist", key)
+	}
+	m.roleKeys[key] = role.ID
+	m.roles[role.ID] = modelRole{name: name, creator: by}
+}
+
+func (sm *orgMachine) spawn(t *rapid.T) {
+	m := sm.model
+	by := sm.pickAgent(t, "by")
+	if !m.exists(by) {
+		return
+	}
+	roleIDs := []string{"role-999"}
+	for id := range m.roles {
+		roleIDs = append(roleIDs, id)
+	}
+	slices.Sort(roleIDs)
+	roleID := rapid.SampledFrom(roleIDs).Draw(t, "role")
+	parent := rapid.SampledFrom([]string{"", "", by, "agent-998"}).Draw(t, "parentAgentId")
+	brief := validBrief()
+	if rapid.IntRange(0, 5).Draw(t, "briefBroken") == 0 {
+		brief.Inputs = ""
+	}
+	collabs := rapid.SliceOfNDistinct(rapid.SampledFrom(append(slices.Clone(m.order), "agent-997")), 0, 3, rapid.ID).Draw(t, "collaborators")
+	for _, c := range collabs {
+		brief.Collaborators = append(brief.Collaborators, as.Collaborator{AgentID: c, Description: "ask " + c})
+	}
+	task := rapid.SampledFrom(sm.tasks).Draw(t, "task")
+	if by != as.RootID {
+		task = "" // an agent works on its own task
+	}
+	child, reused, err := sm.actor(t, by, task).SpawnAgent(sm.ctx, as.SpawnSpec{RoleID: roleID, Brief: brief, ParentID: parent})
+
+	role, roleOK := m.roles[roleID]
+	_, kidExists := m.rootKids[task]
+	var want as.Code
+	switch {
+	case by == as.UserID:
+		want = as.ErrForbidden
+	case parent != "" && parent != by:
+		want = as.ErrParentMismatch
+	case brief.Inputs == "":
+		want = as.ErrInvalidTaskBrief
+	case !roleOK:
+		want = as.ErrRoleNotFound
+	case role.creator != by:
+		want = as.ErrNotRoleOwner
+	case by == as.RootID && kidExists:
+		want = ""
+	case slices.ContainsFunc(collabs, func(c string) bool { return !m.exists(c) }):
+		want = as.ErrAgentNotFound
+	case len(m.order)-2 >= m.maxAgents:
+		want = as.ErrTooManyAgents
+	case m.agents[by].depth+1 > m.maxDepth:
+		want = as.ErrMaxDepth
+	}
+	expectCode(t, "spawn_agent", err, want)
+	if err != nil {
+		return
+	}
+	if by == as.RootID && kidExists {
+		if !reused || child.ID != m.rootKids[task] {
+			t.Fatalf("root spawn on task %s: got %s reused=%v, want %s reused", task, child.ID, reused, m.rootKids[task])
+		}
+		return
+	}
+	if reused {
+		t.Fatal("a fresh spawn reported reused")
+	}
+	if by == as.RootID {
+		m.rootKids[task] = child.ID
+	} else {
+		task = m.agents[by].task
+	}
+	if child.TaskID != task || child.ParentID != by {
+		t.Fatalf("child %+v: want parent %s task %s", child, by, task)
+	}
+	m.agents[child.ID] = modelAgent{parent: by, role: roleID, roleName: role.name, task: task, depth: m.agents[by].depth + 1}
+	m.order = append(m.order, child.ID)
+	m.contacts[child.ID] = []modelContact{{ID: by, Role: m.agents[by].roleName, Source: "parent"}}
+	m.addContact(by, modelContact{ID: child.ID, Role: role.name, Source: "child"})
+	for _, c := range collabs {
+		m.addContact(child.ID, modelContact{ID: c, Role: m.agents[c].roleName, Source: "preset"})
+	}
+}
+
+// send sends one message of a random type with a payload that is valid or
+// not, and predicts the outcome.
+func (sm *orgMachine) send(t *rapid.T) {
+	m := sm.model
+	from := sm.pickAgent(t, "from")
+	if !m.exists(from) {
+		return
+	}
+	to := sm.pickAgent(t, "to")
+	typ := rapid.SampledFrom(as.MessageTypes).Draw(t, "type")
+	valid := rapid.IntRange(0, 4).Draw(t, "payloadOK") > 0
+	payload, missing := map[string]any{}, as.Code("")
+	if !valid {
+		missing = as.ErrInvalidMessageFormat
+	}
+	var target string
+	var req string
+	switch typ {
+	case as.General:
+		payload["text"] = "hello"
+		missing = "" // any object is a general payload
+	case as.TaskAssignment:
+		b, _ := json.Marshal(validBrief())
+		json.Unmarshal(b, &payload)
+		if !valid {
+			delete(payload, "objective")
+		}
+	case as.StatusReport:
+		if valid {
+			payload["status"] = "working"
+		}
+	case as.IntroductionRequest:
+		payload["reason"] = "need tests"
+		if valid {
+			payload["required_capability"] = "testing"
+		}
+	case as.IntroductionResponse:
+		if valid {
+			target = sm.pickAgent(t, "target")
+			payload["target_agent_id"] = target
+			payload["target_role"] = "forged"
+		}
+	case as.CollaborationRequest:
+		if valid {
+			payload["subtask_description"] = "review this"
+		}
+	case as.CollaborationResponse:
+		ids := append(slices.Clone(m.reqOrder), "req-unknown")
+		req = rapid.SampledFrom(ids).Draw(t, "request")
+		payload["request_id"] = req
+		payload["status"] = as.StatusCompleted
+		if valid {
+			payload["result_data"] = map[string]any{"ok": true}
+		}
+	}
+	sent, err := sm.actor(t, from, "").Send(sm.ctx, as.Outgoing{To: to, Type: typ, Payload: payload})
+
+	want := missing
+	if want == "" {
+		want = m.sendCheck(from, to)
+	}
+	if want == "" {
+		switch typ {
+		case as.IntroductionResponse:
+			switch {
+			case !m.exists(target):
+				want = as.ErrAgentNotFound
+			case !m.knows(from, target):
+				want = as.ErrUnknownContact
+			case target == to:
+				want = as.ErrInvalidArgument
+			}
+		case as.CollaborationResponse:
+			r := m.requests[req]
+			switch {
+			case r == nil:
+				want = as.ErrUnknownRequest
+			case r.to != from || r.from != to:
+				want = as.ErrWrongResponder
+			case r.status != as.StatusPending:
+				want = as.ErrRequestClosed
+			}
+		}
+	}
+	expectCode(t, fmt.Sprintf("send %s %s->%s", typ, from, to), err, want)
+	if err != nil {
+		return
+	}
+	if sent.From != from || sent.To != to || sent.Type != typ {
+		t.Fatalf("sent %+v: want from %s to %s type %s", sent, from, to, typ)
+	}
+	m.addContact(to, modelContact{ID: from, Role: m.agents[from].roleName, Source: "first_message"})
+	switch typ {
+	case as.IntroductionResponse:
+		var p as.IntroductionResponsePayload
+		if err := sent.Decode(&p); err != nil || p.TargetRole != m.agents[target].roleName {
+			t.Fatalf("introduction payload %s: target_role must be the real %q", sent.Payload, m.agents[target].roleName)
+		}
+		if !m.knows(to, target) {
+			m.contacts[to] = append(m.contacts[to], modelContact{ID: target, Role: m.agents[target].roleName, Source: "introduction", IntroducedBy: from})
+		}
+	case as.CollaborationRequest:
+		var p as.CollaborationRequestPayload
+		if err := sent.Decode(&p); err != nil || p.RequestID == "" {
+			t.Fatalf("collaboration request %s: no request_id generated", sent.Payload)
+		}
+		m.requests[p.RequestID] = &modelRequest{from: from, to: to, status: as.StatusPending}
+		m.reqOrder = append(m.reqOrder, p.RequestID)
+	case as.CollaborationResponse:
+		m.requests[req].status = as.StatusCompleted
+	}
+}
+
+// check compares every registry with the model and checks the hard
+// constraints of the organisation.
+func (sm *orgMachine) check(t *rapid.T) {
+	m := sm.model
+	for _, id := range m.order {
+		got, err := sm.s.Contacts(id)
+		if err != nil {
+			t.Fatalf("Contacts(%s): %v", id, err)
+		}
+		proj := make([]modelContact, len(got))
+		for i, c := range got {
+			proj[i] = modelContact{ID: c.ID, Role: c.Role, Source: string(c.Source), IntroducedBy: c.IntroducedBy}
+		}
+		if diff := cmp.Diff(m.contacts[id], proj); diff != "" {
+			t.Fatalf("contacts of %s differ from the model (-model +society):\n%s", id, diff)
+		}
+	}
+	agents := sm.s.Agents()
+	if len(agents) != len(m.order)-2 || len(agents) > m.maxAgents {
+		t.Fatalf("society has %d agents, model %d (max %d)", len(agents), len(m.order)-2, m.maxAgents)
+	}
+	perTask := map[string]int{}
+	for _, a := range agents {
+		role, ok := sm.s.Role(a.RoleID)
+		if !ok || role.CreatedBy != a.ParentID {
+			t.Fatalf("agent %s is on role %s created by %q, not by its parent %s", a.ID, a.RoleID, role.CreatedBy, a.ParentID)
+		}
+		if a.ParentID == as.RootID {
+			perTask[a.TaskID]++
+			if perTask[a.TaskID] > 1 {
+				t.Fatalf("root has two children on task %s", a.TaskID)
+			}
+		}
+		if m.agents[a.ID].depth > m.maxDepth {
+			t.Fatalf("agent %s is deeper than %d", a.ID, m.maxDepth)
+		}
+	}
+}
+
+func TestStateMachine_Organisation(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		policy := rapid.SampledFrom([]as.ContactPolicy{as.ContactOpen, as.ContactStrict}).Draw(t, "policy")
+		maxAgents := rapid.IntRange(2, 12).Draw(t, "maxAgents")
+		maxDepth := rapid.IntRange(1, 4).Draw(t, "maxDepth")
+		s, err := as.New(context.Background(), as.Config{
+			Logger: quiet, Root: noop, Default: noop, ContactPolicy: policy, MaxAgents: maxAgents, MaxDepth: maxDepth,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(context.Background())
+		sm := &orgMachine{ctx: context.Background(), s: s, model: newOrgModel(policy, maxAgents, maxDepth), tasks: []string{"task-a", "task-b", "task-c"}}
+		t.Repeat(map[string]func(*rapid.T){
+			"":            sm.check,
+			"create_role": sm.createRole,
+			"spawn":       sm.spawn,
+			"send":        sm.send,
+		})
+	})
+}
