@@ -1,0 +1,61 @@
+// Package agentsociety runs a self-organising society of agents inside a Go
+// program.
+//
+// # Overview
+//
+// A [Society] starts with two agents. root receives the user's requirements;
+// user is the host's endpoint, driven by code. Agents create roles
+// ([Actor.CreateRole]) and spawn children on them ([Actor.SpawnAgent]), each
+// with a validated [TaskBrief]; they talk by asynchronous messages
+// ([Actor.Send]) whose sender the society fills in and whose payload it checks
+// against the message's [MessageType]; they hand work over as artifacts
+// referenced by id ([Actor.PutArtifact]); they report to user, which passes
+// each message to the host ([Society.OnUserMessage],
+// [Society.WaitForUserMessage]). Each agent keeps only the small context it
+// needs: its brief, its contacts and its own messages.
+//
+// The society owns the rules; the host owns the world. Hard constraints keep
+// the organisation under control: the parent of a spawned agent is always
+// the caller; an agent spawns only on roles it created; root has at most one
+// child per task; the number of agents and the depth of the tree are capped.
+// Every refusal is an [*Error] whose [Code] errors.Is can match, and a
+// refused operation changes nothing.
+//
+// An agent is driven by a [Behavior]: Go code given by the host
+// ([BehaviorFunc]), or the society's default behaviour for agents spawned
+// without one. Each agent handles one message at a time, in arrival order;
+// agents run in parallel; an idle agent costs no goroutine. A behaviour that
+// fails or panics is reported to its agent's parent, and the agent goes on.
+//
+// # Quick start
+//
+//	s, err := agentsociety.New(ctx, agentsociety.Config{Root: myRoot})
+//	if err != nil { ... }
+//	defer s.Close(ctx)
+//	task, err := s.SubmitRequirement(ctx, "a static web calculator")
+//	reply, err := s.WaitForUserMessage(ctx, func(m agentsociety.Message) bool {
+//		return m.TaskID == task
+//	})
+//
+// See the package example for a complete society of code-driven agents.
+//
+// # Contacts and introductions
+//
+// Every agent has a [ContactRegistry] entry list from birth: root knows user,
+// user knows root, any other agent knows its parent; a parent knows each
+// child it spawns, and a child knows the collaborators its brief names.
+// A first message from A to B adds A to B's contacts, and an
+// introduction_response from X to A about T adds T to A's contacts with T's
+// real role and interface spec. Under [ContactOpen] (the default) the
+// registry only records who knows whom; under [ContactStrict] a message to
+// an agent outside the sender's registry is refused with [ErrUnknownContact].
+// Under both, any agent may write to user and user to any agent.
+//
+// # Persistence
+//
+// A society records its organisation, contacts, collaboration requests,
+// accepted messages and artifacts in a [store.Store] given by the host; the
+// default is an in-memory store. Messages are recorded when accepted and
+// marked finished when handled, so a store that survives the process lets a
+// society reopened on it deliver again what was accepted and never finished.
+package agentsociety

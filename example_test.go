@@ -1,0 +1,133 @@
+package agentsociety_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	as "agentsociety"
+)
+
+// A Task Brief must carry the five required fields; Validate names every
+// one that is missing, in order.
+func ExampleTaskBrief() {
+	brief := &as.TaskBrief{
+		Objective:   "build a calculator",
+		Constraints: []string{"HTML + JavaScript", "static page, no backend"},
+	}
+	err := brief.Validate()
+	var e *as.Error
+	if errors.As(err, &e) {
+		fmt.Println(e.Code, e.MissingFields)
+	}
+
+	brief.Inputs = "digits and operators typed on the page"
+	brief.Outputs = "the result shown on the page"
+	brief.CompletionCriteria = "the four operations give correct results"
+	fmt.Println(brief.Validate() == nil)
+
+	b, _ := json.Marshal(brief)
+	fmt.Println(string(b))
+	// Output:
+	// invalid_task_brief [inputs outputs completion_criteria]
+	// true
+	// {"objective":"build a calculator","constraints":["HTML + JavaScript","static page, no backend"],"inputs":"digits and operators typed on the page","outputs":"the result shown on the page","completion_criteria":"the four operations give correct results"}
+}
+
+// A contact registry remembers how each agent came to know each other agent.
+// The first entry for a contact wins.
+func ExampleContactRegistry() {
+	r := as.NewContactRegistry()
+	r.Add("agent-2", as.Contact{ID: "agent-1", Role: "lead", Source: as.SourceParent})
+	r.Add("agent-2", as.Contact{ID: "agent-3", Role: "tester", Source: as.SourceIntroduction, IntroducedBy: "agent-1"})
+	added := r.Add("agent-2", as.Contact{ID: "agent-1", Role: "lead", Source: as.SourceFirstMessage})
+
+	fmt.Println(added, r.IsKnown("agent-2", "agent-3"), r.IsKnown("agent-3", "agent-2"))
+	for _, c := range r.List("agent-2") {
+		line := fmt.Sprint(c.ID, " (", c.Role, ") from ", c.Source)
+		if c.IntroducedBy != "" {
+			line += " by " + c.IntroducedBy
+		}
+		fmt.Println(line)
+	}
+	// Output:
+	// false true false
+	// agent-1 (lead) from parent
+	// agent-3 (tester) from introduction by agent-1
+}
+
+// A message is shown to the agent that receives it with its source and how
+// to reply (Requirement 10).
+func ExampleFormatMessage() {
+	m := as.Message{From: "agent-3", To: "agent-1", Type: as.General, Payload: as.Text("页面已完成：artifact:a-1")}
+	fmt.Println(as.FormatMessage(m, "developer"))
+	// Output:
+	// 【来自 developer（agent-3）的消息】
+	// 页面已完成：artifact:a-1
+	// 如需回复，请使用 send_message(to='agent-3', ...)
+}
+
+// A small society of code-driven agents answers a requirement: root creates
+// a lead role and spawns one lead for the task; the lead writes its work as
+// an artifact and reports the reference to the user.
+func Example() {
+	ctx := context.Background()
+
+	lead := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		page, err := self.PutArtifact(ctx, as.ArtifactSpec{Name: "calc.html", MediaType: "text/html", Data: []byte("<html>…</html>")})
+		if err != nil {
+			return err
+		}
+		_, err = self.SendText(ctx, as.UserID, "done: "+page.Ref())
+		return err
+	})
+	root := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		role, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: "Own the requirement end to end."})
+		if err != nil {
+			return err
+		}
+		child, _, err := self.SpawnAgent(ctx, as.SpawnSpec{
+			RoleID: role.ID,
+			Brief: &as.TaskBrief{
+				Objective:          m.Text(),
+				Constraints:        []string{"static page"},
+				Inputs:             "the user's requirement",
+				Outputs:            "an artifact reference, reported to user",
+				CompletionCriteria: "the page works",
+			},
+			Behavior: lead,
+		})
+		if err != nil {
+			return err
+		}
+		_, err = self.Send(ctx, as.Outgoing{To: child.ID, Payload: as.Text(m.Text())})
+		return err
+	})
+
+	s, err := as.New(ctx, as.Config{Root: root, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close(ctx)
+
+	if _, err := s.SubmitRequirement(ctx, "a calculator"); err != nil {
+		panic(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	reply, err := s.WaitForUserMessage(wctx, nil)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(reply.From, len(s.Agents()))
+
+	_, data, err := s.GetArtifact(ctx, reply.Text()[len("done: "):])
+	fmt.Println(string(data), err)
+	// Output:
+	// agent-1 1
+	// <html>…</html> <nil>
+}
