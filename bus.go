@@ -5,14 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 
 	"agentsociety/internal/ids"
 	"agentsociety/store"
 )
 
-type seqCounter = atomic.Uint64
 
 // request is a collaboration request's state.
 type request struct {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"agentsociety/internal/ids"
@@ -75,7 +76,7 @@ type Society struct {
 	roleIDs  *ids.Sequence
 	agentIDs *ids.Sequence
 	msgIDs   *ids.Epoch
-	seq      seqCounter
+	seq      atomic.Uint64
 
 	// mu guards the organisation: roles, agents, root's children, requests.
 	// Contacts have their own lock; they change under mu held for writing
