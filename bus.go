@@ -11,7 +11,6 @@ import (
 	"agentsociety/store"
 )
 
-
 // request is a collaboration request's state.
 type request struct {
 	id, from, to, taskID string

@@ -18,8 +18,8 @@ type recorder struct {
 }
 
 func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *recorder) WithAttrs([]slog.Attr) slog.Handler      { return r }
-func (r *recorder) WithGroup(string) slog.Handler           { return r }
+func (r *recorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *recorder) WithGroup(string) slog.Handler            { return r }
 func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
 	m := map[string]string{"_message": rec.Message}
 	rec.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
