@@ -3,7 +3,10 @@ package agentsociety_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -170,6 +173,12 @@ const (
 	spawnParents = 8
 )
 
+// spawnHeapProfile names a file to which BenchmarkSpawnIdle/heap writes a
+// heap profile while its spawnScale agents are alive, for an in-use
+// breakdown per allocation site (go tool pprof -sample_index=inuse_space).
+// Run with -memprofilerate=1 for exact numbers.
+var spawnHeapProfile = flag.String("spawnheapprofile", "", "write a heap profile of spawnScale idle agents to this file")
+
 // smallBrief is the brief idle agents are spawned with.
 func smallBrief() *as.TaskBrief {
 	return &as.TaskBrief{Objective: "idle", Constraints: []string{}, Inputs: "none", Outputs: "none", CompletionCriteria: "none"}
@@ -256,6 +265,9 @@ func BenchmarkSpawnIdle(b *testing.B) {
 			runtime.ReadMemStats(&after)
 			goroutines = float64(runtime.NumGoroutine() - g0)
 			perAgent = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / spawnScale
+			if *spawnHeapProfile != "" {
+				writeHeapProfile(b, *spawnHeapProfile)
+			}
 			if n := len(s.Agents()); n != spawnScale+spawnParents {
 				b.Fatalf("%d agents, want %d", n, spawnScale+spawnParents)
 			}
@@ -266,4 +278,15 @@ func BenchmarkSpawnIdle(b *testing.B) {
 		b.ReportMetric(spawnNs, "ns/spawn")
 		b.ReportMetric(goroutines, "goroutines")
 	})
+}
+
+func writeHeapProfile(b *testing.B, name string) {
+	f, err := os.Create(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }

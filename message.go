@@ -179,6 +179,7 @@ func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 		return nil, formatError(t, "the payload must be a JSON object", nil)
 	}
 	var missing []string
+	problem, malformed := "the payload lacks fields its type requires", false
 	need := func(names ...string) {
 		for _, n := range names {
 			if !f.hasText(n) {
@@ -206,26 +207,25 @@ func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 	case CollaborationRequest:
 		need("subtask_description")
 		if _, ok := f["request_id"]; ok && !f.hasText("request_id") {
-			return nil, formatError(t, "request_id, when given, must be a non-empty string", nil)
+			problem, malformed = "request_id, when given, must be a non-empty string", true
 		}
 	case CollaborationResponse:
 		need("request_id", "status")
-		switch status := f.text("status"); status {
-		case StatusCompleted:
+		switch status := f.text("status"); {
+		case status == StatusCompleted:
 			if v, ok := f["result_data"]; !ok || bytes.Equal(v, []byte("null")) {
 				missing = append(missing, "result_data")
 			}
-		case StatusError, StatusRejected:
+		case status == StatusError || status == StatusRejected:
 			need("error_message")
-		case "":
-		default:
-			return nil, formatError(t, `status must be "completed", "error" or "rejected", not `+strconvQuote(status), nil)
+		case !blank(status):
+			return nil, formatError(t, `status must be "completed", "error" or "rejected", not `+strconvQuote(status), missing)
 		}
 	default:
 		return nil, formatError(t, "unknown message_type "+strconvQuote(string(t)), nil)
 	}
-	if len(missing) > 0 {
-		return nil, formatError(t, "the payload lacks fields its type requires", missing)
+	if len(missing) > 0 || malformed {
+		return nil, formatError(t, problem, missing)
 	}
 	return f, nil
 }
