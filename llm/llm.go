@@ -1,0 +1,121 @@
+// Package llm is the society's view of a language model: one call that takes
+// a system prompt, a conversation and the tools on offer, and returns the
+// assistant's next message.
+//
+// The package imports only the standard library, so that a host can adapt
+// any model without importing the society. An OpenAI-compatible adapter is
+// in llm/openai, and a scripted model for tests and offline examples in
+// llm/llmtest.
+package llm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+)
+
+// Model generates the next assistant message of a conversation.
+//
+// Generate must be safe for concurrent use: the society calls it for many
+// agents at once (up to its configured cap). It must return promptly once ctx
+// is done, with an error that wraps ctx.Err(). The request and everything it
+// refers to belong to the caller and must not be modified or kept after
+// Generate returns.
+//
+// An error means no message was produced; the society may retry. An error
+// that wraps [ErrRateLimited], [ErrServer] or [ErrTimeout] is transient and
+// worth retrying with backoff; one that wraps [ErrBadRequest] or [ErrAuth]
+// will fail the same way again. Adapters map their transport's failures onto
+// these so that callers never match strings.
+type Model interface {
+	Generate(ctx context.Context, req *Request) (*Response, error)
+}
+
+// ModelFunc adapts a function to a Model.
+type ModelFunc func(ctx context.Context, req *Request) (*Response, error)
+
+// Generate calls f.
+func (f ModelFunc) Generate(ctx context.Context, req *Request) (*Response, error) {
+	return f(ctx, req)
+}
+
+// Request is one call to a model.
+type Request struct {
+	// Agent is the id of the agent the call is for. Models may ignore it; a
+	// scripted model uses it to choose replies.
+	Agent string
+	// System is the system prompt.
+	System string
+	// Messages is the conversation after the system prompt, oldest first.
+	Messages []Message
+	// Tools are the tools the model may call.
+	Tools []Tool
+}
+
+// Role is the author of a message in a conversation.
+type Role string
+
+// The roles of a conversation.
+const (
+	RoleUser      Role = "user"      // what the agent was told: delivered messages
+	RoleAssistant Role = "assistant" // what the model said, with its tool calls
+	RoleTool      Role = "tool"      // the result of one tool call
+)
+
+// Message is one turn of a conversation.
+type Message struct {
+	Role    Role
+	Content string
+	// ToolCalls are the calls an assistant message makes, in order.
+	ToolCalls []ToolCall
+	// ToolCallID is, for a RoleTool message, the id of the call it answers.
+	ToolCallID string
+}
+
+// ToolCall is a model's request to run a tool.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments json.RawMessage // as the model wrote them: not necessarily valid JSON
+}
+
+// Tool describes a tool the model may call.
+type Tool struct {
+	Name        string
+	Description string
+	// Parameters is the JSON Schema of the arguments object.
+	Parameters json.RawMessage
+}
+
+// Response is a model's answer.
+type Response struct {
+	Message Message // Role is RoleAssistant
+	Usage   Usage
+}
+
+// Usage counts the tokens a call consumed.
+type Usage struct {
+	InputTokens  int
+	OutputTokens int
+}
+
+// The kinds of model failure. Adapters wrap them, so test with errors.Is.
+var (
+	// ErrRateLimited: the provider asked the caller to slow down (HTTP 429).
+	ErrRateLimited = errors.New("llm: rate limited")
+	// ErrServer: the provider failed (HTTP 5xx) or the connection broke.
+	ErrServer = errors.New("llm: server error")
+	// ErrTimeout: an attempt took longer than its time limit.
+	ErrTimeout = errors.New("llm: timeout")
+	// ErrBadRequest: the provider refused the request as malformed (HTTP 400,
+	// 404, 422): retrying the same request will not help.
+	ErrBadRequest = errors.New("llm: bad request")
+	// ErrAuth: the credentials were refused (HTTP 401, 403).
+	ErrAuth = errors.New("llm: authentication failed")
+)
+
+// IsTransient reports whether err is a failure worth retrying: rate
+// limiting, a server error or a timeout. A cancelled context is not.
+func IsTransient(err error) bool {
+	return errors.Is(err, ErrRateLimited) || errors.Is(err, ErrServer) || errors.Is(err, ErrTimeout)
+}
