@@ -82,6 +82,7 @@ type agent struct {
 	depth    int
 	behavior Behavior
 	box      mailbox.Box[Message]
+	mind     *mind // a model-driven agent's history, from its first turn
 }
 
 // Actor is a handle through which code acts as one agent: what it sends, the

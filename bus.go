@@ -281,6 +281,9 @@ func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
 	if b == nil {
 		b = s.cfg.Default
 	}
+	if b == nil && s.cfg.Model != nil {
+		b = modelBehavior{s}
+	}
 	if b == nil {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "message dropped: the agent has no behaviour",
 			slog.String("msg", m.ID), slog.String("agent", a.info.ID))

@@ -1,6 +1,7 @@
 package agentsociety
 
 import (
+	"encoding/json"
 	"strings"
 )
 
@@ -65,6 +66,16 @@ const (
 	ErrClosed Code = "society_closed"
 	// ErrStore: the store failed; the operation took no effect (see Unwrap).
 	ErrStore Code = "store_error"
+	// ErrUnknownTool: a model called a tool that does not exist for its agent.
+	ErrUnknownTool Code = "unknown_tool"
+	// ErrToolFailed: a tool failed in a way that has no code of its own.
+	ErrToolFailed Code = "tool_failed"
+	// ErrStepLimit: a model-driven agent's turn used Config.MaxSteps model
+	// calls without finishing.
+	ErrStepLimit Code = "step_limit"
+	// ErrModel: the model failed, after retries for transient failures (see
+	// Unwrap).
+	ErrModel Code = "model_error"
 )
 
 // Error is a refused operation. Its Code says what kind of refusal it is;
@@ -109,4 +120,21 @@ func (e *Error) Unwrap() error { return e.Err }
 
 func newError(code Code, msg string) *Error {
 	return &Error{Code: code, Message: msg}
+}
+
+// MarshalJSON renders e as a failed tool result: {"error": code, "message":
+// ..., "missing_fields": [...], "message_type": ..., "agent_id": ...}, the
+// fields that do not apply left out. This is the form a model reads.
+func (e *Error) MarshalJSON() ([]byte, error) {
+	msg := e.Message
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return json.Marshal(struct {
+		Code          Code        `json:"error"`
+		Message       string      `json:"message,omitempty"`
+		MissingFields []string    `json:"missing_fields,omitempty"`
+		MessageType   MessageType `json:"message_type,omitempty"`
+		AgentID       string      `json:"agent_id,omitempty"`
+	}{e.Code, msg, e.MissingFields, e.MessageType, e.AgentID})
 }

@@ -2,14 +2,21 @@ package agentsociety
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"agentsociety/internal/ids"
+	"agentsociety/internal/prompts"
+	"agentsociety/llm"
 	"agentsociety/store"
 )
 
@@ -25,6 +32,11 @@ const (
 	DefaultMaxDepth         = 16
 	DefaultMaxArtifactBytes = 16 << 20
 	DefaultUserInbox        = 1024
+	DefaultMaxSteps         = 16
+	DefaultMaxModelCalls    = 16
+	DefaultModelRetries     = 3
+	DefaultRetryBackoff     = 500 * time.Millisecond
+	DefaultHistoryBudget    = 24_000
 )
 
 // Config configures a Society. The zero value is a working configuration:
@@ -38,7 +50,8 @@ type Config struct {
 	// Root drives the root agent. Nil means Default.
 	Root Behavior
 	// Default drives every agent that was spawned without a behaviour of its
-	// own. Nil means such agents log each message at Warn level and drop it.
+	// own. Nil means the model (Config.Model); with no model either, such
+	// agents log each message at Warn level and drop it.
 	Default Behavior
 
 	// ContactPolicy decides whether unknown contacts may be messaged. The
@@ -53,8 +66,39 @@ type Config struct {
 	// MaxArtifactBytes caps an artifact's size. Zero means DefaultMaxArtifactBytes.
 	MaxArtifactBytes int64
 
+	// Model drives every agent that has no Go behaviour (neither its own nor
+	// Root or Default): see the package documentation on model-driven agents.
+	Model llm.Model
+	// MaxSteps caps the model calls of one turn (one delivered message).
+	// Zero means DefaultMaxSteps.
+	MaxSteps int
+	// MaxModelCalls caps the model calls in flight across the society. Zero
+	// means DefaultMaxModelCalls.
+	MaxModelCalls int
+	// ModelRetries is how many times a transient model failure is retried.
+	// Zero means DefaultModelRetries; a negative value means none.
+	ModelRetries int
+	// RetryBackoff is the wait before the first retry; it doubles for each
+	// retry after. Zero means DefaultRetryBackoff.
+	RetryBackoff time.Duration
+	// HistoryBudget caps, in bytes of content, the history a model-driven
+	// agent sends with each call; the oldest turns go first. The system
+	// prompt, with the agent's brief, is never cut. Zero means
+	// DefaultHistoryBudget.
+	HistoryBudget int
+	// Summarize, when set, folds dropped turns into a summary the agent
+	// keeps seeing.
+	Summarize Summarizer
+	// Prompts overrides the embedded prompts file by file: base.txt,
+	// root.txt and runtime.tmpl (a text/template). Pass os.DirFS("data/prompts")
+	// for a host directory. Nil means the embedded defaults.
+	Prompts fs.FS
+	// Tools are host tools offered to model-driven agents beside the
+	// built-in ones.
+	Tools []Tool
+
 	// UserConsole, when set, receives every message to user, formatted for
-	// a person (see FormatMessage).
+	// a person (see FormatMessage), and what agents print with console_print.
 	UserConsole io.Writer
 	// UserInbox caps how many messages to user are kept for
 	// WaitForUserMessage until a waiter claims them; the oldest go first.
@@ -72,6 +116,9 @@ type Society struct {
 	store store.Store
 	log   *slog.Logger
 	user  *userEndpoint
+
+	prompts    *prompts.Set
+	modelSlots *semaphore.Weighted // caps model calls in flight
 
 	roleIDs  *ids.Sequence
 	agentIDs *ids.Sequence
@@ -124,28 +171,52 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	if cfg.UserInbox <= 0 {
 		cfg.UserInbox = DefaultUserInbox
 	}
+	if cfg.MaxSteps <= 0 {
+		cfg.MaxSteps = DefaultMaxSteps
+	}
+	if cfg.MaxModelCalls <= 0 {
+		cfg.MaxModelCalls = DefaultMaxModelCalls
+	}
+	switch {
+	case cfg.ModelRetries == 0:
+		cfg.ModelRetries = DefaultModelRetries
+	case cfg.ModelRetries < 0:
+		cfg.ModelRetries = 0
+	}
+	if cfg.RetryBackoff <= 0 {
+		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.HistoryBudget <= 0 {
+		cfg.HistoryBudget = DefaultHistoryBudget
+	}
+	if err := checkTools(cfg.Tools); err != nil {
+		return nil, err
+	}
+	cfg.Tools = slices.Clone(cfg.Tools)
+	set, err := prompts.Load(cfg.Prompts)
+	if err != nil {
+		return nil, fmt.Errorf("agentsociety: %w", err)
+	}
 	s := &Society{
-		cfg:      cfg,
-		store:    cfg.Store,
-		log:      cfg.Logger,
-		roleIDs:  ids.NewSequence("role"),
-		agentIDs: ids.NewSequence("agent"),
-		msgIDs:   ids.NewEpoch("msg"),
-		roles:    make(map[string]*Role),
-		roleKeys: make(map[roleKey]string),
-		agents:   make(map[string]*agent),
-		rootKids: make(map[string]string),
-		requests: make(map[string]*request),
+		cfg:        cfg,
+		store:      cfg.Store,
+		log:        cfg.Logger,
+		roleIDs:    ids.NewSequence("role"),
+		agentIDs:   ids.NewSequence("agent"),
+		msgIDs:     ids.NewEpoch("msg"),
+		roles:      make(map[string]*Role),
+		roleKeys:   make(map[roleKey]string),
+		agents:     make(map[string]*agent),
+		rootKids:   make(map[string]string),
+		requests:   make(map[string]*request),
+		prompts:    set,
+		modelSlots: semaphore.NewWeighted(int64(cfg.MaxModelCalls)),
 	}
 	s.user = newUserEndpoint(s, cfg.UserConsole, cfg.UserInbox)
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
 
 	now := time.Now()
-	root := cfg.Root
-	if root == nil {
-		root = cfg.Default
-	}
-	s.agents[RootID] = &agent{info: Agent{ID: RootID, Status: StatusActive, CreatedAt: now}, roleName: RootID, behavior: root}
+	s.agents[RootID] = &agent{info: Agent{ID: RootID, Status: StatusActive, CreatedAt: now}, roleName: RootID, behavior: cfg.Root}
 	s.user.self = &agent{info: Agent{ID: UserID, Status: StatusActive, CreatedAt: now}, roleName: UserID, behavior: s.user}
 	s.agents[UserID] = s.user.self
 	s.contacts.Add(RootID, Contact{ID: UserID, Role: UserID, Source: SourceSystem, AddedAt: now})

@@ -1,0 +1,96 @@
+// Package prompts holds the society's default prompts and assembles an
+// agent's system prompt from them.
+//
+// The defaults are embedded; a host may override any file by name with its
+// own fs.FS (a directory such as data/prompts, through os.DirFS).
+package prompts
+
+import (
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+	"text/template"
+)
+
+//go:embed base.txt root.txt runtime.tmpl
+var defaults embed.FS
+
+// The file names a host may override.
+const (
+	BaseFile    = "base.txt"
+	RootFile    = "root.txt"
+	RuntimeFile = "runtime.tmpl"
+)
+
+// Set is a loaded set of prompts. It is immutable and safe for concurrent use.
+type Set struct {
+	base, root string
+	runtime    *template.Template
+}
+
+// Load reads the prompts, each from override when it has the file and from
+// the embedded defaults otherwise. A nil override means the defaults.
+func Load(override fs.FS) (*Set, error) {
+	read := func(name string) (string, error) {
+		if override != nil {
+			b, err := fs.ReadFile(override, name)
+			if err == nil {
+				return string(b), nil
+			}
+			if !errors.Is(err, fs.ErrNotExist) {
+				return "", fmt.Errorf("prompts: reading %s: %w", name, err)
+			}
+		}
+		b, err := defaults.ReadFile(name)
+		return string(b), err
+	}
+	var s Set
+	var err error
+	if s.base, err = read(BaseFile); err != nil {
+		return nil, err
+	}
+	if s.root, err = read(RootFile); err != nil {
+		return nil, err
+	}
+	rt, err := read(RuntimeFile)
+	if err != nil {
+		return nil, err
+	}
+	if s.runtime, err = template.New(RuntimeFile).Option("missingkey=error").Parse(rt); err != nil {
+		return nil, fmt.Errorf("prompts: %s: %w", RuntimeFile, err)
+	}
+	return &s, nil
+}
+
+// Facts are the runtime facts of an agent that its system prompt carries.
+type Facts struct {
+	ID, Role, Parent, TaskID string
+	Brief                    string // the rendered brief, "" for root
+	Contacts                 []Contact
+}
+
+// Contact is one contact as the prompt shows it.
+type Contact struct {
+	ID, Role, Source, IntroducedBy, Note, Interface string
+}
+
+// System assembles the system prompt: base, then root.txt for root or the
+// role prompt for any other agent, then the runtime facts.
+func (s *Set) System(isRoot bool, rolePrompt string, f Facts) (string, error) {
+	var b strings.Builder
+	b.WriteString(strings.TrimSpace(s.base))
+	b.WriteString("\n\n")
+	if isRoot {
+		b.WriteString(strings.TrimSpace(s.root))
+	} else if p := strings.TrimSpace(rolePrompt); p != "" {
+		b.WriteString("## 岗位职责\n")
+		b.WriteString(p)
+	}
+	b.WriteString("\n\n")
+	if err := s.runtime.Execute(&b, f); err != nil {
+		return "", fmt.Errorf("prompts: %s: %w", RuntimeFile, err)
+	}
+	return strings.TrimSpace(b.String()), nil
+}

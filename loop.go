@@ -1,0 +1,185 @@
+package agentsociety
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"agentsociety/internal/prompts"
+	"agentsociety/llm"
+)
+
+// Summarizer folds the oldest turns of an agent's history into a summary
+// when the history outgrows Config.HistoryBudget. It is given the previous
+// summary ("" at first) and the messages being dropped, and returns the new
+// summary, which the agent then sees in place of them. An error drops the
+// turns without a summary.
+type Summarizer func(ctx context.Context, agentID, previous string, dropped []llm.Message) (string, error)
+
+// mind is a model-driven agent's memory: what it has been told and done.
+// Only the agent's drainer touches it, one message at a time.
+type mind struct {
+	summary string
+	msgs    []llm.Message
+}
+
+// modelBehavior drives agents with the society's model.
+type modelBehavior struct{ s *Society }
+
+// HandleMessage runs one turn of the tool loop: the message joins the
+// agent's history, then the model is called, and its tool calls run, until
+// it answers without tool calls or the step limit is reached.
+func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message) error {
+	s, a := b.s, self.a
+	if a.mind == nil {
+		a.mind = &mind{}
+	}
+	mem := a.mind
+	mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleUser, Content: s.Format(m)})
+	tools := s.toolsFor(a.roleName)
+	for step := 0; step < s.cfg.MaxSteps; step++ {
+		s.trimHistory(ctx, a.info.ID, mem)
+		system, err := s.systemPrompt(a)
+		if err != nil {
+			return err
+		}
+		msgs := mem.msgs
+		if mem.summary != "" {
+			msgs = append([]llm.Message{{Role: llm.RoleUser, Content: "【此前对话摘要】\n" + mem.summary}}, msgs...)
+		}
+		resp, err := s.generate(ctx, &llm.Request{Agent: a.info.ID, System: system, Messages: msgs, Tools: tools})
+		if err != nil {
+			return err
+		}
+		reply := resp.Message
+		reply.Role = llm.RoleAssistant
+		mem.msgs = append(mem.msgs, reply)
+		if reply.Content != "" {
+			s.log.LogAttrs(ctx, slog.LevelInfo, "thought", slog.String("agent", a.info.ID), slog.String("text", reply.Content))
+		}
+		if len(reply.ToolCalls) == 0 {
+			return nil
+		}
+		for _, call := range reply.ToolCalls {
+			out := s.runTool(ctx, self, call)
+			s.log.LogAttrs(ctx, slog.LevelDebug, "tool call", slog.String("agent", a.info.ID), slog.String("tool", call.Name), slog.String("result", out))
+			mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: out})
+		}
+	}
+	return &Error{Code: ErrStepLimit, Message: "the turn used " + itoa(s.cfg.MaxSteps) + " model calls without finishing", AgentID: a.info.ID}
+}
+
+// generate calls the model under the society's concurrency cap, retrying
+// transient failures with exponential backoff.
+func (s *Society) generate(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+	backoff := s.cfg.RetryBackoff
+	for attempt := 0; ; attempt++ {
+		resp, err := s.generateOnce(ctx, req)
+		if err == nil {
+			return resp, nil
+		}
+		if !llm.IsTransient(err) || attempt >= s.cfg.ModelRetries {
+			return nil, &Error{Code: ErrModel, Message: "the model call failed after " + itoa(attempt+1) + " attempts", AgentID: req.Agent, Err: err}
+		}
+		s.log.LogAttrs(ctx, slog.LevelWarn, "model call failed; retrying", slog.String("agent", req.Agent), slog.Int("attempt", attempt+1), slog.String("err", err.Error()))
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return nil, &Error{Code: ErrModel, Message: "cancelled while waiting to retry", AgentID: req.Agent, Err: ctx.Err()}
+		}
+		backoff *= 2
+	}
+}
+
+func (s *Society) generateOnce(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+	if err := s.modelSlots.Acquire(ctx, 1); err != nil {
+		return nil, err
+	}
+	defer s.modelSlots.Release(1)
+	resp, err := s.cfg.Model.Generate(ctx, req)
+	if err == nil && resp == nil {
+		err = errors.New("the model returned no response")
+	}
+	return resp, err
+}
+
+// systemPrompt assembles a's system prompt from its current state.
+func (s *Society) systemPrompt(a *agent) (string, error) {
+	s.mu.RLock()
+	f := prompts.Facts{ID: a.info.ID, Role: a.roleName, TaskID: a.info.TaskID}
+	var rolePrompt string
+	if r := s.roles[a.info.RoleID]; r != nil {
+		rolePrompt = r.Prompt
+	}
+	if p := s.agents[a.info.ParentID]; p != nil {
+		f.Parent = p.info.ID + "（" + p.roleName + "）"
+	}
+	s.mu.RUnlock()
+	f.Brief = FormatBrief(a.info.Brief)
+	for _, c := range s.contacts.List(a.info.ID) {
+		pc := prompts.Contact{ID: c.ID, Role: c.Role, Source: string(c.Source), IntroducedBy: c.IntroducedBy, Note: c.Note}
+		if c.InterfaceSpec != nil {
+			b, _ := json.Marshal(c.InterfaceSpec)
+			pc.Interface = string(b)
+		}
+		f.Contacts = append(f.Contacts, pc)
+	}
+	return s.prompts.System(a.info.ID == RootID, rolePrompt, f)
+}
+
+// trimHistory drops the oldest turns while the history is over budget,
+// folding them through the summariser when there is one. A turn starts at a
+// delivered message; the current turn is never dropped, so tool calls keep
+// their results.
+func (s *Society) trimHistory(ctx context.Context, agentID string, mem *mind) {
+	size := len(mem.summary)
+	for _, m := range mem.msgs {
+		size += messageSize(m)
+	}
+	cut := 0
+	for size > s.cfg.HistoryBudget {
+		next := nextTurn(mem.msgs, cut)
+		if next < 0 {
+			break // only the current turn is left
+		}
+		for _, m := range mem.msgs[cut:next] {
+			size -= messageSize(m)
+		}
+		cut = next
+	}
+	if cut == 0 {
+		return
+	}
+	dropped := mem.msgs[:cut]
+	if s.cfg.Summarize != nil {
+		summary, err := s.cfg.Summarize(ctx, agentID, mem.summary, dropped)
+		if err != nil {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "summariser failed; dropping turns unsummarised", slog.String("agent", agentID), slog.String("err", err.Error()))
+		} else {
+			mem.summary = summary
+		}
+	}
+	s.log.LogAttrs(ctx, slog.LevelDebug, "history trimmed", slog.String("agent", agentID), slog.Int("dropped", cut))
+	mem.msgs = append([]llm.Message(nil), mem.msgs[cut:]...)
+}
+
+// nextTurn returns the index of the first delivered message after from that
+// starts a turn, or -1 when the turn at from is the last one.
+func nextTurn(msgs []llm.Message, from int) int {
+	for i := from + 1; i < len(msgs); i++ {
+		if msgs[i].Role == llm.RoleUser {
+			return i
+		}
+	}
+	return -1
+}
+
+func messageSize(m llm.Message) int {
+	n := len(m.Content)
+	for _, c := range m.ToolCalls {
+		n += len(c.Name) + len(c.Arguments)
+	}
+	return n
+}
