@@ -82,7 +82,8 @@ type agent struct {
 	depth    int
 	behavior Behavior
 	box      mailbox.Box[Message]
-	mind     *mind // a model-driven agent's history, from its first turn
+	mind     *mind  // a model-driven agent's history, from its first turn
+	self     *Actor // the handle last given to the behaviour, reused while the task is the same
 }
 
 // Actor is a handle through which code acts as one agent: what it sends, the

@@ -70,12 +70,32 @@ func (p *pendingSend) mutates() bool {
 }
 
 func (s *Society) send(ctx context.Context, from *agent, taskID string, out Outgoing) (Message, error) {
-	by := from.info.ID
-	s.life.RLock()
-	defer s.life.RUnlock()
-	if s.closed {
-		return Message{}, newError(ErrClosed, "the society is closed")
+	m, f, err := compose(from, taskID, out)
+	if err != nil {
+		return Message{}, s.refuse("send_message", from.info.ID, err)
 	}
+	// Most messages go between agents that know each other and change
+	// nothing but the queue: accept them under the read lock, and take the
+	// write lock only when accepting the message changes the organisation.
+	// The types whose acceptance always changes it take the write lock at
+	// once, so that prepare, which rewrites their payload, runs once.
+	write := changesState(m.Type)
+	for {
+		sent, retry, err := s.accept(ctx, from, m, f, write)
+		switch {
+		case retry:
+			write = true
+		case err != nil:
+			return Message{}, s.refuse("send_message", from.info.ID, err)
+		default:
+			return sent, nil
+		}
+	}
+}
+
+// compose builds the message an agent's Outgoing describes and checks its
+// payload against its type.
+func compose(from *agent, taskID string, out Outgoing) (Message, fields, *Error) {
 	if out.Type == "" {
 		out.Type = General
 	}
@@ -86,44 +106,54 @@ func (s *Society) send(ctx context.Context, from *agent, taskID string, out Outg
 	if err != nil {
 		e := err.(*Error)
 		e.MessageType = out.Type
-		return Message{}, s.refuse("send_message", by, e)
+		return Message{}, nil, e
 	}
 	f, err := checkPayload(out.Type, payload)
 	if err != nil {
-		return Message{}, s.refuse("send_message", by, err.(*Error))
+		return Message{}, nil, err.(*Error)
 	}
-	m := Message{From: by, To: out.To, TaskID: out.TaskID, Type: out.Type, Payload: payload}
+	return Message{From: from.info.ID, To: out.To, TaskID: out.TaskID, Type: out.Type, Payload: payload, SentAt: time.Now()}, f, nil
+}
 
-	// Most messages go between agents that know each other and change
-	// nothing but the queue: check them under the read lock, and take the
-	// write lock only when accepting the message changes the organisation.
-	// The types whose acceptance always changes it take the write lock at
-	// once, so that prepare, which rewrites their payload, runs once.
-	var p *pendingSend
-	var rerr *Error
-	if changesState(m.Type) {
+// accept checks m under s.mu, held for writing if write, and records and
+// queues it. Under the read lock it returns retry when accepting m would
+// change the organisation. Checking closed under s.mu orders every accepted
+// message before Close, which sets closed under s.mu held for writing.
+func (s *Society) accept(ctx context.Context, from *agent, m Message, f fields, write bool) (sent Message, retry bool, err *Error) {
+	if write {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		p, rerr = s.prepare(from, m, f)
 	} else {
 		s.mu.RLock()
-		p, rerr = s.prepare(from, m, f)
-		if rerr == nil && p.mutates() {
-			s.mu.RUnlock()
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			p, rerr = s.prepare(from, m, f)
-		} else {
-			defer s.mu.RUnlock()
-		}
+		defer s.mu.RUnlock()
 	}
-	if rerr != nil {
-		return Message{}, s.refuse("send_message", by, rerr)
+	if s.closed.Load() {
+		return Message{}, false, newError(ErrClosed, "the society is closed")
 	}
-
+	var p pendingSend
+	if err := s.prepare(&p, from, m, f); err != nil {
+		return Message{}, false, err
+	}
+	if !write && p.mutates() {
+		return Message{}, true, nil
+	}
 	p.msg.ID = s.msgIDs.Next()
 	p.msg.Seq = s.seq.Add(1)
-	p.msg.SentAt = time.Now()
+	if err := s.store.Apply(ctx, p.change()); err != nil {
+		return Message{}, false, storeError(err)
+	}
+	if write {
+		s.commit(&p)
+	}
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.logMessage(ctx, "message accepted", &p.msg)
+	}
+	s.enqueue(p.to, p.msg)
+	return p.msg, false, nil
+}
+
+// change returns the store record of accepting p.
+func (p *pendingSend) change() store.Change {
 	ch := store.Change{Accepted: []store.Message{messageRecord(&p.msg)}}
 	if len(p.contacts) > 0 {
 		ch.Contacts = contactRecords(p.contacts)
@@ -136,9 +166,12 @@ func (s *Society) send(ctx context.Context, from *agent, taskID string, out Outg
 		r.status = p.status
 		ch.Requests = append(ch.Requests, r.record())
 	}
-	if err := s.store.Apply(ctx, ch); err != nil {
-		return Message{}, s.refuse("send_message", by, storeError(err))
-	}
+	return ch
+}
+
+// commit applies p's changes to the organisation. Called with s.mu held for
+// writing, after the store recorded them.
+func (s *Society) commit(p *pendingSend) {
 	for _, e := range p.contacts {
 		s.contacts.Add(e.owner, e.c)
 	}
@@ -148,35 +181,56 @@ func (s *Society) send(ctx context.Context, from *agent, taskID string, out Outg
 	if p.answered != nil {
 		p.answered.status = p.status
 	}
-	s.log.LogAttrs(ctx, slog.LevelDebug, "message accepted",
-		slog.String("msg", p.msg.ID), slog.String("from", by), slog.String("to", p.msg.To),
-		slog.String("type", string(p.msg.Type)), slog.String("task", p.msg.TaskID))
-	s.enqueue(p.to, p.msg)
-	return p.msg, nil
 }
 
-// prepare checks m against the organisation and works out what accepting it
-// changes. It only reads; called with s.mu held for reading or writing.
-func (s *Society) prepare(from *agent, m Message, f fields) (*pendingSend, *Error) {
+// logMessage records a step of m's journey at Debug level. It is a function
+// of its own so that its attributes take no room on the message path's stack
+// when Debug is off.
+//
+//go:noinline
+func (s *Society) logMessage(ctx context.Context, what string, m *Message) {
+	s.log.LogAttrs(ctx, slog.LevelDebug, what,
+		slog.String("msg", m.ID), slog.String("from", m.From), slog.String("to", m.To),
+		slog.String("type", string(m.Type)), slog.String("task", m.TaskID))
+}
+
+// prepare checks m against the organisation and works out in p what
+// accepting it changes. It only reads; called with s.mu held for reading or
+// writing.
+func (s *Society) prepare(p *pendingSend, from *agent, m Message, f fields) *Error {
 	by := from.info.ID
 	to := s.agents[m.To]
 	if to == nil {
-		return nil, &Error{Code: ErrAgentNotFound, Message: "no agent " + strconvQuote(m.To), AgentID: m.To}
+		return &Error{Code: ErrAgentNotFound, Message: "no agent " + strconvQuote(m.To), AgentID: m.To}
 	}
 	if to == from {
-		return nil, &Error{Code: ErrInvalidArgument, Message: "an agent cannot send a message to itself", AgentID: m.To}
+		return &Error{Code: ErrInvalidArgument, Message: "an agent cannot send a message to itself", AgentID: m.To}
 	}
-	if s.cfg.ContactPolicy == ContactStrict && by != UserID && m.To != UserID && !s.contacts.IsKnown(by, m.To) {
-		return nil, &Error{Code: ErrUnknownContact, Message: m.To + " is not in your contacts; ask a contact for an introduction", AgentID: m.To}
+	if s.cfg.ContactPolicy == ContactStrict && by != UserID && m.To != UserID && !s.contacts.knows(by, m.To) {
+		return &Error{Code: ErrUnknownContact, Message: m.To + " is not in your contacts; ask a contact for an introduction", AgentID: m.To}
 	}
-	p := &pendingSend{msg: m, to: to}
-	now := time.Now()
-	if !s.contacts.IsKnown(m.To, by) {
-		p.contacts = append(p.contacts, ownedContact{m.To, Contact{ID: by, Role: from.roleName, InterfaceSpec: from.spec, Source: SourceFirstMessage, AddedAt: now}})
+	p.msg, p.to = m, to
+	if !s.contacts.knows(m.To, by) {
+		p.contacts = append(p.contacts, firstContact(from, m))
 	}
+	if changesState(m.Type) {
+		return s.prepareTyped(p, f)
+	}
+	return nil
+}
+
+// firstContact is the entry a first message from from adds to its receiver.
+func firstContact(from *agent, m Message) ownedContact {
+	return ownedContact{m.To, Contact{ID: from.info.ID, Role: from.roleName, InterfaceSpec: from.spec, Source: SourceFirstMessage, AddedAt: m.SentAt}}
+}
+
+// prepareTyped does prepare's work for the message types whose acceptance
+// changes the organisation.
+func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
+	m, by := p.msg, p.msg.From
 	switch m.Type {
 	case IntroductionResponse:
-		return p, s.prepareIntroduction(p, f, now)
+		return s.prepareIntroduction(p, f, m.SentAt)
 	case CollaborationRequest:
 		id := f.text("request_id")
 		if id == "" {
@@ -184,23 +238,23 @@ func (s *Society) prepare(from *agent, m Message, f fields) (*pendingSend, *Erro
 			f.set("request_id", id)
 			p.msg.Payload = f.encode()
 		} else if s.requests[id] != nil {
-			return nil, &Error{Code: ErrDuplicateRequest, Message: "request_id " + strconvQuote(id) + " is already in use"}
+			return &Error{Code: ErrDuplicateRequest, Message: "request_id " + strconvQuote(id) + " is already in use"}
 		}
-		p.request = &request{id: id, from: by, to: m.To, taskID: m.TaskID, status: StatusPending, createdAt: now}
+		p.request = &request{id: id, from: by, to: m.To, taskID: m.TaskID, status: StatusPending, createdAt: m.SentAt}
 	case CollaborationResponse:
 		id := f.text("request_id")
 		r := s.requests[id]
 		switch {
 		case r == nil:
-			return nil, &Error{Code: ErrUnknownRequest, Message: "no collaboration request " + strconvQuote(id)}
+			return &Error{Code: ErrUnknownRequest, Message: "no collaboration request " + strconvQuote(id)}
 		case r.to != by || r.from != m.To:
-			return nil, &Error{Code: ErrWrongResponder, Message: "request " + id + " was sent by " + r.from + " to " + r.to + "; only " + r.to + " answers it, to " + r.from}
+			return &Error{Code: ErrWrongResponder, Message: "request " + id + " was sent by " + r.from + " to " + r.to + "; only " + r.to + " answers it, to " + r.from}
 		case r.status != StatusPending:
-			return nil, &Error{Code: ErrRequestClosed, Message: "request " + id + " is already " + r.status}
+			return &Error{Code: ErrRequestClosed, Message: "request " + id + " is already " + r.status}
 		}
 		p.answered, p.status = r, f.text("status")
 	}
-	return p, nil
+	return nil
 }
 
 // prepareIntroduction checks an introduction_response, fills in the target's
@@ -211,7 +265,7 @@ func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *
 	if target == nil {
 		return &Error{Code: ErrAgentNotFound, Message: "target_agent_id " + strconvQuote(id) + " does not exist", AgentID: id}
 	}
-	if !s.contacts.IsKnown(by, id) {
+	if !s.contacts.knows(by, id) {
 		return &Error{Code: ErrUnknownContact, Message: "you can only introduce agents in your own contacts", AgentID: id}
 	}
 	if id == p.msg.To {
@@ -224,7 +278,7 @@ func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *
 		delete(f, "target_interface_spec")
 	}
 	p.msg.Payload = f.encode()
-	if !s.contacts.IsKnown(p.msg.To, id) {
+	if !s.contacts.knows(p.msg.To, id) {
 		p.contacts = append(p.contacts, ownedContact{p.msg.To, Contact{
 			ID: id, Role: target.roleName, InterfaceSpec: target.spec, Source: SourceIntroduction,
 			IntroducedBy: by, Note: f.text("advice"), AddedAt: now,
@@ -233,22 +287,20 @@ func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *
 	return nil
 }
 
-// enqueue queues m for a and starts a's drainer if it has none. Called with
-// s.life held for reading and s.closed false, so the drainer is counted
-// before Close can wait.
+// enqueue queues m for a and gets a's messages drained if nobody drains
+// them. Called with s.mu held and s.closed false, so a new drainer is
+// counted before Close can wait.
 func (s *Society) enqueue(a *agent, m Message) {
 	if a.box.Push(m) {
-		s.wg.Add(1)
-		go s.drain(a)
+		s.start(a)
 	}
 }
 
 // drain handles a's messages one at a time until its queue is empty or the
 // society closes.
 func (s *Society) drain(a *agent) {
-	defer s.wg.Done()
 	for {
-		if s.isClosed() {
+		if s.closed.Load() {
 			a.box.Stop()
 			return
 		}
@@ -263,8 +315,9 @@ func (s *Society) drain(a *agent) {
 // deliver hands m to a's behaviour and records that its handling ended.
 func (s *Society) deliver(a *agent, m Message) {
 	ctx := s.runCtx
-	s.log.LogAttrs(ctx, slog.LevelDebug, "message delivered",
-		slog.String("msg", m.ID), slog.String("from", m.From), slog.String("to", m.To))
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.logMessage(ctx, "message delivered", &m)
+	}
 	err := s.handle(ctx, a, m)
 	if ferr := s.store.Apply(ctx, store.Change{Finished: []string{m.ID}}); ferr != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
@@ -281,6 +334,11 @@ func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
 	if b == nil {
 		b = s.cfg.Default
 	}
+	x := a.self
+	if x == nil || x.taskID != m.TaskID {
+		x = &Actor{s: s, a: a, taskID: m.TaskID}
+		a.self = x // an Actor never changes, so handing out the same one is safe
+	}
 	if b == nil && s.cfg.Model != nil {
 		b = modelBehavior{s}
 	}
@@ -294,7 +352,7 @@ func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return b.HandleMessage(ctx, &Actor{s: s, a: a, taskID: m.TaskID}, m)
+	return b.HandleMessage(ctx, x, m)
 }
 
 // reportFailure logs a failed handler and tells the agent's parent (user,

@@ -128,6 +128,12 @@ func (r *ContactRegistry) IsKnown(from, to string) bool {
 	return r.owners[from].find(to) >= 0
 }
 
+// knows is IsKnown for a caller that already excludes writers: the society
+// calls it with its own lock held, under which every Add happens.
+func (r *ContactRegistry) knows(from, to string) bool {
+	return r.owners[from].find(to) >= 0
+}
+
 // List returns owner's contacts in the order they were added.
 func (r *ContactRegistry) List(owner string) []Contact {
 	r.mu.RLock()

@@ -138,11 +138,12 @@ type Society struct {
 	live      int // agents other than root and user
 	contacts  ContactRegistry
 
-	// life guards closed; a sender holds it for reading from its check to
-	// the moment its message is queued, so Close sees no send half done.
-	life   sync.RWMutex
-	closed bool
-	wg     sync.WaitGroup // drainers
+	// closed is set under mu held for writing; a sender checks it under mu
+	// and keeps mu until its message is queued and its drainer counted, so
+	// Close sees no send half done. It is also read alone where a stale
+	// false only costs one more handled message.
+	closed atomic.Bool
+	drainers
 	runCtx context.Context
 	cancel context.CancelFunc
 }
@@ -209,6 +210,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		agents:     make(map[string]*agent),
 		rootKids:   make(map[string]string),
 		requests:   make(map[string]*request),
+		drainers:   newDrainers(),
 		prompts:    set,
 		modelSlots: semaphore.NewWeighted(int64(cfg.MaxModelCalls)),
 	}
@@ -236,14 +238,15 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 // handled stay in the store as pending. After Close no goroutine of the
 // society is left. Closing twice is harmless.
 func (s *Society) Close(ctx context.Context) error {
-	s.life.Lock()
-	if s.closed {
-		s.life.Unlock()
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
-	s.life.Unlock()
+	s.closed.Store(true)
+	s.mu.Unlock()
 	s.user.close()
+	close(s.stop)
 
 	done := make(chan struct{})
 	go func() {
@@ -262,11 +265,7 @@ func (s *Society) Close(ctx context.Context) error {
 	return err
 }
 
-func (s *Society) isClosed() bool {
-	s.life.RLock()
-	defer s.life.RUnlock()
-	return s.closed
-}
+func (s *Society) isClosed() bool { return s.closed.Load() }
 
 // Actor returns a handle to act as agent id: whatever is done through it is
 // done as that agent, under the same rules an agent's own behaviour follows.
