@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"agentsociety/internal/mailbox"
@@ -81,9 +82,9 @@ type agent struct {
 	spec     *InterfaceSpec // the role's, shared, never modified
 	depth    int
 	behavior Behavior
-	box      mailbox.Box[Message]
-	mind     *mind  // a model-driven agent's history, from its first turn
-	self     *Actor // the handle last given to the behaviour, reused while the task is the same
+	box      atomic.Pointer[mailbox.Box[Message]] // nil until the first message: idle agents need none
+	mind     *mind                                // a model-driven agent's history, from its first turn
+	self     *Actor                               // the handle last given to the behaviour, reused while the task is the same
 }
 
 // Actor is a handle through which code acts as one agent: what it sends, the
@@ -339,4 +340,13 @@ func marshalSpec(spec *InterfaceSpec) json.RawMessage {
 	}
 	b, _ := json.Marshal(spec) // strings only: always encodes
 	return b
+}
+
+// inbox returns a's mailbox, making it on first use.
+func (a *agent) inbox() *mailbox.Box[Message] {
+	if b := a.box.Load(); b != nil {
+		return b
+	}
+	a.box.CompareAndSwap(nil, new(mailbox.Box[Message]))
+	return a.box.Load()
 }

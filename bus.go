@@ -291,7 +291,7 @@ func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *
 // them. Called with s.mu held and s.closed false, so a new drainer is
 // counted before Close can wait.
 func (s *Society) enqueue(a *agent, m Message) {
-	if a.box.Push(m) {
+	if a.inbox().Push(m) {
 		s.start(a)
 	}
 }
@@ -300,11 +300,12 @@ func (s *Society) enqueue(a *agent, m Message) {
 // society closes.
 func (s *Society) drain(a *agent) {
 	for {
+		box := a.inbox()
 		if s.closed.Load() {
-			a.box.Stop()
+			box.Stop()
 			return
 		}
-		m, ok := a.box.Next()
+		m, ok := box.Next()
 		if !ok {
 			return
 		}

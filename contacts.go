@@ -69,8 +69,37 @@ type ContactRegistry struct {
 // footprint; a parent with many children gets an index once it passes
 // indexAfter entries.
 type contactList struct {
-	entries []Contact
+	entries []contactEntry
 	index   map[string]int
+}
+
+// contactEntry is a Contact as the registry keeps it: a society of many
+// idle agents holds two per agent, so the rarely set fields live behind a
+// pointer and the time as Unix nanoseconds (72 bytes, not 112).
+type contactEntry struct {
+	id, role string
+	spec     *InterfaceSpec
+	source   ContactSource
+	more     *contactMore // nil unless IntroducedBy or Note is set
+	addedAt  int64
+}
+
+type contactMore struct{ introducedBy, note string }
+
+func newEntry(c Contact) contactEntry {
+	e := contactEntry{id: c.ID, role: c.Role, spec: c.InterfaceSpec.clone(), source: c.Source, addedAt: c.AddedAt.UnixNano()}
+	if c.IntroducedBy != "" || c.Note != "" {
+		e.more = &contactMore{c.IntroducedBy, c.Note}
+	}
+	return e
+}
+
+func (e *contactEntry) contact() Contact {
+	c := Contact{ID: e.id, Role: e.role, InterfaceSpec: e.spec.clone(), Source: e.source, AddedAt: time.Unix(0, e.addedAt)}
+	if e.more != nil {
+		c.IntroducedBy, c.Note = e.more.introducedBy, e.more.note
+	}
+	return c
 }
 
 const indexAfter = 16
@@ -94,14 +123,13 @@ func (r *ContactRegistry) Add(owner string, c Contact) bool {
 	if l.find(c.ID) >= 0 {
 		return false
 	}
-	c.InterfaceSpec = c.InterfaceSpec.clone()
-	l.entries = append(l.entries, c)
+	l.entries = append(l.entries, newEntry(c))
 	if l.index != nil {
 		l.index[c.ID] = len(l.entries) - 1
 	} else if len(l.entries) > indexAfter {
 		l.index = make(map[string]int, len(l.entries))
 		for i, e := range l.entries {
-			l.index[e.ID] = i
+			l.index[e.id] = i
 		}
 	}
 	return true
@@ -113,9 +141,7 @@ func (r *ContactRegistry) Get(owner, id string) (Contact, bool) {
 	defer r.mu.RUnlock()
 	l := r.owners[owner]
 	if i := l.find(id); i >= 0 {
-		c := l.entries[i]
-		c.InterfaceSpec = c.InterfaceSpec.clone()
-		return c, true
+		return l.entries[i].contact(), true
 	}
 	return Contact{}, false
 }
@@ -143,9 +169,8 @@ func (r *ContactRegistry) List(owner string) []Contact {
 		return nil
 	}
 	out := make([]Contact, len(l.entries))
-	for i, c := range l.entries {
-		c.InterfaceSpec = c.InterfaceSpec.clone()
-		out[i] = c
+	for i := range l.entries {
+		out[i] = l.entries[i].contact()
 	}
 	return out
 }
@@ -161,7 +186,7 @@ func (l *contactList) find(id string) int {
 		return -1
 	}
 	for i := range l.entries {
-		if l.entries[i].ID == id {
+		if l.entries[i].id == id {
 			return i
 		}
 	}

@@ -20,7 +20,10 @@ import (
 // agents at once (up to its configured cap). It must return promptly once ctx
 // is done, with an error that wraps ctx.Err(). The request and everything it
 // refers to belong to the caller and must not be modified or kept after
-// Generate returns.
+// Generate returns; the returned Response belongs to the caller too, so a
+// model must not keep or reuse it. Every ToolCall in the response has a
+// non-empty ID unique within the conversation: results are matched to calls
+// by it, so an adapter makes one up when its provider sends none.
 //
 // An error means no message was produced; the society may retry. An error
 // that wraps [ErrRateLimited], [ErrServer] or [ErrTimeout] is transient and
@@ -93,7 +96,8 @@ type Response struct {
 	Usage   Usage
 }
 
-// Usage counts the tokens a call consumed.
+// Usage counts the tokens a call consumed. A zero Usage means the provider
+// did not report it.
 type Usage struct {
 	InputTokens  int
 	OutputTokens int
@@ -101,16 +105,18 @@ type Usage struct {
 
 // The kinds of model failure. Adapters wrap them, so test with errors.Is.
 var (
-	// ErrRateLimited: the provider asked the caller to slow down (HTTP 429).
+	// ErrRateLimited means the provider asked the caller to slow down (HTTP 429).
 	ErrRateLimited = errors.New("llm: rate limited")
-	// ErrServer: the provider failed (HTTP 5xx) or the connection broke.
+	// ErrServer means the provider failed (HTTP 5xx) or the connection broke.
 	ErrServer = errors.New("llm: server error")
-	// ErrTimeout: an attempt took longer than its time limit.
+	// ErrTimeout means an attempt took longer than the adapter's own
+	// per-attempt limit. When the caller's ctx ends instead, the error wraps
+	// ctx.Err(), which is not transient.
 	ErrTimeout = errors.New("llm: timeout")
-	// ErrBadRequest: the provider refused the request as malformed (HTTP 400,
-	// 404, 422): retrying the same request will not help.
+	// ErrBadRequest means the provider refused the request as malformed (HTTP
+	// 400, 404, 422): retrying the same request will not help.
 	ErrBadRequest = errors.New("llm: bad request")
-	// ErrAuth: the credentials were refused (HTTP 401, 403).
+	// ErrAuth means the credentials were refused (HTTP 401, 403).
 	ErrAuth = errors.New("llm: authentication failed")
 )
 

@@ -29,8 +29,10 @@ type Memory struct {
 
 	// A society may hold many idle agents with a few contacts each, so
 	// contacts are a plain slice per owner scanned linearly on replace,
-	// rather than a map per owner.
+	// rather than a map per owner. An owner with many contacts (a parent of
+	// thousands) gets an index, or each spawn would scan its whole list.
 	contacts map[string][]Contact
+	wide     map[string]map[string]int // owner -> contact id -> index, past wideAfter entries
 
 	// Pending messages are added and removed on the message hot path, and
 	// are sorted by Seq only in Load. A map[string]Message would box each
@@ -56,6 +58,7 @@ func NewMemory() *Memory {
 		agentIdx:   make(map[string]int),
 		requestIdx: make(map[string]int),
 		contacts:   make(map[string][]Contact),
+		wide:       make(map[string]map[string]int),
 		pending:    make(map[string]int),
 		artifacts:  make(map[string]memArtifact),
 	}
@@ -213,14 +216,34 @@ func (m *Memory) checkAccepted(msgs []Message) error {
 // the same contact id so the registry keeps the order contacts were added.
 func (m *Memory) putContact(owner string, c Contact) {
 	cs := m.contacts[owner]
+	if idx, ok := m.wide[owner]; ok {
+		if i, ok := idx[c.ID]; ok {
+			cs[i] = c
+			return
+		}
+		idx[c.ID] = len(cs)
+		m.contacts[owner] = append(cs, c)
+		return
+	}
 	for i := range cs {
 		if cs[i].ID == c.ID {
 			cs[i] = c
 			return
 		}
 	}
-	m.contacts[owner] = append(cs, c)
+	cs = append(cs, c)
+	m.contacts[owner] = cs
+	if len(cs) > wideAfter {
+		idx := make(map[string]int, len(cs))
+		for i, c := range cs {
+			idx[c.ID] = i
+		}
+		m.wide[owner] = idx
+	}
 }
+
+// wideAfter is the number of contacts past which an owner's are indexed.
+const wideAfter = 16
 
 // PutArtifact stores a copy of a and data; an existing id is refused so that
 // artifacts stay immutable.
