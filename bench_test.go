@@ -273,11 +273,38 @@ func BenchmarkSpawnIdle(b *testing.B) {
 			}
 			closeSociety(b, s)
 		}
+		perBrief := briefHeap(brief)
 		b.ReportMetric(perAgent, "B/agent")
+		b.ReportMetric(perBrief, "B/brief")
+		b.ReportMetric(perAgent-perBrief, "B/agent-briefs-aside")
 		b.ReportMetric(float64(len(briefJSON)), "brief-json-B")
 		b.ReportMetric(spawnNs, "ns/spawn")
 		b.ReportMetric(goroutines, "goroutines")
 	})
+}
+
+// briefHeap returns the live heap that keeping one brief costs a society:
+// the copy the society keeps (the struct and its slices) and the store's
+// JSON copy, measured over spawnScale of them as BenchmarkSpawnIdle measures
+// agents, so that the two can be subtracted.
+func briefHeap(brief *as.TaskBrief) float64 {
+	kept := make([]*as.TaskBrief, spawnScale)
+	encoded := make([][]byte, spawnScale)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range kept {
+		c := *brief
+		c.Constraints = append(make([]string, 0, len(brief.Constraints)), brief.Constraints...)
+		kept[i] = &c
+		j, _ := json.Marshal(brief)
+		encoded[i] = append([]byte(nil), j...)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(kept)
+	runtime.KeepAlive(encoded)
+	return (float64(after.HeapAlloc) - float64(before.HeapAlloc) - float64(2*spawnScale*8)) / spawnScale
 }
 
 func writeHeapProfile(b *testing.B, name string) {

@@ -1,6 +1,7 @@
 package agentsociety
 
 import (
+	"math"
 	"sync"
 	"time"
 )
@@ -86,8 +87,24 @@ type contactEntry struct {
 
 type contactMore struct{ introducedBy, note string }
 
+// nanos and fromNanos keep a time as Unix nanoseconds. The zero time, which
+// UnixNano cannot represent, is kept as math.MinInt64.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return math.MinInt64
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == math.MinInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
 func newEntry(c Contact) contactEntry {
-	e := contactEntry{id: c.ID, role: c.Role, spec: c.InterfaceSpec.clone(), source: c.Source, addedAt: c.AddedAt.UnixNano()}
+	e := contactEntry{id: c.ID, role: c.Role, spec: c.InterfaceSpec.clone(), source: c.Source, addedAt: nanos(c.AddedAt)}
 	if c.IntroducedBy != "" || c.Note != "" {
 		e.more = &contactMore{c.IntroducedBy, c.Note}
 	}
@@ -95,7 +112,7 @@ func newEntry(c Contact) contactEntry {
 }
 
 func (e *contactEntry) contact() Contact {
-	c := Contact{ID: e.id, Role: e.role, InterfaceSpec: e.spec.clone(), Source: e.source, AddedAt: time.Unix(0, e.addedAt)}
+	c := Contact{ID: e.id, Role: e.role, InterfaceSpec: e.spec.clone(), Source: e.source, AddedAt: fromNanos(e.addedAt)}
 	if e.more != nil {
 		c.IntroducedBy, c.Note = e.more.introducedBy, e.more.note
 	}

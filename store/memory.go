@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Memory is a [Store] that keeps everything in the process's memory.
@@ -31,7 +33,7 @@ type Memory struct {
 	// contacts are a plain slice per owner scanned linearly on replace,
 	// rather than a map per owner. An owner with many contacts (a parent of
 	// thousands) gets an index, or each spawn would scan its whole list.
-	contacts map[string][]Contact
+	contacts map[string][]memContact
 	wide     map[string]map[string]int // owner -> contact id -> index, past wideAfter entries
 
 	// Pending messages are added and removed on the message hot path, and
@@ -57,7 +59,7 @@ func NewMemory() *Memory {
 		roleIdx:    make(map[string]int),
 		agentIdx:   make(map[string]int),
 		requestIdx: make(map[string]int),
-		contacts:   make(map[string][]Contact),
+		contacts:   make(map[string][]memContact),
 		wide:       make(map[string]map[string]int),
 		pending:    make(map[string]int),
 		artifacts:  make(map[string]memArtifact),
@@ -90,7 +92,7 @@ func (m *Memory) Load(ctx context.Context) (State, error) {
 		for owner, cs := range m.contacts {
 			out := make([]Contact, len(cs))
 			for i, c := range cs {
-				out[i] = cloneContact(c)
+				out[i] = c.contact()
 			}
 			s.Contacts[owner] = out
 		}
@@ -149,7 +151,7 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 		}
 	}
 	for _, e := range c.Contacts {
-		m.putContact(e.Owner, cloneContact(e.Contact))
+		m.putContact(e.Owner, newMemContact(e.Contact))
 	}
 	for _, r := range c.Requests {
 		if i, ok := m.requestIdx[r.ID]; ok {
@@ -214,19 +216,19 @@ func (m *Memory) checkAccepted(msgs []Message) error {
 
 // putContact adds c to owner's registry, replacing in place an entry with
 // the same contact id so the registry keeps the order contacts were added.
-func (m *Memory) putContact(owner string, c Contact) {
+func (m *Memory) putContact(owner string, c memContact) {
 	cs := m.contacts[owner]
 	if idx, ok := m.wide[owner]; ok {
-		if i, ok := idx[c.ID]; ok {
+		if i, ok := idx[c.id]; ok {
 			cs[i] = c
 			return
 		}
-		idx[c.ID] = len(cs)
+		idx[c.id] = len(cs)
 		m.contacts[owner] = append(cs, c)
 		return
 	}
 	for i := range cs {
-		if cs[i].ID == c.ID {
+		if cs[i].id == c.id {
 			cs[i] = c
 			return
 		}
@@ -236,7 +238,7 @@ func (m *Memory) putContact(owner string, c Contact) {
 	if len(cs) > wideAfter {
 		idx := make(map[string]int, len(cs))
 		for i, c := range cs {
-			idx[c.ID] = i
+			idx[c.id] = i
 		}
 		m.wide[owner] = idx
 	}
@@ -297,9 +299,52 @@ func cloneAgent(a Agent) Agent {
 	return a
 }
 
-func cloneContact(c Contact) Contact {
-	c.InterfaceSpec = cloneRaw(c.InterfaceSpec)
-	return c
+// memContact is a Contact as Memory keeps it. A society of many idle
+// agents holds two per agent, so the fields most entries leave empty live
+// behind one pointer and the time as Unix nanoseconds: 64 bytes, not 128.
+type memContact struct {
+	id, role, source string
+	more             *memContactMore // nil unless one of its fields is set
+	addedAt          int64
+}
+
+type memContactMore struct {
+	spec               json.RawMessage
+	introducedBy, note string
+}
+
+func newMemContact(c Contact) memContact {
+	mc := memContact{id: c.ID, role: c.Role, source: c.Source, addedAt: nanos(c.AddedAt)}
+	if len(c.InterfaceSpec) > 0 || c.IntroducedBy != "" || c.Note != "" {
+		mc.more = &memContactMore{spec: cloneRaw(c.InterfaceSpec), introducedBy: c.IntroducedBy, note: c.Note}
+	}
+	return mc
+}
+
+// contact returns a copy the caller may keep and change.
+func (c memContact) contact() Contact {
+	out := Contact{ID: c.id, Role: c.role, Source: c.source, AddedAt: fromNanos(c.addedAt)}
+	if c.more != nil {
+		out.InterfaceSpec = cloneRaw(c.more.spec)
+		out.IntroducedBy, out.Note = c.more.introducedBy, c.more.note
+	}
+	return out
+}
+
+// nanos and fromNanos keep a time as Unix nanoseconds. The zero time, which
+// UnixNano cannot represent, is kept as math.MinInt64.
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return math.MinInt64
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == math.MinInt64 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 func cloneMessage(msg Message) Message {

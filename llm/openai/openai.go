@@ -1,0 +1,447 @@
+// Package openai adapts an OpenAI-compatible chat-completions endpoint to
+// [llm.Model], so that a society can run on OpenAI or on any server that
+// speaks the same wire format (vLLM, llama.cpp, Ollama, LiteLLM, ...).
+//
+// The adapter is a thin translation layer over the official SDK
+// (github.com/openai/openai-go/v3): it maps an [llm.Request] to one
+// non-streaming chat completion with function tools, maps the first choice
+// back to an [llm.Response], and maps every transport failure onto the error
+// kinds of package llm, so that callers decide whether to retry with
+// errors.Is and never by matching strings.
+package openai
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	sdk "github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/param"
+	"github.com/openai/openai-go/v3/shared"
+
+	"agentsociety/llm"
+)
+
+// The environment variables New consults for Config fields left empty. The
+// base URL and key use the SDK's own names so that an environment already set
+// up for OpenAI tooling works unchanged; the model name is ours because the
+// SDK has no such variable.
+const (
+	EnvModel   = "AGENTSOCIETY_MODEL" // model name, for Config.Model
+	EnvBaseURL = "OPENAI_BASE_URL"    // API root, for Config.BaseURL
+	EnvAPIKey  = "OPENAI_API_KEY"     // bearer token, for Config.APIKey
+)
+
+// Defaults for Config fields left at their zero value. DefaultModel is small
+// and cheap because a society makes many calls; DefaultMaxRetries matches the
+// SDK's own default.
+const (
+	DefaultModel      = "gpt-4o-mini"    // for Config.Model
+	DefaultMaxRetries = 2                // for Config.MaxRetries
+	DefaultTimeout    = 60 * time.Second // for Config.Timeout, per attempt
+)
+
+// Config configures a Model. Every zero value means "use the default", so
+// Config{} is a working configuration when the environment provides a key.
+type Config struct {
+	// Model is the model name sent with every request. Empty means the value
+	// of $AGENTSOCIETY_MODEL, else DefaultModel.
+	Model string
+	// BaseURL is the API root, e.g. "http://localhost:8000/v1" for a local
+	// OpenAI-compatible server. Empty means $OPENAI_BASE_URL, else the SDK's
+	// default (https://api.openai.com/v1/).
+	BaseURL string
+	// APIKey is sent as a bearer token. Empty means $OPENAI_API_KEY. It may
+	// stay empty only when a base URL is configured, since local servers
+	// often need no key while the OpenAI API always does.
+	APIKey string
+	// MaxRetries is how many times the SDK retries a request that failed
+	// transiently (connection error, HTTP 408, 409, 429 or 5xx), with
+	// exponential backoff or the delay the server asks for. 0 means
+	// DefaultMaxRetries; a negative value means no retries at all, for
+	// callers that run their own retry loop.
+	MaxRetries int
+	// Timeout bounds each attempt, not the whole call (the caller's context
+	// does that). 0 means DefaultTimeout; a negative value means no
+	// per-attempt limit. The SDK does not retry an attempt that timed out:
+	// the call fails with an error wrapping llm.ErrTimeout, which is
+	// transient, so the caller's own retry policy decides.
+	Timeout time.Duration
+	// HTTPClient carries requests, e.g. one with a proxy or custom TLS. Nil
+	// means the SDK's default client.
+	HTTPClient *http.Client
+	// Temperature is the sampling temperature. Nil sends none, leaving the
+	// provider's default (and avoiding errors from models that reject it).
+	Temperature *float64
+}
+
+// Model is an llm.Model backed by a chat-completions endpoint. It holds no
+// mutable state after New, so it is safe for concurrent use.
+type Model struct {
+	client      sdk.Client
+	model       string
+	temperature param.Opt[float64]
+	timeout     time.Duration // per attempt; 0 means none
+}
+
+var _ llm.Model = (*Model)(nil)
+
+// New returns a Model for cfg, filling empty fields from the environment and
+// the defaults documented on Config. It fails, without contacting the
+// server, when no API key and no base URL are configured (the OpenAI API
+// would refuse every call) or when the base URL is not an http(s) URL.
+func New(cfg Config) (*Model, error) {
+	model := firstNonEmpty(cfg.Model, os.Getenv(EnvModel), DefaultModel)
+	baseURL := firstNonEmpty(cfg.BaseURL, os.Getenv(EnvBaseURL))
+	apiKey := firstNonEmpty(cfg.APIKey, os.Getenv(EnvAPIKey))
+	if apiKey == "" && baseURL == "" {
+		return nil, fmt.Errorf("openai: no API key: set %s (or Config.APIKey); "+
+			"for an OpenAI-compatible server that needs no key, set %s (or Config.BaseURL) instead",
+			EnvAPIKey, EnvBaseURL)
+	}
+
+	retries := cfg.MaxRetries
+	switch {
+	case retries == 0:
+		retries = DefaultMaxRetries
+	case retries < 0:
+		retries = 0
+	}
+	timeout := cfg.Timeout
+	switch {
+	case timeout == 0:
+		timeout = DefaultTimeout
+	case timeout < 0:
+		timeout = 0
+	}
+
+	// NewClient applies these after the defaults it reads from the
+	// environment, so they win. The base URL is always set, even to the
+	// default: the SDK alone would apply an empty-but-set OPENAI_BASE_URL
+	// verbatim and then send requests to a relative URL.
+	opts := []option.RequestOption{
+		option.WithMaxRetries(retries),
+		option.WithRequestTimeout(timeout),
+	}
+	if baseURL != "" {
+		u, err := url.Parse(baseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("openai: base URL %q is not an http(s) URL", baseURL)
+		}
+		opts = append(opts, option.WithBaseURL(baseURL))
+	} else {
+		opts = append(opts, option.WithBaseURL(defaultBaseURL))
+	}
+	if apiKey != "" {
+		opts = append(opts, option.WithAPIKey(apiKey))
+	}
+	if cfg.HTTPClient != nil {
+		opts = append(opts, option.WithHTTPClient(cfg.HTTPClient))
+	}
+
+	m := &Model{
+		client:  sdk.NewClient(opts...),
+		model:   model,
+		timeout: timeout,
+	}
+	if cfg.Temperature != nil {
+		// Copied so that later changes to the caller's variable do not race
+		// with concurrent Generate calls.
+		m.temperature = param.NewOpt(*cfg.Temperature)
+	}
+	return m, nil
+}
+
+// defaultBaseURL is the SDK's production endpoint. It is repeated here only
+// to override an empty OPENAI_BASE_URL, which the SDK would otherwise honour.
+const defaultBaseURL = "https://api.openai.com/v1/"
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// Generate sends req as one chat completion and returns the first choice.
+// Errors wrap the kinds of package llm (see the package documentation of
+// llm); a request the adapter cannot translate (an unknown role, tool
+// parameters that are not a JSON object) fails with llm.ErrBadRequest before
+// anything is sent.
+func (m *Model) Generate(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+	if req == nil {
+		return nil, fmt.Errorf("openai: nil request: %w", llm.ErrBadRequest)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("openai: chat completion: %w", err)
+	}
+	params, err := m.params(req)
+	if err != nil {
+		return nil, err
+	}
+	// The raw response is captured because the SDK turns an error body it
+	// cannot parse (plain text from a proxy, {"error": "..."} from some
+	// compatible servers) into a bare JSON error without the status code.
+	var httpResp *http.Response
+	completion, err := m.client.Chat.Completions.New(ctx, params, option.WithResponseInto(&httpResp))
+	if err != nil {
+		return nil, m.classify(ctx, err, httpResp)
+	}
+	return response(completion)
+}
+
+// params translates req. Everything is copied into SDK types, so nothing of
+// req is kept after Generate returns.
+func (m *Model) params(req *llm.Request) (sdk.ChatCompletionNewParams, error) {
+	p := sdk.ChatCompletionNewParams{
+		Model:       shared.ChatModel(m.model),
+		Temperature: m.temperature,
+		Messages:    make([]sdk.ChatCompletionMessageParamUnion, 0, len(req.Messages)+1),
+	}
+	if req.System != "" {
+		p.Messages = append(p.Messages, sdk.SystemMessage(req.System))
+	}
+	for i, msg := range req.Messages {
+		switch msg.Role {
+		case llm.RoleUser:
+			p.Messages = append(p.Messages, sdk.UserMessage(msg.Content))
+		case llm.RoleTool:
+			p.Messages = append(p.Messages, sdk.ToolMessage(msg.Content, msg.ToolCallID))
+		case llm.RoleAssistant:
+			p.Messages = append(p.Messages, assistantMessage(msg))
+		default:
+			return p, fmt.Errorf("openai: message %d has unknown role %q: %w", i, msg.Role, llm.ErrBadRequest)
+		}
+	}
+	for _, t := range req.Tools {
+		fn := shared.FunctionDefinitionParam{Name: t.Name}
+		if t.Description != "" {
+			fn.Description = param.NewOpt(t.Description)
+		}
+		schema, err := parameters(t.Parameters)
+		if err != nil {
+			return p, fmt.Errorf("openai: tool %q: %w: %w", t.Name, err, llm.ErrBadRequest)
+		}
+		fn.Parameters = schema
+		p.Tools = append(p.Tools, sdk.ChatCompletionFunctionTool(fn))
+	}
+	return p, nil
+}
+
+// assistantMessage replays an earlier assistant turn. The content is omitted
+// (sent as absent rather than "") when the turn only made tool calls, which
+// is how OpenAI itself reports such turns and what strict compatible servers
+// expect.
+func assistantMessage(msg llm.Message) sdk.ChatCompletionMessageParamUnion {
+	var a sdk.ChatCompletionAssistantMessageParam
+	if msg.Content != "" || len(msg.ToolCalls) == 0 {
+		a.Content.OfString = param.NewOpt(msg.Content)
+	}
+	for _, tc := range msg.ToolCalls {
+		a.ToolCalls = append(a.ToolCalls, sdk.ChatCompletionMessageToolCallUnionParam{
+			OfFunction: &sdk.ChatCompletionMessageFunctionToolCallParam{
+				ID: tc.ID,
+				Function: sdk.ChatCompletionMessageFunctionToolCallFunctionParam{
+					Name:      tc.Name,
+					Arguments: string(tc.Arguments),
+				},
+			},
+		})
+	}
+	return sdk.ChatCompletionMessageParamUnion{OfAssistant: &a}
+}
+
+// parameters converts a tool's JSON Schema to the SDK's map form. Each
+// top-level value stays a json.RawMessage, which the SDK writes out
+// verbatim, so the schema reaches the server exactly as given. Decoding it
+// into plain Go values would not: float64 rounds large integer bounds, and
+// the SDK's encoder writes a json.Number as a JSON string. An empty schema
+// is omitted, which the API reads as "no parameters".
+func parameters(raw json.RawMessage) (shared.FunctionParameters, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var fields map[string]json.RawMessage
+	if err := dec.Decode(&fields); err != nil {
+		return nil, fmt.Errorf("parameters are not a JSON Schema object: %v", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("parameters have trailing data after the JSON Schema object")
+	}
+	schema := make(shared.FunctionParameters, len(fields))
+	for k, v := range fields {
+		schema[k] = v
+	}
+	return schema, nil
+}
+
+// response maps the first choice back. Arguments are taken as the server
+// sent them, without validation: a model may write invalid JSON, and the
+// caller, not the transport, decides what to tell it.
+func response(c *sdk.ChatCompletion) (*llm.Response, error) {
+	if len(c.Choices) == 0 {
+		detail := ""
+		// Some compatible servers report failures as HTTP 200 with an
+		// "error" object instead of choices.
+		if f, ok := c.JSON.ExtraFields["error"]; ok && f.Raw() != "" {
+			detail = ": " + f.Raw()
+		}
+		return nil, fmt.Errorf("openai: response %q has no choices%s: %w", c.ID, detail, llm.ErrServer)
+	}
+	msg := c.Choices[0].Message
+	out := llm.Message{Role: llm.RoleAssistant, Content: msg.Content}
+	if out.Content == "" && msg.Refusal != "" {
+		// A refusal is the model's answer; dropping it would leave the
+		// agent with an empty turn and no explanation.
+		out.Content = msg.Refusal
+	}
+	for _, tc := range msg.ToolCalls {
+		call := llm.ToolCall{ID: tc.ID, Name: tc.Function.Name, Arguments: json.RawMessage(tc.Function.Arguments)}
+		if raw := tc.Function.JSON.Arguments.Raw(); raw != "" && raw != "null" && raw[0] != '"' {
+			// Some compatible servers send the arguments as a JSON object
+			// rather than a string holding one; the SDK then leaves the
+			// string empty, so keep the object itself.
+			call.Arguments = json.RawMessage(raw)
+		}
+		if tc.Type == "custom" {
+			call.Name, call.Arguments = tc.Custom.Name, json.RawMessage(tc.Custom.Input)
+		}
+		out.ToolCalls = append(out.ToolCalls, call)
+	}
+	return &llm.Response{
+		Message: out,
+		Usage: llm.Usage{
+			InputTokens:  int(c.Usage.PromptTokens),
+			OutputTokens: int(c.Usage.CompletionTokens),
+		},
+	}, nil
+}
+
+// classify maps an SDK error onto the kinds of package llm; httpResp is the
+// last response received, if any. The caller's context is consulted first:
+// once it is done, its error explains the failure better than whatever the
+// transport saw, and the llm contract requires wrapping it.
+func (m *Model) classify(ctx context.Context, err error, httpResp *http.Response) error {
+	if cerr := ctx.Err(); cerr != nil {
+		if errors.Is(cerr, context.DeadlineExceeded) {
+			return fmt.Errorf("openai: chat completion: %w: %w", llm.ErrTimeout, cerr)
+		}
+		return fmt.Errorf("openai: chat completion: %w", cerr)
+	}
+
+	var apiErr *sdk.Error
+	if errors.As(err, &apiErr) {
+		return fmt.Errorf("openai: chat completion: %w: %w%s", statusKind(apiErr.StatusCode), apiErr, providerDetail(apiErr, apiErr.Response))
+	}
+	if httpResp != nil && httpResp.StatusCode >= 400 {
+		// An error status whose body the SDK failed to parse: the status
+		// still says what kind of failure it was.
+		return fmt.Errorf("openai: chat completion: %w: HTTP %s%s", statusKind(httpResp.StatusCode), httpResp.Status, providerDetail(nil, httpResp))
+	}
+
+	// With the caller's context still live, a deadline can only be the
+	// per-attempt one. The SDK's error is kept as text only: wrapping it
+	// would make errors.Is(err, context.DeadlineExceeded) claim that the
+	// caller's deadline passed.
+	var netErr net.Error
+	if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout()) {
+		limit := ""
+		if m.timeout > 0 {
+			limit = fmt.Sprintf(" (limit %v)", m.timeout)
+		}
+		return fmt.Errorf("openai: chat completion: attempt timed out%s: %w: %v", limit, llm.ErrTimeout, err)
+	}
+
+	// What remains are connection failures and unreadable responses: the
+	// provider side broke, and trying again may well work.
+	return fmt.Errorf("openai: chat completion: %w: %w", llm.ErrServer, err)
+}
+
+// statusKind maps an HTTP status onto an llm error kind.
+func statusKind(code int) error {
+	switch {
+	case code == http.StatusTooManyRequests:
+		return llm.ErrRateLimited
+	case code == http.StatusUnauthorized || code == http.StatusForbidden:
+		return llm.ErrAuth
+	case code == http.StatusRequestTimeout:
+		return llm.ErrTimeout
+	case code == http.StatusConflict || code >= 500:
+		// 409 is a transient conflict on the provider's side; the SDK
+		// retries it for the same reason.
+		return llm.ErrServer
+	default:
+		// 400, 404, 422 and any other 4xx: the same request will fail the
+		// same way again.
+		return llm.ErrBadRequest
+	}
+}
+
+// maxBodyDetail bounds how much of an unparsed error body goes into an error
+// message: enough for a proxy's or server's explanation, not a whole page.
+const maxBodyDetail = 512
+
+// providerDetail returns the provider's explanation, which *openai.Error's
+// own Error method leaves out on purpose (it may echo request content). The
+// society needs it to tell a wrong model name from a context overflow. When
+// the body was not OpenAI's error format, its text is used instead. Either
+// argument may be nil.
+func providerDetail(e *sdk.Error, resp *http.Response) string {
+	var parts []string
+	if e != nil && e.Message != "" {
+		parts = append(parts, e.Message)
+	} else if body := bodyText(resp); body != "" {
+		parts = append(parts, body)
+	}
+	var tags []string
+	if e != nil && e.Type != "" {
+		tags = append(tags, "type "+e.Type)
+	}
+	if e != nil && e.Code != "" {
+		tags = append(tags, "code "+e.Code)
+	}
+	if e != nil && e.Param != "" {
+		tags = append(tags, "param "+e.Param)
+	}
+	if len(tags) > 0 {
+		parts = append(parts, "("+strings.Join(tags, ", ")+")")
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(parts, " ")
+}
+
+// bodyText returns the start of an error response's body. The SDK has
+// already read the body and replaced it with an in-memory copy, so this
+// neither blocks nor touches the network. What it reads is put back, so the
+// *openai.Error wrapped in the returned error can still dump the response.
+func bodyText(resp *http.Response) string {
+	if resp == nil || resp.Body == nil {
+		return ""
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxBodyDetail+1))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
+	text := strings.Join(strings.Fields(string(b)), " ")
+	if len(b) > maxBodyDetail {
+		text = strings.ToValidUTF8(text[:min(len(text), maxBodyDetail)], "") + "..."
+	}
+	return text
+}
