@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -137,8 +138,8 @@ func (s *Society) accept(ctx context.Context, from *agent, m Message, f fields, 
 	if !write && p.mutates() {
 		return Message{}, true, nil
 	}
-	p.msg.ID = s.msgIDs.Next()
 	p.msg.Seq = s.seq.Add(1)
+	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
 	if err := s.store.Apply(ctx, p.change()); err != nil {
 		return Message{}, false, storeError(err)
 	}
@@ -297,17 +298,22 @@ func (s *Society) enqueue(a *agent, m Message) {
 }
 
 // drain handles a's messages one at a time until its queue is empty or the
-// society closes.
+// society closes. On an empty queue it yields once before it stops: a reply
+// to what a just handled often arrives within that time, and handling it
+// here is far cheaper than ending this goroutine and starting another.
 func (s *Society) drain(a *agent) {
+	box := a.inbox()
 	for {
-		box := a.inbox()
 		if s.closed.Load() {
 			box.Stop()
 			return
 		}
-		m, ok := box.Next()
+		m, ok := box.TryNext()
 		if !ok {
-			return
+			runtime.Gosched()
+			if m, ok = box.Next(); !ok {
+				return
+			}
 		}
 		s.deliver(a, m)
 	}

@@ -122,8 +122,8 @@ type Society struct {
 
 	roleIDs  *ids.Sequence
 	agentIDs *ids.Sequence
-	msgIDs   *ids.Epoch
-	seq      atomic.Uint64
+	msgIDs   ids.Epoch
+	seq      hotCounter // numbers accepted messages; a message's id is made from its number
 
 	// mu guards the organisation: roles, agents, root's children, requests.
 	// Contacts have their own lock; they change under mu held for writing
@@ -149,6 +149,14 @@ type Society struct {
 }
 
 type roleKey struct{ creator, name string }
+
+// hotCounter is an atomic counter alone on its cache line: it is written for
+// every message, and neighbours sharing its line would be slowed by it.
+type hotCounter struct {
+	_ [64]byte
+	atomic.Uint64
+	_ [56]byte
+}
 
 // New starts a society on cfg.Store, restoring the organisation, contacts,
 // pending requests and undelivered messages it holds. Restored agents are
@@ -210,7 +218,6 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		agents:     make(map[string]*agent),
 		rootKids:   make(map[string]string),
 		requests:   make(map[string]*request),
-		drainers:   newDrainers(),
 		prompts:    set,
 		modelSlots: semaphore.NewWeighted(int64(cfg.MaxModelCalls)),
 	}
@@ -246,7 +253,6 @@ func (s *Society) Close(ctx context.Context) error {
 	s.closed.Store(true)
 	s.mu.Unlock()
 	s.user.close()
-	close(s.stop)
 
 	done := make(chan struct{})
 	go func() {

@@ -14,7 +14,8 @@ import (
 //
 // It is safe for concurrent use. It is fit for tests and for hosts that need
 // no durability: its state is lost with the process. Apply is atomic because
-// a Change is validated in full before anything is mutated, under one lock.
+// a Change is validated in full before anything is mutated, under every
+// lock it touches.
 //
 // The zero value is not usable; call [NewMemory].
 type Memory struct {
@@ -36,14 +37,10 @@ type Memory struct {
 	contacts map[string][]memContact
 	wide     map[string]map[string]int // owner -> contact id -> index, past wideAfter entries
 
-	// Pending messages are added and removed on the message hot path, and
-	// are sorted by Seq only in Load. A map[string]Message would box each
-	// value (a Message is over the 128 bytes Go maps keep inline) and so
-	// allocate on every accept; instead messages sit in reusable slots
-	// found by id.
-	pending map[string]int // message id -> index in slots
-	slots   []Message
-	free    []int // indexes of unused slots
+	// Pending messages are added and removed on the message hot path, by
+	// every core at once, so they have locks of their own (see pendingSet),
+	// taken after mu when a change needs both.
+	pending *pendingSet
 
 	artifacts map[string]memArtifact
 }
@@ -61,7 +58,7 @@ func NewMemory() *Memory {
 		requestIdx: make(map[string]int),
 		contacts:   make(map[string][]memContact),
 		wide:       make(map[string]map[string]int),
-		pending:    make(map[string]int),
+		pending:    newPendingSet(),
 		artifacts:  make(map[string]memArtifact),
 	}
 }
@@ -73,6 +70,8 @@ func (m *Memory) Load(ctx context.Context) (State, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.pending.lock(allShards)
+	defer m.pending.unlock(allShards)
 
 	var s State
 	if len(m.roles) > 0 {
@@ -100,11 +99,7 @@ func (m *Memory) Load(ctx context.Context) (State, error) {
 	if len(m.requests) > 0 {
 		s.Requests = slices.Clone(m.requests) // Request holds no slices.
 	}
-	if len(m.pending) > 0 {
-		s.Pending = make([]Message, 0, len(m.pending))
-		for _, i := range m.pending {
-			s.Pending = append(s.Pending, cloneMessage(m.slots[i]))
-		}
+	if s.Pending = m.pending.all(); len(s.Pending) > 0 {
 		slices.SortFunc(s.Pending, func(a, b Message) int {
 			switch {
 			case a.Seq < b.Seq:
@@ -123,12 +118,17 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
+	if len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests) > 0 {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+	}
+	mask := m.pending.mask(&c)
+	m.pending.lock(mask)
+	defer m.pending.unlock(mask)
 
 	// Messages are the only part of a Change that can be refused, so they
 	// are checked before anything is mutated.
-	if err := m.checkAccepted(c.Accepted); err != nil {
+	if err := m.pending.check(c.Accepted); err != nil {
 		return err
 	}
 
@@ -162,54 +162,12 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 		}
 	}
 	for _, msg := range c.Accepted {
-		m.addPending(cloneMessage(msg))
+		m.pending.add(cloneMessage(msg))
 	}
 	// Finished after Accepted, so a message accepted and finished in the
 	// same Change ends up not pending.
 	for _, id := range c.Finished {
-		m.finish(id)
-	}
-	return nil
-}
-
-func (m *Memory) addPending(msg Message) {
-	var i int
-	if n := len(m.free); n > 0 {
-		i = m.free[n-1]
-		m.free = m.free[:n-1]
-		m.slots[i] = msg
-	} else {
-		i = len(m.slots)
-		m.slots = append(m.slots, msg)
-	}
-	m.pending[msg.ID] = i
-}
-
-func (m *Memory) finish(id string) {
-	i, ok := m.pending[id]
-	if !ok {
-		return
-	}
-	delete(m.pending, id)
-	// Clear the slot so that its payload and strings can be collected.
-	m.slots[i] = Message{}
-	m.free = append(m.free, i)
-}
-
-// checkAccepted reports an error wrapping ErrExists if a message id in msgs
-// is already pending or appears twice in msgs.
-func (m *Memory) checkAccepted(msgs []Message) error {
-	for i, msg := range msgs {
-		if _, ok := m.pending[msg.ID]; ok {
-			return fmt.Errorf("%w: message %q is pending", ErrExists, msg.ID)
-		}
-		// Changes carry a message or two, so a quadratic scan beats
-		// allocating a set on the hot path.
-		for _, prev := range msgs[:i] {
-			if prev.ID == msg.ID {
-				return fmt.Errorf("%w: message %q accepted twice in one change", ErrExists, msg.ID)
-			}
-		}
+		m.pending.finish(id)
 	}
 	return nil
 }

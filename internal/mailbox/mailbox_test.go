@@ -92,3 +92,26 @@ func TestBoxConcurrentExactlyOnce(t *testing.T) {
 		t.Fatalf("drained %d, want %d", drained, producers*each)
 	}
 }
+
+func TestBoxTryNextKeepsTheDrainer(t *testing.T) {
+	var b Box[int]
+	b.Push(1)
+	if v, ok := b.TryNext(); !ok || v != 1 {
+		t.Fatalf("TryNext = %d, %v; want 1, true", v, ok)
+	}
+	if _, ok := b.TryNext(); ok {
+		t.Fatal("TryNext on an empty box returned ok")
+	}
+	if b.Push(2) {
+		t.Fatal("after TryNext found nothing the caller is still the drainer; Push must not ask for another")
+	}
+	if v, ok := b.Next(); !ok || v != 2 {
+		t.Fatalf("Next = %d, %v; want 2, true", v, ok)
+	}
+	if _, ok := b.Next(); ok {
+		t.Fatal("Next on an empty box returned ok")
+	}
+	if !b.Push(3) {
+		t.Fatal("after Next found nothing, Push must ask for a drainer")
+	}
+}
