@@ -32,16 +32,17 @@ func (r *request) record() store.Request {
 // introduction response).
 //
 // A refused message is not queued and changes no registry. Refusals:
-// ErrAgentNotFound for an unknown receiver; ErrInvalidMessageFormat for a
-// payload that does not fit its type; ErrUnknownContact under ContactStrict;
-// for introductions and collaboration responses, the codes documented on
-// their payload types.
+// ErrAgentNotFound for an unknown receiver; ErrInvalidArgument for a message
+// to oneself; ErrInvalidMessageFormat for a payload that does not fit its
+// type; ErrUnknownContact under ContactStrict. An introduction_response is
+// refused with ErrAgentNotFound if its target does not exist and with
+// ErrUnknownContact if the sender does not know the target. A
+// collaboration_request reusing a request id is refused with
+// ErrDuplicateRequest; a collaboration_response with ErrUnknownRequest,
+// ErrWrongResponder (not from the agent asked, or not to the requester) or
+// ErrRequestClosed (already answered).
 func (x *Actor) Send(ctx context.Context, out Outgoing) (Message, error) {
-	m, err := x.s.send(ctx, x.a, x.taskID, out)
-	if err != nil {
-		return Message{}, err
-	}
-	return m, nil
+	return x.s.send(ctx, x.a, x.taskID, out)
 }
 
 // SendText sends the payload {"text": text} to agent to, as a general message.

@@ -39,6 +39,26 @@
 //
 // See the package example for a complete society of code-driven agents.
 //
+// # Model-driven agents
+//
+// Agents without a Go behaviour are driven by Config.Model, an [llm.Model]
+// (llm/openai adapts any OpenAI-compatible endpoint; llm/llmtest scripts one
+// for tests and offline runs). Each delivered message joins the agent's
+// history in the form FormatMessage gives it; the model is called with the
+// agent's system prompt (base.txt, then root.txt or the role prompt, then
+// the agent's id, role, parent, task, brief and contacts), its history and
+// the tools: find_role_by_name, create_role, spawn_agent, send_message,
+// put_artifact, get_artifact, console_print, list_contacts, and the host's
+// [Tool]s. Tool calls run in order and their results, or coded errors as
+// JSON, go back to the model, until it answers without a tool call or
+// Config.MaxSteps calls were made. What the model says without a tool call is
+// logged as its thought and reaches nobody: agents reach each other only
+// through send_message. Model calls across the society run in parallel up to
+// Config.MaxModelCalls; transient failures are retried with backoff, and a
+// failure that remains is reported to the agent's parent. Each history is
+// bounded by Config.HistoryBudget: the oldest turns go first, or are folded
+// into a summary by Config.Summarize.
+//
 // # Contacts and introductions
 //
 // Every agent has a [ContactRegistry] entry list from birth: root knows user,
