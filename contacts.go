@@ -1,7 +1,6 @@
 package agentsociety
 
 import (
-	"math"
 	"sync"
 	"time"
 )
@@ -76,35 +75,19 @@ type contactList struct {
 
 // contactEntry is a Contact as the registry keeps it: a society of many
 // idle agents holds two per agent, so the rarely set fields live behind a
-// pointer and the time as Unix nanoseconds (72 bytes, not 112).
+// pointer (88 bytes, not 112).
 type contactEntry struct {
 	id, role string
 	spec     *InterfaceSpec
 	source   ContactSource
 	more     *contactMore // nil unless IntroducedBy or Note is set
-	addedAt  int64
+	addedAt  time.Time
 }
 
 type contactMore struct{ introducedBy, note string }
 
-// nanos and fromNanos keep a time as Unix nanoseconds. The zero time, which
-// UnixNano cannot represent, is kept as math.MinInt64.
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return math.MinInt64
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == math.MinInt64 {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
-}
-
 func newEntry(c Contact) contactEntry {
-	e := contactEntry{id: c.ID, role: c.Role, spec: c.InterfaceSpec.clone(), source: c.Source, addedAt: nanos(c.AddedAt)}
+	e := contactEntry{id: c.ID, role: c.Role, spec: c.InterfaceSpec.clone(), source: c.Source, addedAt: c.AddedAt}
 	if c.IntroducedBy != "" || c.Note != "" {
 		e.more = &contactMore{c.IntroducedBy, c.Note}
 	}
@@ -112,7 +95,7 @@ func newEntry(c Contact) contactEntry {
 }
 
 func (e *contactEntry) contact() Contact {
-	c := Contact{ID: e.id, Role: e.role, InterfaceSpec: e.spec.clone(), Source: e.source, AddedAt: fromNanos(e.addedAt)}
+	c := Contact{ID: e.id, Role: e.role, InterfaceSpec: e.spec.clone(), Source: e.source, AddedAt: e.addedAt}
 	if e.more != nil {
 		c.IntroducedBy, c.Note = e.more.introducedBy, e.more.note
 	}
