@@ -18,6 +18,12 @@ import (
 // as indented JSON; a typed message (not general) also shows its type and its
 // fields other than text, since those are what the receiver must act on.
 func FormatMessage(m Message, senderRole string) string {
+	return formatMessage(m, senderRole, true)
+}
+
+// formatMessage is FormatMessage, with the reply hint only if hint is set:
+// the hint is for agents, not for the person at the user's console.
+func formatMessage(m Message, senderRole string, hint bool) string {
 	var b strings.Builder
 	if m.From == UserID {
 		b.WriteString("【来自用户的消息】\n")
@@ -29,7 +35,7 @@ func FormatMessage(m Message, senderRole string) string {
 		b.WriteString("）的消息】\n")
 	}
 	b.WriteString(messageContent(m))
-	if m.From != UserID {
+	if hint && m.From != UserID {
 		b.WriteString("\n如需回复，请使用 send_message(to='")
 		b.WriteString(m.From)
 		b.WriteString("', ...)")

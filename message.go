@@ -79,7 +79,7 @@ type Outgoing struct {
 
 // Text returns the payload {"text": s}.
 func Text(s string) json.RawMessage {
-	b, _ := json.Marshal(TextPayload{Text: s}) // a string always encodes
+	b, _ := marshal(TextPayload{Text: s}) // a string always encodes
 	return b
 }
 
@@ -154,7 +154,7 @@ func encodePayload(p any) (json.RawMessage, error) {
 	case []byte:
 		raw = v
 	default:
-		b, err := json.Marshal(v)
+		b, err := marshal(v)
 		if err != nil {
 			return nil, &Error{Code: ErrInvalidMessageFormat, Message: "the payload does not encode as JSON: " + err.Error()}
 		}
@@ -248,16 +248,28 @@ func (f fields) hasText(name string) bool { return !blank(f.text(name)) }
 
 // set replaces field name with v encoded.
 func (f fields) set(name string, v any) {
-	b, _ := json.Marshal(v) // only strings and *InterfaceSpec are set
+	b, _ := marshal(v) // only strings and *InterfaceSpec are set
 	f[name] = b
 }
 
 func (f fields) encode() json.RawMessage {
-	b, _ := json.Marshal(f) // values are valid JSON already
+	b, _ := marshal(f) // values are valid JSON already
 	return b
 }
 
 func strconvQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// marshal is json.Marshal without its HTML escaping: payloads are read by
+// models and people, who should see "<script>", not "\u003cscript\u003e".
+func marshal(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
 }

@@ -97,8 +97,9 @@ type Config struct {
 	// built-in ones.
 	Tools []Tool
 
-	// UserConsole, when set, receives every message to user, formatted for
-	// a person (see FormatMessage), and what agents print with console_print.
+	// UserConsole, when set, receives every message to user as FormatMessage
+	// formats it, less the reply hint meant for agents, and what agents print
+	// with console_print.
 	UserConsole io.Writer
 	// UserInbox caps how many messages to user are kept for
 	// WaitForUserMessage until a waiter claims them; the oldest go first.

@@ -24,10 +24,13 @@ func (s *Society) SubmitRequirement(ctx context.Context, text string) (taskID st
 }
 
 // SendTextToAgent sends text from user to agent agentID. An empty taskID
-// means the receiver's own task.
+// means the receiver's own task; root has none, so a message to root without
+// a taskID starts a new task, as SubmitRequirement does.
 func (s *Society) SendTextToAgent(ctx context.Context, agentID, text, taskID string) (Message, error) {
 	if taskID == "" {
-		if a, ok := s.Agent(agentID); ok {
+		if agentID == RootID {
+			taskID = ids.Random("task")
+		} else if a, ok := s.Agent(agentID); ok {
 			taskID = a.TaskID
 		}
 	}
@@ -86,7 +89,7 @@ func (u *userEndpoint) HandleMessage(ctx context.Context, _ *Actor, m Message) e
 	u.s.log.LogAttrs(ctx, slog.LevelInfo, "message to user",
 		slog.String("msg", m.ID), slog.String("from", m.From), slog.String("role", role), slog.String("task", m.TaskID))
 	if u.console != nil {
-		io.WriteString(u.console, FormatMessage(m, role)+"\n\n")
+		io.WriteString(u.console, formatMessage(m, role, false)+"\n\n")
 	}
 	u.mu.Lock()
 	subs := slices.Clone(u.subs)

@@ -1,195 +1,192 @@
-// Command quickstart runs the seed 001 scenario offline with code-driven
-// agents: a user asks for a static web calculator; root creates a lead role
-// and one lead; the lead creates a developer and a tester, whose briefs pass
-// the "HTML + JavaScript, static page" constraints down and introduce the
-// developer to the tester; the developer stores the page as an artifact and
-// asks the tester for a review; the lead reports the artifact to the user.
+// Command quickstart runs the seed 001 scenario: a user asks for a static
+// web calculator, and a society of model-driven agents organises itself to
+// build it. root creates a lead; the lead creates a tester and a developer,
+// passing the user's "HTML + JavaScript" and "static page" constraints down
+// in their Task Briefs; the developer stores the page as an artifact and has
+// the tester review it; the lead sends the artifact reference to the user.
 //
-// Every message is printed as the receiving agent sees it, and the
-// organisation at the end.
+// Every agent is driven by a model through the society's built-in tools.
+// Offline (the default) the model is the scripted demo model of
+// examples/internal/demo, and the run takes well under a second. With
+// OPENAI_API_KEY or OPENAI_BASE_URL set, or with -real, the same program runs
+// on an OpenAI-compatible model (see package llm/openai); -real=false forces
+// the demo model.
+//
+//	go run ./examples/quickstart
+//	OPENAI_API_KEY=... go run ./examples/quickstart -timeout 10m
+//
+// The program prints each message as the agent receiving it reads it
+// (Requirement 10), each tool call and the thought that ends each turn,
+// then the organisation that resulted.
 package main
 
 import (
 	"context"
-	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
 	"strings"
+	"sync"
 	"time"
 
 	as "agentsociety"
+	"agentsociety/examples/internal/demo"
+	"agentsociety/llm"
 )
 
 func main() {
-	if err := run(context.Background(), os.Stdout); err != nil {
+	pick := demo.ModelFlag(flag.CommandLine)
+	timeout := flag.Duration("timeout", 0, "how long to wait for the answer (default 30s offline, 5m on a real model)")
+	flag.Parse()
+	model, onReal, err := pick()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(2)
+	}
+	if *timeout <= 0 {
+		*timeout = 30 * time.Second
+		if onReal {
+			*timeout = 5 * time.Minute
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	if err := run(ctx, os.Stdout, model); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-const page = `<!doctype html>
-<title>Calculator</title>
-<input id="a"> <select id="op"><option>+</option><option>-</option><option>*</option><option>/</option></select> <input id="b">
-<button onclick="r.textContent = calc(+a.value, op.value, +b.value)">=</button> <span id="r"></span>
-<script>
-function calc(x, op, y) { return op === '+' ? x + y : op === '-' ? x - y : op === '*' ? x * y : x / y; }
-</script>
-`
-
-// review is the tester's result_data.
-type review struct {
-	Artifact string `json:"artifact"`
-	Verdict  string `json:"verdict"`
+// run plays the scenario on model, printing to out, and closes the society.
+func run(ctx context.Context, out io.Writer, model llm.Model) error {
+	s, _, err := play(ctx, out, model)
+	if s != nil {
+		// Close on a context of its own: ctx may be the one that ran out.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if cerr := s.Close(cctx); err == nil {
+			err = cerr
+		}
+	}
+	return err
 }
 
-var constraints = []string{"HTML + JavaScript", "a static page: no backend", "the four operations: + - * /"}
-
-func run(ctx context.Context, out io.Writer) error {
-	var s *as.Society
-	// shown wraps a behaviour so that each message is printed as its
-	// receiver sees it before it is handled.
-	shown := func(b as.BehaviorFunc) as.Behavior {
-		return as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
-			fmt.Fprintf(out, "── to %s ──\n%s\n\n", self.ID(), s.Format(m))
-			return b(ctx, self, m)
-		})
-	}
-
-	tester := shown(func(ctx context.Context, self *as.Actor, m as.Message) error {
-		if m.Type != as.CollaborationRequest {
-			return nil
-		}
-		var req as.CollaborationRequestPayload
-		if err := m.Decode(&req); err != nil {
-			return err
-		}
-		ref := strings.Trim(string(req.Context), `"`)
-		_, data, err := self.GetArtifact(ctx, ref)
-		if err != nil {
-			return err
-		}
-		verdict := "pass: a static page with the four operations"
-		if !strings.Contains(string(data), "<script>") {
-			verdict = "fail: no script"
-		}
-		result, _ := json.Marshal(review{Artifact: ref, Verdict: verdict})
-		_, err = self.Send(ctx, as.Outgoing{To: m.From, Type: as.CollaborationResponse, Payload: as.CollaborationResponsePayload{
-			RequestID: req.RequestID, Status: as.StatusCompleted, ResultData: result,
-		}})
-		return err
+// play starts a society on model, submits demo.Requirement and waits until
+// user receives an artifact reference or ctx ends, then prints the
+// organisation. It returns the society, still open, for the caller to
+// inspect and close, and the message that carried the artifact.
+func play(ctx context.Context, out io.Writer, model llm.Model) (*as.Society, as.Message, error) {
+	w := &syncWriter{w: out}
+	var s *as.Society // set before any model call: the trace reads role names from it
+	s, err := as.New(ctx, as.Config{
+		Model: traced(w, model, func(id string) string { return roleOf(s, id) }),
+		// Warnings and errors (a model retried, a turn that failed) are
+		// worth seeing; the society's other records are not, here.
+		Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
-
-	developer := shown(func(ctx context.Context, self *as.Actor, m as.Message) error {
-		switch m.Type {
-		case as.TaskAssignment:
-			art, err := self.PutArtifact(ctx, as.ArtifactSpec{Name: "calculator.html", MediaType: "text/html", Data: []byte(page)})
-			if err != nil {
-				return err
-			}
-			tester := self.Agent().Brief.Collaborators[0].AgentID
-			_, err = self.Send(ctx, as.Outgoing{To: tester, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{
-				SubtaskDescription: "Review the calculator page against the brief's constraints.",
-				Context:            []byte(`"` + art.Ref() + `"`),
-			}})
-			return err
-		case as.CollaborationResponse:
-			var resp as.CollaborationResponsePayload
-			var r review
-			if err := m.Decode(&resp); err != nil {
-				return err
-			}
-			if err := json.Unmarshal(resp.ResultData, &r); err != nil {
-				return err
-			}
-			_, err := self.Send(ctx, as.Outgoing{To: self.Agent().ParentID, Type: as.StatusReport, Payload: as.StatusReportPayload{
-				Status: "done", Text: r.Artifact + " reviewed by " + m.From + ": " + r.Verdict,
-			}})
-			return err
-		}
-		return nil
-	})
-
-	lead := shown(func(ctx context.Context, self *as.Actor, m as.Message) error {
-		switch m.Type {
-		case as.TaskAssignment:
-			testerRole, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "tester", Prompt: "Review web pages against their brief.",
-				InterfaceSpec: &as.InterfaceSpec{Services: "reviews a web page", InputFormat: "collaboration_request with an artifact reference as context", OutputFormat: "collaboration_response with a verdict"}})
-			if err != nil {
-				return err
-			}
-			devRole, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "developer", Prompt: "Build web pages."})
-			if err != nil {
-				return err
-			}
-			t, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: testerRole.ID, Behavior: tester, Brief: &as.TaskBrief{
-				Objective: "review the calculator page", Constraints: constraints,
-				Inputs: "an artifact reference from the developer", Outputs: "a verdict", CompletionCriteria: "every constraint checked",
-			}})
-			if err != nil {
-				return err
-			}
-			d, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: devRole.ID, Behavior: developer, Brief: &as.TaskBrief{
-				Objective: "build the calculator page", Constraints: constraints,
-				Inputs: "this brief", Outputs: "the page as an artifact", CompletionCriteria: "the tester passes it",
-				Collaborators: []as.Collaborator{{AgentID: t.ID, Role: "tester", Description: "ask for a review when the page is ready"}},
-			}})
-			if err != nil {
-				return err
-			}
-			_, err = self.Send(ctx, as.Outgoing{To: d.ID, Type: as.TaskAssignment, Payload: d.Brief})
-			return err
-		case as.StatusReport:
-			_, err := self.SendText(ctx, as.UserID, "Your calculator is ready: "+m.Text())
-			return err
-		}
-		return nil
-	})
-
-	root := shown(func(ctx context.Context, self *as.Actor, m as.Message) error {
-		role, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: "Own one requirement end to end."})
-		if err != nil {
-			return err
-		}
-		brief := &as.TaskBrief{Objective: m.Text(), Constraints: constraints, Inputs: "the user's requirement",
-			Outputs: "an artifact reference reported to user", CompletionCriteria: "a tested page"}
-		l, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: brief, Behavior: lead})
-		if err != nil {
-			return err
-		}
-		_, err = self.Send(ctx, as.Outgoing{To: l.ID, Type: as.TaskAssignment, Payload: brief})
-		return err
-	})
-
-	s, err := as.New(ctx, as.Config{Root: root, UserConsole: out, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
-		return err
+		return nil, as.Message{}, err
 	}
-	defer s.Close(ctx)
-	if _, err := s.SubmitRequirement(ctx, "做一个静态网页计算器（HTML + JavaScript）"); err != nil {
-		return err
+	s.OnUserMessage(func(m as.Message) {
+		w.printf("── user receives ──\n%s\n\n", s.Format(m))
+	})
+
+	w.printf("══ user → root: %s\n\n", demo.Requirement)
+	task, err := s.SubmitRequirement(ctx, demo.Requirement)
+	if err != nil {
+		return s, as.Message{}, err
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := s.WaitForUserMessage(wctx, nil); err != nil {
-		return err
+	// A real model may tell the user about its progress first: wait for the
+	// message that delivers the page.
+	reply, err := s.WaitForUserMessage(ctx, func(m as.Message) bool {
+		return m.TaskID == task && strings.Contains(m.Text(), as.ArtifactRefPrefix)
+	})
+	if err != nil {
+		err = fmt.Errorf("waiting for the answer: %w", err)
 	}
-	fmt.Fprintln(out, "── organisation ──")
-	printTree(out, s, as.RootID, 0)
-	return nil
+	var org strings.Builder
+	demo.WriteOrg(&org, s)
+	w.printf("══ organisation\n%s", org.String())
+	return s, reply, err
 }
 
-func printTree(out io.Writer, s *as.Society, id string, depth int) {
-	a, _ := s.Agent(id)
-	label := id
-	if r, ok := s.Role(a.RoleID); ok {
-		label += " (" + r.Name + ")"
-	}
-	fmt.Fprintf(out, "%s%s\n", strings.Repeat("  ", depth), label)
-	for _, c := range s.Agents() {
-		if c.ParentID == id {
-			printTree(out, s, c.ID, depth+1)
+// traced wraps model so that each call is shown on w: the message that
+// opened the agent's turn, as the agent reads it, when the call is the
+// turn's first; then the tool calls and the text of the reply. It works the
+// same on any model.
+func traced(w *syncWriter, model llm.Model, roleOf func(id string) string) llm.Model {
+	var mu sync.Mutex
+	shown := map[string]string{} // per agent, the last message shown: a retried call shows nothing new
+	return llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		who := req.Agent
+		if role := roleOf(who); role != "" && role != who {
+			who += " (" + role + ")"
 		}
+		if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == llm.RoleUser {
+			key := fmt.Sprint(n, "\x00", req.Messages[n-1].Content)
+			mu.Lock()
+			fresh := shown[req.Agent] != key
+			shown[req.Agent] = key
+			mu.Unlock()
+			if fresh {
+				w.printf("── %s receives ──\n%s\n\n", who, req.Messages[n-1].Content)
+			}
+		}
+		resp, err := model.Generate(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		var b strings.Builder
+		for _, c := range resp.Message.ToolCalls {
+			fmt.Fprintf(&b, "   %s calls %s %s\n", req.Agent, c.Name, clip(string(c.Arguments), 110))
+		}
+		if t := strings.TrimSpace(resp.Message.Content); t != "" {
+			fmt.Fprintf(&b, "   %s thinks: %s\n\n", req.Agent, t)
+		}
+		w.printf("%s", b.String())
+		return resp, nil
+	})
+}
+
+// roleOf returns the role name of agent id in s, or id itself for root and
+// user.
+func roleOf(s *as.Society, id string) string {
+	a, ok := s.Agent(id)
+	if !ok {
+		return ""
 	}
+	if r, ok := s.Role(a.RoleID); ok {
+		return r.Name
+	}
+	return id
+}
+
+// clip shortens s to n runes, marking the cut.
+func clip(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n]) + "…"
+}
+
+// syncWriter serialises writes from the society's goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (s *syncWriter) printf(format string, args ...any) {
+	fmt.Fprintf(s, format, args...)
 }

@@ -1,0 +1,181 @@
+// Command cli is the asynchronous command line of seed 002 §5.2.10: the user
+// keeps typing while the society works, and what the organisation says to
+// the user is printed as it arrives.
+//
+//	go run ./examples/cli
+//
+// Each line of input is one of:
+//
+//	any text          a new requirement, submitted to root on a new task
+//	@agentId text     text sent from user to that agent, on its task
+//	/org              the organisation as it stands
+//	/help             this list
+//	/quit             close the society and exit (so does end of input)
+//
+// Messages to user appear in the Requirement 10 format, with the sender's
+// role and id on the first line, so the user knows whom to answer with
+// @agentId. Offline (the default) the agents run on the scripted demo model
+// of examples/internal/demo, which builds the seed 001 calculator whatever
+// the requirement says; with OPENAI_API_KEY or OPENAI_BASE_URL set, or with
+// -real, they run on an OpenAI-compatible model (see package llm/openai).
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"time"
+
+	as "agentsociety"
+	"agentsociety/examples/internal/demo"
+	"agentsociety/llm"
+)
+
+// closeTimeout bounds how long /quit waits for agents to finish the turns
+// they are in before it cancels them.
+const closeTimeout = 10 * time.Second
+
+const help = `commands:
+  any text        submit a new requirement
+  @agentId text   send text to an agent
+  /org            show the organisation
+  /help           show this list
+  /quit           close the society and exit
+`
+
+func main() {
+	pick := demo.ModelFlag(flag.CommandLine)
+	flag.Parse()
+	model, onReal, err := pick()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cli:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	which := "the offline demo model"
+	if onReal {
+		which = "a real model"
+	}
+	fmt.Printf("agentsociety on %s.\n", which)
+	if err := run(ctx, os.Stdin, os.Stdout, model); err != nil {
+		fmt.Fprintln(os.Stderr, "cli:", err)
+		os.Exit(1)
+	}
+}
+
+// run reads commands from in until /quit, the end of in or the end of ctx,
+// while the society on model works and its messages to user are printed to
+// out. Reading never waits for the society: submitting and sending only
+// queue a message. It closes the society before it returns. When ctx ends
+// while in is blocked, the goroutine reading in stays blocked until in
+// returns, which for os.Stdin is the end of the process.
+func run(ctx context.Context, in io.Reader, out io.Writer, model llm.Model) error {
+	w := &syncWriter{w: out}
+	s, err := as.New(ctx, as.Config{
+		Model:       model,
+		UserConsole: w, // messages to user and console_print, as they arrive
+		Logger:      slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		return err
+	}
+	w.printf("%s\n", help)
+
+	lines := make(chan string)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(in)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			case <-done:
+				return
+			}
+		}
+		if err := sc.Err(); err != nil {
+			w.printf("reading input: %v\n", err)
+		}
+	}()
+
+	for quit := false; !quit; {
+		select {
+		case <-ctx.Done():
+			quit = true
+		case line, ok := <-lines:
+			quit = !ok || command(ctx, w, s, strings.TrimSpace(line))
+		}
+	}
+
+	w.printf("closing the society…\n")
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	if err := s.Close(cctx); err != nil {
+		w.printf("agents still working after %v were stopped\n", closeTimeout)
+	}
+	w.printf("bye\n")
+	return nil
+}
+
+// command carries out one line of input and reports whether it was /quit.
+func command(ctx context.Context, w *syncWriter, s *as.Society, line string) (quit bool) {
+	switch {
+	case line == "":
+	case line == "/quit":
+		return true
+	case line == "/org":
+		var b strings.Builder
+		demo.WriteOrg(&b, s)
+		w.printf("%s\n", b.String())
+	case line == "/help":
+		w.printf("%s\n", help)
+	case strings.HasPrefix(line, "/"):
+		cmd, _, _ := strings.Cut(line, " ")
+		w.printf("unknown command %s (try /help)\n", cmd)
+	case strings.HasPrefix(line, "@"):
+		to, text, _ := strings.Cut(line[1:], " ")
+		if to == "" || strings.TrimSpace(text) == "" {
+			w.printf("usage: @agentId text\n")
+			break
+		}
+		if _, err := s.SendTextToAgent(ctx, to, strings.TrimSpace(text), ""); err != nil {
+			w.printf("error: %v\n", err)
+			break
+		}
+		w.printf("sent to %s\n", to)
+	default:
+		task, err := s.SubmitRequirement(ctx, line)
+		if err != nil {
+			w.printf("error: %v\n", err)
+			break
+		}
+		w.printf("submitted as %s\n", task)
+	}
+	return false
+}
+
+// syncWriter serialises writes from the input loop and the society's
+// goroutines.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (s *syncWriter) printf(format string, args ...any) {
+	fmt.Fprintf(s, format, args...)
+}

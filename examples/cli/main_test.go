@@ -1,0 +1,160 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"agentsociety/examples/internal/demo"
+	"agentsociety/llm"
+)
+
+// output is what run writes, readable while run is writing it.
+type output struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
+// waitFor waits until the output after offset from matches re, and returns
+// the match's submatches and the offset after it.
+func (o *output) waitFor(t *testing.T, from int, re string) ([]string, int) {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s := o.String()
+		if loc := rx.FindStringSubmatchIndex(s[from:]); loc != nil {
+			var subs []string
+			for i := 0; i < len(loc); i += 2 {
+				subs = append(subs, s[from+loc[i]:from+loc[i+1]])
+			}
+			return subs, from + loc[1]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the output never showed %s after offset %d:\n%s", re, from, s)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestSession drives the command line as a user would, through a pipe,
+// while the society answers on the demo model.
+func TestSession(t *testing.T) {
+	// gate holds every model call until it is closed, to show that the
+	// command line goes on reading while the society is busy.
+	gate := make(chan struct{})
+	model := demo.Model()
+	gated := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		return model.Generate(ctx, req)
+	})
+
+	in, typing := io.Pipe()
+	defer typing.Close() // ends the goroutine that reads in
+	out := &output{}
+	done := make(chan error, 1)
+	go func() { done <- run(context.Background(), in, out, gated) }()
+	say := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(typing, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	_, at := out.waitFor(t, 0, `/quit +close the society and exit\n`)
+	say(demo.Requirement)
+	m, at := out.waitFor(t, at, `submitted as (task-\S+)\n`)
+	task := m[1]
+
+	// root's first model call is held at the gate, and the command line
+	// still answers.
+	say("/org")
+	_, at = out.waitFor(t, at, `(?m)^root\n\n`)
+	close(gate)
+
+	// The lead answers with the artifact, in the Requirement 10 format.
+	m, at = out.waitFor(t, at, `【来自 lead（(agent-\d+)）的消息】\n您的计算器已完成并通过测试：artifact:[A-Za-z0-9-]+`)
+	lead := m[1]
+	_, at = out.waitFor(t, at, `如需回复，请使用 send_message\(to='`+lead+`', \.\.\.\)\n`)
+
+	say("/org")
+	_, at = out.waitFor(t, at, `root\n└─ `+lead+` \(lead\) `+task+`\n   ├─ agent-\d+ \(tester\)\n   └─ agent-\d+ \(developer\)\n`)
+
+	say("@" + lead + " hello")
+	_, at = out.waitFor(t, at, `sent to `+lead+`\n`)
+	_, at = out.waitFor(t, at, `【来自 lead（`+lead+`）的消息】\n你好，我是 lead（`+lead+`）。我负责：`)
+
+	say("/frobnicate now")
+	_, at = out.waitFor(t, at, `unknown command /frobnicate \(try /help\)\n`)
+	say("@nobody hi")
+	_, at = out.waitFor(t, at, `error: agent_not_found: no agent "nobody"\n`)
+	say("@" + lead)
+	_, at = out.waitFor(t, at, `usage: @agentId text\n`)
+
+	say("/quit")
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run did not return after /quit:\n%s", out.String())
+	}
+	out.waitFor(t, at, `closing the society…\nbye\n$`)
+	if s := out.String(); strings.Contains(s, "level=") {
+		t.Errorf("the society logged a warning or an error:\n%s", s)
+	}
+}
+
+// TestEndOfInput closes the society when the input ends, even while agents
+// are at work.
+func TestEndOfInput(t *testing.T) {
+	out := &output{}
+	err := run(context.Background(), strings.NewReader(demo.Requirement+"\n"), out, demo.Model())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out.waitFor(t, 0, `submitted as task-\S+\n(?s:.*)bye\n$`)
+}
+
+// TestCancel stops reading when the context ends, though the input never
+// does.
+func TestCancel(t *testing.T) {
+	in, typing := io.Pipe()
+	defer typing.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &output{}
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, in, out, demo.Model()) }()
+	out.waitFor(t, 0, `/quit`)
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("run did not return after its context ended")
+	}
+}
