@@ -12,18 +12,6 @@ import (
 	"agentsociety/store"
 )
 
-// request is a collaboration request's state.
-type request struct {
-	id, from, to, taskID string
-	status               string
-	createdAt            time.Time
-	deadline             time.Time
-}
-
-func (r *request) record() store.Request {
-	return store.Request{ID: r.id, From: r.from, To: r.to, TaskID: r.taskID, Status: r.status, CreatedAt: r.createdAt, Deadline: r.deadline}
-}
-
 // Send sends a message as the agent. It returns once the message is accepted:
 // checked, recorded in the store and queued for the receiver; it never waits
 // for the receiver. The returned Message is what the receiver gets, with the
@@ -59,6 +47,9 @@ type pendingSend struct {
 	request  *request // a new request, or nil
 	answered *request // the request a response closes, or nil
 	status   string   // the answered request's new status
+	// divert is the waiter of the answered request: the message goes to it,
+	// not to the mailbox, and so is finished as soon as it is accepted.
+	divert chan Message
 }
 
 // changesState reports whether accepting a message of type t always changes
@@ -72,6 +63,12 @@ func (p *pendingSend) mutates() bool {
 }
 
 func (s *Society) send(ctx context.Context, from *agent, taskID string, out Outgoing) (Message, error) {
+	return s.sendWith(ctx, from, taskID, out, nil)
+}
+
+// sendWith is send; for a collaboration request, waiter, if not nil,
+// receives the request's outcome instead of the sender's mailbox.
+func (s *Society) sendWith(ctx context.Context, from *agent, taskID string, out Outgoing, waiter chan Message) (Message, error) {
 	m, f, err := compose(from, taskID, out)
 	if err != nil {
 		return Message{}, s.refuse("send_message", from.info.ID, err)
@@ -83,7 +80,7 @@ func (s *Society) send(ctx context.Context, from *agent, taskID string, out Outg
 	// once, so that prepare, which rewrites their payload, runs once.
 	write := changesState(m.Type)
 	for {
-		sent, retry, err := s.accept(ctx, from, m, f, write)
+		sent, retry, err := s.accept(ctx, from, m, f, write, waiter)
 		switch {
 		case retry:
 			write = true
@@ -121,7 +118,7 @@ func compose(from *agent, taskID string, out Outgoing) (Message, fields, *Error)
 // queues it. Under the read lock it returns retry when accepting m would
 // change the organisation. Checking closed under s.mu orders every accepted
 // message before Close, which sets closed under s.mu held for writing.
-func (s *Society) accept(ctx context.Context, from *agent, m Message, f fields, write bool) (sent Message, retry bool, err *Error) {
+func (s *Society) accept(ctx context.Context, from *agent, m Message, f fields, write bool, waiter chan Message) (sent Message, retry bool, err *Error) {
 	if write {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -139,6 +136,9 @@ func (s *Society) accept(ctx context.Context, from *agent, m Message, f fields, 
 	if !write && p.mutates() {
 		return Message{}, true, nil
 	}
+	if p.request != nil {
+		p.request.waiter = waiter
+	}
 	p.msg.Seq = s.seq.Add(1)
 	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
 	if err := s.store.Apply(ctx, p.change()); err != nil {
@@ -150,13 +150,27 @@ func (s *Society) accept(ctx context.Context, from *agent, m Message, f fields, 
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.logMessage(ctx, "message accepted", &p.msg)
 	}
-	s.enqueue(p.to, p.msg)
+	s.route(&p)
 	return p.msg, false, nil
+}
+
+// route hands an accepted message to its receiver: to the waiter blocked in
+// Collaborate for the request it settles, if there is one, else to the
+// receiver's mailbox. Called with s.mu held and s.closed false.
+func (s *Society) route(p *pendingSend) {
+	if p.divert != nil {
+		p.divert <- p.msg // buffered, and each request is settled once
+		return
+	}
+	s.enqueue(p.to, p.msg)
 }
 
 // change returns the store record of accepting p.
 func (p *pendingSend) change() store.Change {
 	ch := store.Change{Accepted: []store.Message{messageRecord(&p.msg)}}
+	if p.divert != nil {
+		ch.Finished = []string{p.msg.ID}
+	}
 	if len(p.contacts) > 0 {
 		ch.Contacts = contactRecords(p.contacts)
 	}
@@ -179,9 +193,14 @@ func (s *Society) commit(p *pendingSend) {
 	}
 	if p.request != nil {
 		s.requests[p.request.id] = p.request
+		s.armTimeout(p.request)
 	}
-	if p.answered != nil {
-		p.answered.status = p.status
+	if r := p.answered; r != nil {
+		r.status, r.waiter = p.status, nil
+		if r.timer != nil && r.timer.Stop() {
+			s.wg.Done()
+		}
+		r.timer = nil
 	}
 }
 
@@ -243,6 +262,9 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 			return &Error{Code: ErrDuplicateRequest, Message: "request_id " + strconvQuote(id) + " is already in use"}
 		}
 		p.request = &request{id: id, from: by, to: m.To, taskID: m.TaskID, status: StatusPending, createdAt: m.SentAt}
+		if d := timeoutOf(f); d > 0 {
+			p.request.deadline = m.SentAt.Add(d)
+		}
 	case CollaborationResponse:
 		id := f.text("request_id")
 		r := s.requests[id]
@@ -254,7 +276,7 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 		case r.status != StatusPending:
 			return &Error{Code: ErrRequestClosed, Message: "request " + id + " is already " + r.status}
 		}
-		p.answered, p.status = r, f.text("status")
+		p.answered, p.status, p.divert = r, f.text("status"), r.waiter
 	}
 	return nil
 }

@@ -118,7 +118,10 @@ type CollaborationRequestPayload struct {
 	RequestID          string          `json:"request_id,omitempty"`
 	SubtaskDescription string          `json:"subtask_description"`
 	Context            json.RawMessage `json:"context,omitempty"`
-	Text               string          `json:"text,omitempty"`
+	// TimeoutSeconds, when positive, is how long the responder has: then
+	// the society settles the request itself (see StatusTimeout).
+	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
+	Text           string  `json:"text,omitempty"`
 }
 
 // The statuses of a collaboration response, and of the request it answers.
@@ -208,6 +211,9 @@ func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 		need("subtask_description")
 		if _, ok := f["request_id"]; ok && !f.hasText("request_id") {
 			problem, malformed = "request_id, when given, must be a non-empty string", true
+		}
+		if _, ok := f["timeout_seconds"]; ok && timeoutOf(f) <= 0 {
+			problem, malformed = "timeout_seconds, when given, must be a positive number", true
 		}
 	case CollaborationResponse:
 		need("request_id", "status")

@@ -56,7 +56,9 @@ func (s *Society) restore(ctx context.Context) error {
 		}
 	}
 	for _, r := range st.Requests {
-		s.requests[r.ID] = &request{id: r.ID, from: r.From, to: r.To, taskID: r.TaskID, status: r.Status, createdAt: r.CreatedAt, deadline: r.Deadline}
+		req := &request{id: r.ID, from: r.From, to: r.To, taskID: r.TaskID, status: r.Status, createdAt: r.CreatedAt, deadline: r.Deadline}
+		s.requests[r.ID] = req
+		s.armTimeout(req) // a deadline that passed while the society was down fires at once
 	}
 	for _, r := range st.Pending {
 		a := s.agents[r.To]

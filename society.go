@@ -252,6 +252,7 @@ func (s *Society) Close(ctx context.Context) error {
 		return nil
 	}
 	s.closed.Store(true)
+	s.stopTimeouts()
 	s.mu.Unlock()
 	s.user.close()
 

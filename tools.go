@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"time"
 	"unicode/utf8"
 
 	"agentsociety/llm"
@@ -52,6 +53,8 @@ var builtins = []builtin{
 		Parameters: json.RawMessage(`{"type":"object","properties":{"roleId":{"type":"string"},"taskBrief":{"type":"object","properties":{"objective":{"type":"string"},"constraints":{"type":"array","items":{"type":"string"},"description":"技术约束，原样传递"},"inputs":{"type":"string"},"outputs":{"type":"string"},"completion_criteria":{"type":"string"},"collaborators":{"type":"array","items":{"type":"object","properties":{"agentId":{"type":"string"},"role":{"type":"string"},"description":{"type":"string"}},"required":["agentId"]}},"references":{"type":"array","items":{"type":"string"}},"priority":{"type":"string"}},"required":["objective","constraints","inputs","outputs","completion_criteria"]}},"required":["roleId","taskBrief"]}`)}, toolSpawn},
 	{llm.Tool{Name: "send_message", Description: "异步发消息给一个智能体（to 为其 ID；user 为用户）。发送者由系统填写。payload 按 message_type 填：general/status_report 用 text；其余类型见系统提示。",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"},"message_type":{"type":"string","enum":["general","task_assignment","status_report","introduction_request","introduction_response","collaboration_request","collaboration_response"]},"payload":{"type":"object"}},"required":["to","payload"]}`)}, toolSend},
+	{llm.Tool{Name: "request_collaboration", Description: "请某智能体完成子任务：立即返回 request_id（pending），结果稍后以 collaboration_response 消息到达；timeout_seconds 到期未答则系统回 error。",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"},"subtask_description":{"type":"string"},"context":{"type":"string","description":"所需上下文，如工件引用"},"timeout_seconds":{"type":"number"}},"required":["to","subtask_description"]}`)}, toolRequestCollaboration},
 	{llm.Tool{Name: "put_artifact", Description: "保存工件（代码、文档等），返回不可变引用 artifact:<id>；在消息里传引用而不是全文。",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"media_type":{"type":"string"},"content":{"type":"string"}},"required":["name","content"]}`)}, toolPutArtifact},
 	{llm.Tool{Name: "get_artifact", Description: "按引用 artifact:<id> 读取工件内容。",
@@ -276,6 +279,24 @@ func toolSend(ctx context.Context, x *Actor, args json.RawMessage) (any, error) 
 		}
 	}
 	return out, nil
+}
+
+func toolRequestCollaboration(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {
+	var a struct {
+		To                 string          `json:"to"`
+		SubtaskDescription string          `json:"subtask_description"`
+		Context            json.RawMessage `json:"context"`
+		TimeoutSeconds     float64         `json:"timeout_seconds"`
+	}
+	if err := decodeArgs("request_collaboration", args, &a); err != nil {
+		return nil, err
+	}
+	timeout := time.Duration(a.TimeoutSeconds * float64(time.Second))
+	id, err := x.RequestCollaboration(ctx, a.To, CollaborationRequestPayload{SubtaskDescription: a.SubtaskDescription, Context: a.Context}, timeout)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"request_id": id, "status": StatusPending}, nil
 }
 
 func toolPutArtifact(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {
