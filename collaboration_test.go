@@ -22,7 +22,9 @@ type inbox struct {
 	ch  chan as.Message
 }
 
-func newInbox() *inbox { return &inbox{got: map[string][]as.Message{}, ch: make(chan as.Message, 1024)} }
+func newInbox() *inbox {
+	return &inbox{got: map[string][]as.Message{}, ch: make(chan as.Message, 1024)}
+}
 
 func (in *inbox) behavior() as.Behavior {
 	return as.BehaviorFunc(func(_ context.Context, self *as.Actor, m as.Message) error {
