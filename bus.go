@@ -282,18 +282,30 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 }
 
 // prepareIntroduction checks an introduction_response, fills in the target's
-// real role and interface, and adds the target to the receiver's registry.
+// real role and interface, and adds the target to the registry of the agent
+// the introduction is for: the receiver, or the original requester named by
+// requester_agent_id when the receiver only forwards the answer along a
+// chain of introducers. The introducer must know the target, unless the
+// beneficiary already does (a forwarder passing on what was added).
 func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *Error {
 	by, id := p.msg.From, f.text("target_agent_id")
 	target := s.agents[id]
 	if target == nil {
 		return &Error{Code: ErrAgentNotFound, Message: "target_agent_id " + strconvQuote(id) + " does not exist", AgentID: id}
 	}
-	if !s.contacts.knows(by, id) {
-		return &Error{Code: ErrUnknownContact, Message: "you can only introduce agents in your own contacts", AgentID: id}
+	beneficiary := p.msg.To
+	if r := f.text("requester_agent_id"); r != "" {
+		if s.agents[r] == nil {
+			return &Error{Code: ErrAgentNotFound, Message: "requester_agent_id " + strconvQuote(r) + " does not exist", AgentID: r}
+		}
+		beneficiary = r
 	}
-	if id == p.msg.To {
+	if id == beneficiary {
 		return &Error{Code: ErrInvalidArgument, Message: "an agent cannot be introduced to itself", AgentID: id}
+	}
+	known := s.contacts.knows(beneficiary, id)
+	if !known && !s.contacts.knows(by, id) {
+		return &Error{Code: ErrUnknownContact, Message: "you can only introduce agents in your own contacts", AgentID: id}
 	}
 	f.set("target_role", target.roleName)
 	if target.spec != nil {
@@ -302,8 +314,8 @@ func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *
 		delete(f, "target_interface_spec")
 	}
 	p.msg.Payload = f.encode()
-	if !s.contacts.knows(p.msg.To, id) {
-		p.contacts = append(p.contacts, ownedContact{p.msg.To, Contact{
+	if !known {
+		p.contacts = append(p.contacts, ownedContact{beneficiary, Contact{
 			ID: id, Role: target.roleName, InterfaceSpec: target.spec, Source: SourceIntroduction,
 			IntroducedBy: by, Note: f.text("advice"), AddedAt: now,
 		}})

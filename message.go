@@ -103,9 +103,16 @@ type IntroductionRequestPayload struct {
 
 // IntroductionResponsePayload is the payload of an [IntroductionResponse].
 // The society fills TargetRole and TargetInterfaceSpec with the target's real
-// ones, whatever the sender wrote there.
+// ones, whatever the sender wrote there, and adds the target to the contacts
+// of the receiver, or of RequesterAgentID when it is set.
+//
+// RequesterAgentID serves chains of introducers (Requirement 3.5-3.6): when
+// A asks X, and X, knowing nobody fitting, asks Y, then Y answers X with
+// RequesterAgentID A; the target is added to A, not to X, and X forwards the
+// answer to A.
 type IntroductionResponsePayload struct {
 	TargetAgentID       string         `json:"target_agent_id"`
+	RequesterAgentID    string         `json:"requester_agent_id,omitempty"`
 	TargetRole          string         `json:"target_role,omitempty"`
 	TargetInterfaceSpec *InterfaceSpec `json:"target_interface_spec,omitempty"`
 	Advice              string         `json:"advice,omitempty"`

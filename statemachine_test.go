@@ -315,10 +315,10 @@ func (sm *orgMachine) send(t *rapid.T) {
 			switch {
 			case !m.exists(target):
 				want = as.ErrAgentNotFound
-			case !m.knows(from, target):
-				want = as.ErrUnknownContact
 			case target == to:
 				want = as.ErrInvalidArgument
+			case !m.knows(from, target) && !m.knows(to, target):
+				want = as.ErrUnknownContact
 			}
 		case as.CollaborationResponse:
 			r := m.requests[req]
