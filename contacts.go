@@ -154,6 +154,16 @@ func (r *ContactRegistry) IsKnown(from, to string) bool {
 	return r.owners[from].find(to) >= 0
 }
 
+// count returns how many contacts owner has.
+func (r *ContactRegistry) count(owner string) int {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if l := r.owners[owner]; l != nil {
+		return len(l.entries)
+	}
+	return 0
+}
+
 // knows is IsKnown for a caller that already excludes writers: the society
 // calls it with its own lock held, under which every Add happens.
 func (r *ContactRegistry) knows(from, to string) bool {

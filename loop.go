@@ -23,6 +23,11 @@ type Summarizer func(ctx context.Context, agentID, previous string, dropped []ll
 type mind struct {
 	summary string
 	msgs    []llm.Message
+
+	// system caches the system prompt: only the agent's contacts change it,
+	// and they only grow, so their number says whether it is current.
+	system         string
+	systemContacts int
 }
 
 // modelBehavior drives agents with the society's model.
@@ -41,7 +46,7 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 	tools := s.toolsFor(a.roleName)
 	for step := 0; step < s.cfg.MaxSteps; step++ {
 		s.trimHistory(ctx, a.info.ID, mem)
-		system, err := s.systemPrompt(a)
+		system, err := s.cachedSystemPrompt(a, mem)
 		if err != nil {
 			return err
 		}
@@ -103,6 +108,21 @@ func (s *Society) generateOnce(ctx context.Context, req *llm.Request) (*llm.Resp
 		err = errors.New("the model returned no response")
 	}
 	return resp, err
+}
+
+// cachedSystemPrompt returns a's system prompt, assembling it again only when
+// a's contacts changed since the last time.
+func (s *Society) cachedSystemPrompt(a *agent, mem *mind) (string, error) {
+	n := s.contacts.count(a.info.ID)
+	if mem.system != "" && mem.systemContacts == n {
+		return mem.system, nil
+	}
+	system, err := s.systemPrompt(a)
+	if err != nil {
+		return "", err
+	}
+	mem.system, mem.systemContacts = system, n
+	return system, nil
 }
 
 // systemPrompt assembles a's system prompt from its current state.

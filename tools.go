@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -172,17 +173,33 @@ func (s *Society) hostTool(name, roleName string) *Tool {
 func encodeResult(out any, err error) string {
 	var v any = out
 	if err != nil {
-		e, ok := err.(*Error)
-		if !ok {
-			e = &Error{Code: ErrToolFailed, Message: err.Error()}
-		}
-		v = e
+		v = toolError(err)
 	}
 	b, merr := json.Marshal(v)
 	if merr != nil {
 		b, _ = json.Marshal(&Error{Code: ErrToolFailed, Message: "the tool's result does not encode as JSON: " + merr.Error()})
 	}
 	return string(b)
+}
+
+// toolError keeps the code of a coded error, wrapped or bare, and gives any
+// other error the code ErrToolFailed.
+func toolError(err error) *Error {
+	var e *Error
+	if errors.As(err, &e) {
+		if e.Error() != err.Error() {
+			c := *e
+			c.Message = err.Error() // keep the wrapping context the model may need
+			c.Err = nil
+			return &c
+		}
+		return e
+	}
+	var code Code
+	if errors.As(err, &code) {
+		return &Error{Code: code, Message: err.Error()}
+	}
+	return &Error{Code: ErrToolFailed, Message: err.Error()}
 }
 
 // decodeArgs decodes a model's arguments into v, refusing wrong types with a

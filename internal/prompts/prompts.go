@@ -61,6 +61,14 @@ func Load(override fs.FS) (*Set, error) {
 	if s.runtime, err = template.New(RuntimeFile).Option("missingkey=error").Parse(rt); err != nil {
 		return nil, fmt.Errorf("prompts: %s: %w", RuntimeFile, err)
 	}
+	// A template that parses can still fail on every agent (a field Facts
+	// does not have): run it once now, so that New reports it rather than
+	// every turn.
+	sample := Facts{ID: "agent-1", Role: "r", Parent: "root", TaskID: "t", Brief: "b",
+		Contacts: []Contact{{ID: "root", Role: "root", Source: "parent", IntroducedBy: "x", Note: "n", Interface: "{}"}}}
+	if _, err := s.System(false, "p", sample); err != nil {
+		return nil, err
+	}
 	return &s, nil
 }
 

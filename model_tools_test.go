@@ -1,0 +1,572 @@
+package agentsociety_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	as "agentsociety"
+	"agentsociety/llm"
+	"agentsociety/llm/llmtest"
+)
+
+// ---- Item 1: tool schemas are valid JSON Schema ----
+
+var (
+	mtToolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	mtSchemaType = map[string]bool{"object": true, "array": true, "string": true, "number": true, "integer": true, "boolean": true, "null": true}
+)
+
+// mtCheckSchema checks the structure of a JSON Schema as model providers
+// require it of tool parameters, and returns every problem it finds. top
+// marks the parameters object itself, which must be an object schema with
+// properties.
+func mtCheckSchema(path string, v any, top bool) []string {
+	var errs []string
+	bad := func(format string, args ...any) { errs = append(errs, path+": "+fmt.Sprintf(format, args...)) }
+	s, ok := v.(map[string]any)
+	if !ok {
+		bad("a schema must be a JSON object, not %T", v)
+		return errs
+	}
+	if d, ok := s["description"]; ok {
+		if str, ok := d.(string); !ok || strings.TrimSpace(str) == "" {
+			bad("description must be a non-empty string")
+		}
+	}
+	var types []string
+	if ty, ok := s["type"]; ok {
+		switch ty := ty.(type) {
+		case string:
+			types = []string{ty}
+		case []any:
+			for _, x := range ty {
+				str, ok := x.(string)
+				if !ok {
+					bad("type lists a %T", x)
+					continue
+				}
+				types = append(types, str)
+			}
+			if len(types) == 0 {
+				bad("type is an empty list")
+			}
+		default:
+			bad("type must be a string or a list of strings, not %T", ty)
+		}
+	}
+	for _, ty := range types {
+		if !mtSchemaType[ty] {
+			bad("type %q is not a JSON Schema type", ty)
+		}
+	}
+	enum, hasEnum := s["enum"]
+	if hasEnum {
+		list, ok := enum.([]any)
+		if !ok || len(list) == 0 {
+			bad("enum must be a non-empty list")
+		}
+		if slices.Equal(types, []string{"string"}) {
+			for _, x := range list {
+				if _, ok := x.(string); !ok {
+					bad("enum value %v is not a string", x)
+				}
+			}
+		}
+	}
+	if len(types) == 0 && !hasEnum {
+		bad("a property needs a type or an enum")
+	}
+	if top && !slices.Equal(types, []string{"object"}) {
+		bad(`the parameters must be {"type":"object", ...}, not type %v`, types)
+	}
+	props, hasProps := s["properties"]
+	pm, propsOK := props.(map[string]any)
+	if slices.Contains(types, "object") {
+		if hasProps && !propsOK {
+			bad("properties must be an object, not %T", props)
+		}
+		if top && !hasProps {
+			bad("the parameters must have properties")
+		}
+		names := make([]string, 0, len(pm))
+		for name := range pm {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			errs = append(errs, mtCheckSchema(path+".properties."+name, pm[name], false)...)
+		}
+		if req, ok := s["required"]; ok {
+			list, ok := req.([]any)
+			if !ok {
+				bad("required must be a list, not %T", req)
+			}
+			seen := map[string]bool{}
+			for _, x := range list {
+				name, ok := x.(string)
+				switch {
+				case !ok:
+					bad("required lists a %T", x)
+				case seen[name]:
+					bad("required lists %q twice", name)
+				case pm[name] == nil:
+					bad("required names %q, which is not in properties", name)
+				}
+				seen[name] = true
+			}
+		}
+	} else if hasProps || s["required"] != nil {
+		bad("properties or required on a schema that is not an object")
+	}
+	if slices.Contains(types, "array") {
+		if items, ok := s["items"]; !ok {
+			bad("an array needs items")
+		} else {
+			errs = append(errs, mtCheckSchema(path+".items", items, false)...)
+		}
+	}
+	return errs
+}
+
+// mtCheckTool checks one tool definition as a model sees it.
+func mtCheckTool(tl llm.Tool) []string {
+	var errs []string
+	if !mtToolNameRE.MatchString(tl.Name) {
+		errs = append(errs, fmt.Sprintf("name %q does not match %s", tl.Name, mtToolNameRE))
+	}
+	if strings.TrimSpace(tl.Description) == "" {
+		errs = append(errs, tl.Name+": empty description")
+	}
+	var v any
+	if err := json.Unmarshal(tl.Parameters, &v); err != nil {
+		return append(errs, fmt.Sprintf("%s: parameters are not JSON: %v", tl.Name, err))
+	}
+	return append(errs, mtCheckSchema(tl.Name, v, true)...)
+}
+
+func TestSchemaCheckerRejectsBadSchemas(t *testing.T) {
+	for _, bad := range []string{
+		`[]`,
+		`{"type":"string"}`,
+		`{"type":"object"}`,
+		`{"type":"object","properties":[]}`,
+		`{"type":"object","properties":{},"required":["x"]}`,
+		`{"type":"object","properties":{"a":{}}}`,
+		`{"type":"object","properties":{"a":{"type":"strin"}}}`,
+		`{"type":"object","properties":{"a":{"type":"array"}}}`,
+		`{"type":"object","properties":{"a":{"type":"array","items":{"type":"object","properties":{"b":{"description":"no type"}}}}}}`,
+		`{"type":"object","properties":{"a":{"enum":[]}}}`,
+		`{"type":"object","properties":{"a":{"type":"string","description":""}}}`,
+		`{"type":"object","properties":{"a":{"type":"string","properties":{}}}}`,
+	} {
+		if errs := mtCheckTool(llm.Tool{Name: "t", Description: "d", Parameters: json.RawMessage(bad)}); len(errs) == 0 {
+			t.Errorf("the checker accepts %s", bad)
+		}
+	}
+	for _, tl := range []llm.Tool{
+		{Name: "has space", Description: "d", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
+		{Name: strings.Repeat("a", 65), Description: "d", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
+		{Name: "ok", Description: " ", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
+		{Name: "ok", Description: "d", Parameters: json.RawMessage(`{"type":`)},
+	} {
+		if errs := mtCheckTool(tl); len(errs) == 0 {
+			t.Errorf("the checker accepts %+v", tl)
+		}
+	}
+	good := `{"type":"object","properties":{"a":{"type":"array","items":{"type":"string"}},"b":{"enum":["x","y"]},"c":{"type":["string","null"]}},"required":["a"]}`
+	if errs := mtCheckTool(llm.Tool{Name: "ok_1-x", Description: "d", Parameters: json.RawMessage(good)}); len(errs) > 0 {
+		t.Errorf("the checker refuses a good schema: %v", errs)
+	}
+}
+
+// TestToolSchemasAreValidJSONSchema checks every tool definition the model
+// is sent, built-in and host, for root and for a spawned agent.
+func TestToolSchemasAreValidJSONSchema(t *testing.T) {
+	got := make(chan llm.Request, 2)
+	model := llmtest.New(llmtest.Rule{Reply: func(req *llm.Request) (*llm.Response, error) {
+		got <- *req
+		return say(""), nil
+	}})
+	noop := func(context.Context, *as.Actor, json.RawMessage) (any, error) { return "ok", nil }
+	s := newSociety(t, as.Config{Model: model, Tools: []as.Tool{
+		{Name: "host_default", Description: "a host tool with the default parameters", Handler: noop},
+		{Name: "host-search", Description: "a host tool with a schema", Handler: noop,
+			Parameters: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}},"required":["q"]}`)},
+	}})
+	worker := mtSpawn(t, s, "t1", "dev", "develop", nil)
+	if _, err := s.SubmitRequirement(context.Background(), "x"); err != nil {
+		t.Fatal(err)
+	}
+	mtSendAs(t, s, as.RootID, worker.ID, "go")
+	builtins := []string{"find_role_by_name", "create_role", "spawn_agent", "send_message", "put_artifact", "get_artifact", "console_print", "list_contacts"}
+	for range 2 {
+		req := mtRecv(t, got, "a model call")
+		names := mtToolNames(req)
+		for _, want := range append(builtins, "host_default", "host-search") {
+			if !slices.Contains(names, want) {
+				t.Errorf("%s is not offered %s; it has %v", req.Agent, want, names)
+			}
+		}
+		seen := map[string]bool{}
+		for _, tl := range req.Tools {
+			if seen[tl.Name] {
+				t.Errorf("%s is offered %s twice", req.Agent, tl.Name)
+			}
+			seen[tl.Name] = true
+			for _, e := range mtCheckTool(tl) {
+				t.Errorf("%s's tool %s: %s\n%s", req.Agent, tl.Name, e, tl.Parameters)
+			}
+		}
+	}
+}
+
+// ---- Item 2: every refusal reaches the model as a coded tool result ----
+
+type mtRefusal struct {
+	name    string
+	tool    string
+	args    string
+	code    as.Code
+	missing []string
+	msgType string
+	agentID string
+	detail  string // a substring of the message, when it matters
+}
+
+func TestEveryRefusalReachesTheModelAsACodedToolResult(t *testing.T) {
+	st := newMTStore()
+	rootInbox := make(mtInbox, 16)
+	strangerInbox := make(mtInbox, 16)
+	hostTools := []as.Tool{
+		{Name: "fail_plain", Description: "fails with a plain error", Handler: func(context.Context, *as.Actor, json.RawMessage) (any, error) {
+			return nil, errors.New("disk full")
+		}},
+		{Name: "fail_coded", Description: "fails with a coded error", Handler: func(context.Context, *as.Actor, json.RawMessage) (any, error) {
+			return nil, &as.Error{Code: as.ErrInvalidArgument, Message: "which target?", MissingFields: []string{"target"}}
+		}},
+		{Name: "panics", Description: "panics", Handler: func(context.Context, *as.Actor, json.RawMessage) (any, error) {
+			panic("host tool bug")
+		}},
+		{Name: "bad_result", Description: "returns what JSON cannot encode", Handler: func(context.Context, *as.Actor, json.RawMessage) (any, error) {
+			return map[string]any{"ch": make(chan int)}, nil
+		}},
+	}
+	const maxArtifact = 64
+	model := llmtest.New() // replaced below, once the ids are known
+	var modelMu sync.Mutex
+	s := newSociety(t, as.Config{
+		Store:            st,
+		Root:             rootInbox,
+		ContactPolicy:    as.ContactStrict,
+		MaxArtifactBytes: maxArtifact,
+		Tools:            hostTools,
+		MaxSteps:         64,
+		Model: llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+			modelMu.Lock()
+			m := model
+			modelMu.Unlock()
+			return m.Generate(ctx, req)
+		}),
+	})
+	worker := mtSpawn(t, s, "t1", "worker", "MARK-refusals: do the work", nil)
+	stranger := mtSpawn(t, s, "t2", "worker", "MARK-refusals: do the work", strangerInbox)
+	role := worker.RoleID // created by root: the worker does not own it
+
+	brief := mtJSON(t, validBrief())
+	cases := []mtRefusal{
+		{name: "brief missing three fields", tool: "spawn_agent", args: `{"roleId":"` + role + `","taskBrief":{"objective":"x","constraints":[]}}`,
+			code: as.ErrInvalidTaskBrief, missing: []string{"inputs", "outputs", "completion_criteria"}},
+		{name: "brief blank fields", tool: "spawn_agent", args: `{"roleId":"` + role + `","taskBrief":{"objective":"  ","constraints":["Python"],"inputs":"a","outputs":"\t","completion_criteria":"c"}}`,
+			code: as.ErrInvalidTaskBrief, missing: []string{"objective", "outputs"}},
+		{name: "no brief", tool: "spawn_agent", args: `{"roleId":"` + role + `"}`,
+			code: as.ErrInvalidTaskBrief, missing: []string{"objective", "constraints", "inputs", "outputs", "completion_criteria"}},
+		{name: "role of another creator", tool: "spawn_agent", args: `{"roleId":"` + role + `","taskBrief":` + brief + `}`,
+			code: as.ErrNotRoleOwner},
+		{name: "parent mismatch", tool: "spawn_agent", args: `{"roleId":"` + role + `","parentAgentId":"root","taskBrief":` + brief + `}`,
+			code: as.ErrParentMismatch, agentID: "root"},
+		{name: "unknown role", tool: "spawn_agent", args: `{"roleId":"role-404","taskBrief":` + brief + `}`,
+			code: as.ErrRoleNotFound},
+		{name: "unknown agent", tool: "send_message", args: `{"to":"agent-404","payload":{"text":"hi"}}`,
+			code: as.ErrAgentNotFound, agentID: "agent-404"},
+		{name: "to oneself", tool: "send_message", args: `{"to":"` + worker.ID + `","payload":{"text":"hi"}}`,
+			code: as.ErrInvalidArgument, agentID: worker.ID},
+		{name: "payload not an object", tool: "send_message", args: `{"to":"root","payload":[1,2]}`,
+			code: as.ErrInvalidMessageFormat, msgType: "general"},
+		{name: "task_assignment without a brief", tool: "send_message", args: `{"to":"root","message_type":"task_assignment","payload":{"objective":"x"}}`,
+			code: as.ErrInvalidMessageFormat, msgType: "task_assignment", missing: []string{"constraints", "inputs", "outputs", "completion_criteria"}},
+		{name: "empty status_report", tool: "send_message", args: `{"to":"root","message_type":"status_report","payload":{}}`,
+			code: as.ErrInvalidMessageFormat, msgType: "status_report", missing: []string{"status"}},
+		{name: "introduction_request without capability", tool: "send_message", args: `{"to":"root","message_type":"introduction_request","payload":{"reason":"need a DBA"}}`,
+			code: as.ErrInvalidMessageFormat, msgType: "introduction_request", missing: []string{"required_capability"}},
+		{name: "introduction_response without target", tool: "send_message", args: `{"to":"root","message_type":"introduction_response","payload":{"advice":"ask them"}}`,
+			code: as.ErrInvalidMessageFormat, msgType: "introduction_response", missing: []string{"target_agent_id"}},
+		{name: "collaboration_request without subtask", tool: "send_message", args: `{"to":"root","message_type":"collaboration_request","payload":{"text":"help"}}`,
+			code: as.ErrInvalidMessageFormat, msgType: "collaboration_request", missing: []string{"subtask_description"}},
+		{name: "completed collaboration_response without result", tool: "send_message", args: `{"to":"root","message_type":"collaboration_response","payload":{"request_id":"req-1","status":"completed"}}`,
+			code: as.ErrInvalidMessageFormat, msgType: "collaboration_response", missing: []string{"result_data"}},
+		{name: "failed collaboration_response without error_message", tool: "send_message", args: `{"to":"root","message_type":"collaboration_response","payload":{"request_id":"req-1","status":"error"}}`,
+			code: as.ErrInvalidMessageFormat, msgType: "collaboration_response", missing: []string{"error_message"}},
+		{name: "stranger under ContactStrict", tool: "send_message", args: `{"to":"` + stranger.ID + `","payload":{"text":"hello"}}`,
+			code: as.ErrUnknownContact, agentID: stranger.ID},
+		{name: "path as artifact ref", tool: "get_artifact", args: `{"ref":"../etc/passwd"}`,
+			code: as.ErrInvalidArtifactRef, detail: "../etc/passwd"},
+		{name: "unknown artifact", tool: "get_artifact", args: `{"ref":"artifact:nope"}`,
+			code: as.ErrArtifactNotFound},
+		{name: "artifact too large", tool: "put_artifact", args: `{"name":"big","content":"` + strings.Repeat("x", maxArtifact+1) + `"}`,
+			code: as.ErrArtifactTooLarge},
+		{name: "blank role name", tool: "create_role", args: `{"name":"   ","rolePrompt":"x"}`,
+			code: as.ErrInvalidArgument, missing: []string{"name"}},
+		{name: "malformed JSON", tool: "create_role", args: `{"name":`,
+			code: as.ErrInvalidArgument},
+		{name: "arguments not an object", tool: "send_message", args: `[1,2]`,
+			code: as.ErrInvalidArgument},
+		{name: "number for roleId", tool: "spawn_agent", args: `{"roleId":7}`,
+			code: as.ErrInvalidArgument},
+		{name: "number for to", tool: "send_message", args: `{"to":5,"payload":{}}`,
+			code: as.ErrInvalidArgument},
+		{name: "list for ref", tool: "get_artifact", args: `{"ref":["artifact:x"]}`,
+			code: as.ErrInvalidArgument},
+		{name: "unknown tool", tool: "launch_rockets", args: `{}`,
+			code: as.ErrUnknownTool, detail: "launch_rockets"},
+		{name: "host tool plain error", tool: "fail_plain", args: `{}`,
+			code: as.ErrToolFailed, detail: "disk full"},
+		{name: "host tool coded error", tool: "fail_coded", args: `{}`,
+			code: as.ErrInvalidArgument, missing: []string{"target"}, detail: "which target?"},
+		{name: "host tool panics", tool: "panics", args: `{}`,
+			code: as.ErrToolFailed},
+		{name: "host tool result not JSON", tool: "bad_result", args: `{}`,
+			code: as.ErrToolFailed},
+	}
+
+	var rules []llmtest.Rule
+	for _, c := range cases {
+		rules = append(rules, llmtest.Rule{Name: c.name, Agent: worker.ID, Times: 1, Response: llmtest.Call(c.tool, c.args)})
+	}
+	// After every refusal the agent keeps going: a valid call still works.
+	rules = append(rules, llmtest.Rule{Name: "still working", Agent: worker.ID, Times: 1, Response: llmtest.Call("list_contacts", nil)})
+	done := make(chan struct{})
+	rules = append(rules, llmtest.Rule{Name: "end", Agent: worker.ID, Reply: func(*llm.Request) (*llm.Response, error) {
+		close(done)
+		return say("done"), nil
+	}})
+	modelMu.Lock()
+	model = llmtest.New(rules...)
+	m := model
+	modelMu.Unlock()
+
+	before := mtSnapshot(t, s)
+	mark := st.mark()
+	kick := mtSendAs(t, s, as.RootID, worker.ID, "go")
+	mtRecv(t, done, "the end of the worker's turn")
+	st.waitFinished(t, kick.ID)
+
+	mtSameState(t, before, s)
+	st.assertOnly(t, mark, kick)
+	if n := st.artifacts(); n != 0 {
+		t.Errorf("%d artifacts were stored", n)
+	}
+	select {
+	case msg := <-rootInbox:
+		t.Errorf("root got %+v", msg)
+	case msg := <-strangerInbox:
+		t.Errorf("the stranger got %+v", msg)
+	default:
+	}
+
+	reqs := m.RequestsFor(worker.ID)
+	if len(reqs) != len(cases)+2 {
+		t.Fatalf("%d model calls, want %d", len(reqs), len(cases)+2)
+	}
+	for i, c := range cases {
+		call, res := mtLastResult(t, reqs[i+1])
+		if call.Name != c.tool || string(call.Arguments) != c.args {
+			t.Errorf("%s: the result answers %s(%s)", c.name, call.Name, call.Arguments)
+			continue
+		}
+		if !strings.Contains(res.Content, `"error":"`+string(c.code)+`"`) {
+			t.Errorf("%s: the model got %s, want \"error\":%q", c.name, res.Content, c.code)
+			continue
+		}
+		var e mtToolError
+		if err := json.Unmarshal([]byte(res.Content), &e); err != nil {
+			t.Errorf("%s: the result is not JSON: %v: %s", c.name, err, res.Content)
+			continue
+		}
+		if e.Error != string(c.code) || !slices.Equal(e.MissingFields, c.missing) || e.MessageType != c.msgType || e.AgentID != c.agentID {
+			t.Errorf("%s: the model got %s,\nwant code %s, missing_fields %q, message_type %q, agent_id %q", c.name, res.Content, c.code, c.missing, c.msgType, c.agentID)
+		}
+		if e.Message == "" || !strings.Contains(e.Message, c.detail) {
+			t.Errorf("%s: message %q, want a message containing %q", c.name, e.Message, c.detail)
+		}
+	}
+	_, res := mtLastResult(t, reqs[len(cases)+1])
+	if strings.Contains(res.Content, `"error"`) || !strings.Contains(res.Content, `"contacts"`) {
+		t.Errorf("after the refusals, list_contacts gave %s", res.Content)
+	}
+}
+
+// ---- Item 3: host tools ----
+
+func TestHostToolsReachTheirRolesWithTheCallersIdentity(t *testing.T) {
+	type seen struct {
+		tool, id, roleID, task, args string
+	}
+	var mu sync.Mutex
+	var calls []seen
+	record := func(name string, result func(self *as.Actor) any) func(context.Context, *as.Actor, json.RawMessage) (any, error) {
+		return func(_ context.Context, self *as.Actor, args json.RawMessage) (any, error) {
+			mu.Lock()
+			calls = append(calls, seen{name, self.ID(), self.Agent().RoleID, self.TaskID(), string(args)})
+			mu.Unlock()
+			return result(self), nil
+		}
+	}
+	type whoami struct {
+		ID     string          `json:"id"`
+		RoleID string          `json:"roleId"`
+		Task   string          `json:"task"`
+		Extra  json.RawMessage `json:"extra,omitempty"`
+	}
+	tools := []as.Tool{
+		{Name: "whoami", Description: "says who calls", Handler: record("whoami", func(self *as.Actor) any {
+			return whoami{ID: self.ID(), RoleID: self.Agent().RoleID, Task: self.TaskID(), Extra: json.RawMessage(`{"n":1}`)}
+		})},
+		{Name: "deploy", Description: "deploys; for ops only", Roles: []string{"ops"},
+			Parameters: json.RawMessage(`{"type":"object","properties":{"env":{"type":"string"}},"required":["env"]}`),
+			Handler:    record("deploy", func(*as.Actor) any { return map[string]any{"deployed": true, "url": "https://example.test/app"} })},
+	}
+	dev := make(chan struct{})
+	ops := make(chan struct{})
+	root := make(chan struct{})
+	model := llmtest.New(
+		llmtest.Rule{Agent: as.RootID, Reply: func(*llm.Request) (*llm.Response, error) { close(root); return say(""), nil }},
+		llmtest.Rule{SystemContains: "MARK-dev", LastContains: "START", Response: llmtest.Call("whoami", `{"x": 1}`)},
+		llmtest.Rule{SystemContains: "MARK-dev", AfterTool: "whoami", Response: llmtest.Call("deploy", `{"env":"prod"}`)},
+		llmtest.Rule{SystemContains: "MARK-dev", AfterTool: "deploy", Reply: func(*llm.Request) (*llm.Response, error) { close(dev); return say(""), nil }},
+		llmtest.Rule{SystemContains: "MARK-ops", LastContains: "START", Response: llmtest.Call("deploy", `{"env":"prod"}`)},
+		llmtest.Rule{SystemContains: "MARK-ops", AfterTool: "deploy", Response: llmtest.Call("whoami", nil)},
+		llmtest.Rule{SystemContains: "MARK-ops", AfterTool: "whoami", Reply: func(*llm.Request) (*llm.Response, error) { close(ops); return say(""), nil }},
+	)
+	s := newSociety(t, as.Config{Model: model, Tools: tools})
+	devAgent := mtSpawn(t, s, "t-dev", "dev", "MARK-dev", nil)
+	opsAgent := mtSpawn(t, s, "t-ops", "ops", "MARK-ops", nil)
+	if _, err := s.SubmitRequirement(context.Background(), "hello"); err != nil {
+		t.Fatal(err)
+	}
+	mtSendAs(t, s, as.RootID, devAgent.ID, "START")
+	mtSendAs(t, s, as.RootID, opsAgent.ID, "START")
+	mtRecv(t, root, "root's call")
+	mtRecv(t, dev, "the dev agent's turn")
+	mtRecv(t, ops, "the ops agent's turn")
+
+	// Who sees what.
+	for id, want := range map[string][]string{as.RootID: {"whoami"}, devAgent.ID: {"whoami"}, opsAgent.ID: {"whoami", "deploy"}} {
+		for _, req := range model.RequestsFor(id) {
+			names := mtToolNames(req)
+			for _, h := range []string{"whoami", "deploy"} {
+				if slices.Contains(names, h) != slices.Contains(want, h) {
+					t.Errorf("%s is offered %v; of the host tools it should see only %v", id, names, want)
+				}
+			}
+			for _, tl := range req.Tools {
+				if tl.Name == "whoami" && string(tl.Parameters) != `{"type":"object","properties":{}}` {
+					t.Errorf("nil Parameters reach the model as %s", tl.Parameters)
+				}
+			}
+		}
+	}
+
+	// The dev agent may not call deploy; ops may, and both learn who they are.
+	devReqs, opsReqs := model.RequestsFor(devAgent.ID), model.RequestsFor(opsAgent.ID)
+	if len(devReqs) != 3 || len(opsReqs) != 3 {
+		t.Fatalf("dev made %d calls and ops %d, want 3 each", len(devReqs), len(opsReqs))
+	}
+	wantJSON := func(id, roleID, task string) string {
+		return `{"id":"` + id + `","roleId":"` + roleID + `","task":"` + task + `","extra":{"n":1}}`
+	}
+	checks := []struct {
+		req  llm.Request
+		tool string
+		want string
+	}{
+		{devReqs[1], "whoami", wantJSON(devAgent.ID, devAgent.RoleID, "t-dev")},
+		{opsReqs[1], "deploy", `{"deployed":true,"url":"https://example.test/app"}`},
+		{opsReqs[2], "whoami", wantJSON(opsAgent.ID, opsAgent.RoleID, "t-ops")},
+	}
+	for _, c := range checks {
+		call, res := mtLastResult(t, c.req)
+		if call.Name != c.tool || res.Content != c.want {
+			t.Errorf("%s: %s gave the model %s, want %s", c.req.Agent, call.Name, res.Content, c.want)
+		}
+	}
+	call, res := mtLastResult(t, devReqs[2])
+	var e mtToolError
+	if call.Name != "deploy" || json.Unmarshal([]byte(res.Content), &e) != nil || e.Error != string(as.ErrUnknownTool) {
+		t.Errorf("dev calling deploy got %s, want unknown_tool", res.Content)
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	sort.Slice(calls, func(i, j int) bool { return calls[i].id+calls[i].tool < calls[j].id+calls[j].tool })
+	want := []seen{
+		{"whoami", devAgent.ID, devAgent.RoleID, "t-dev", `{"x": 1}`},
+		{"deploy", opsAgent.ID, opsAgent.RoleID, "t-ops", `{"env":"prod"}`},
+		{"whoami", opsAgent.ID, opsAgent.RoleID, "t-ops", `{}`},
+	}
+	sort.Slice(want, func(i, j int) bool { return want[i].id+want[i].tool < want[j].id+want[j].tool })
+	if !slices.Equal(calls, want) {
+		t.Errorf("handlers saw %+v\nwant %+v", calls, want)
+	}
+}
+
+func TestHostToolConfigIsValidatedByNew(t *testing.T) {
+	h := func(context.Context, *as.Actor, json.RawMessage) (any, error) { return nil, nil }
+	ok := as.Tool{Name: "ok", Description: "fine", Handler: h}
+	for _, c := range []struct {
+		name  string
+		tools []as.Tool
+		want  string
+	}{
+		{"duplicate name", []as.Tool{ok, ok}, "twice"},
+		{"built-in name", []as.Tool{{Name: "send_message", Description: "mine", Handler: h}}, "built-in"},
+		{"built-in name list_contacts", []as.Tool{{Name: "list_contacts", Description: "mine", Handler: h}}, "built-in"},
+		{"empty name", []as.Tool{{Name: "", Description: "d", Handler: h}}, "name"},
+		{"name with a space", []as.Tool{{Name: "my tool", Description: "d", Handler: h}}, "name"},
+		{"name with a dot", []as.Tool{{Name: "my.tool", Description: "d", Handler: h}}, "name"},
+		{"non-ASCII name", []as.Tool{{Name: "工具", Description: "d", Handler: h}}, "name"},
+		{"name of 65 bytes", []as.Tool{{Name: strings.Repeat("a", 65), Description: "d", Handler: h}}, "name"},
+		{"nil handler", []as.Tool{{Name: "nohandler", Description: "d"}}, "Handler"},
+		{"array parameters", []as.Tool{{Name: "p", Description: "d", Handler: h, Parameters: json.RawMessage(`[]`)}}, "Parameters"},
+		{"string parameters", []as.Tool{{Name: "p", Description: "d", Handler: h, Parameters: json.RawMessage(`"object"`)}}, "Parameters"},
+		{"malformed parameters", []as.Tool{{Name: "p", Description: "d", Handler: h, Parameters: json.RawMessage(`{"type":`)}}, "Parameters"},
+		{"empty parameters", []as.Tool{{Name: "p", Description: "d", Handler: h, Parameters: json.RawMessage{}}}, "Parameters"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, err := as.New(context.Background(), as.Config{Logger: quiet, Tools: c.tools})
+			if err == nil {
+				s.Close(context.Background())
+				t.Fatalf("New accepted %+v", c.tools)
+			}
+			if s != nil {
+				t.Errorf("New returned a society with its error %v", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q does not mention %q", err, c.want)
+			}
+		})
+	}
+	good := []as.Tool{ok, {Name: "Tool_2-x", Description: "d", Handler: h, Roles: []string{"ops"}, Parameters: json.RawMessage(` {"type":"object","properties":{}} `)}, {Name: strings.Repeat("b", 64), Description: "d", Handler: h}}
+	s, err := as.New(context.Background(), as.Config{Logger: quiet, Tools: good})
+	if err != nil {
+		t.Fatalf("New refused valid tools: %v", err)
+	}
+	s.Close(context.Background())
+}
