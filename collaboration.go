@@ -75,6 +75,25 @@ func (x *Actor) Collaborate(ctx context.Context, to string, p CollaborationReque
 	}
 }
 
+// Respond answers collaboration request requestID, which must have been sent
+// to this agent: it sends the collaboration_response to the requester. p's
+// RequestID is set to requestID. Refusals are Send's: ErrUnknownRequest,
+// ErrWrongResponder, ErrRequestClosed, or ErrInvalidMessageFormat for a
+// payload that does not fit its status.
+func (x *Actor) Respond(ctx context.Context, requestID string, p CollaborationResponsePayload) (Message, error) {
+	x.s.mu.RLock()
+	var requester string
+	if r := x.s.requests[requestID]; r != nil {
+		requester = r.from
+	}
+	x.s.mu.RUnlock()
+	if requester == "" {
+		return Message{}, x.s.refuse("send_message", x.ID(), &Error{Code: ErrUnknownRequest, Message: "no collaboration request " + strconvQuote(requestID)})
+	}
+	p.RequestID = requestID
+	return x.Send(ctx, Outgoing{To: requester, Type: CollaborationResponse, Payload: p})
+}
+
 func (s *Society) sendCollaboration(ctx context.Context, x *Actor, to string, p CollaborationRequestPayload, timeout time.Duration, waiter chan Message) (Message, error) {
 	if timeout > 0 {
 		p.TimeoutSeconds = timeout.Seconds()

@@ -1,0 +1,133 @@
+package agentsociety_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	as "agentsociety"
+	"agentsociety/llm"
+)
+
+// TestDelegationTools plays seed 004's delegation with model-driven agents:
+// the delegator delegates three tasks; the assignee completes one and fails
+// one (escalation), and lets the third time out. The delegator is told of
+// each outcome by one collaboration_response.
+func TestDelegationTools(t *testing.T) {
+	ctx := context.Background()
+	outcomes := make(chan as.CollaborationResponsePayload, 8)
+	var delegator, assignee string
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		last := req.Messages[len(req.Messages)-1]
+		switch req.Agent {
+		case delegator:
+			if last.Role == llm.RoleUser && strings.Contains(last.Content, "collaboration_response") {
+				var p as.CollaborationResponsePayload
+				body := last.Content[strings.Index(last.Content, "{"):strings.LastIndex(last.Content, "}")+1]
+				if err := json.Unmarshal([]byte(body), &p); err != nil {
+					t.Errorf("delegator read %q: %v", last.Content, err)
+				}
+				outcomes <- p
+				return say("noted"), nil
+			}
+			if last.Role == llm.RoleUser { // the kick-off from the host
+				return &llm.Response{Message: llm.Message{ToolCalls: []llm.ToolCall{
+					{ID: "d1", Name: "delegate_task", Arguments: json.RawMessage(`{"assignee":"` + assignee + `","description":"summarise","payload":{"n":1}}`)},
+					{ID: "d2", Name: "delegate_task", Arguments: json.RawMessage(`{"assignee":"` + assignee + `","description":"impossible","payload":{"n":2}}`)},
+					{ID: "d3", Name: "delegate_task", Arguments: json.RawMessage(`{"assignee":"` + assignee + `","description":"ignore me","timeout_seconds":0.05}`)},
+				}}}, nil
+			}
+			return say("delegated"), nil
+		case assignee:
+			if last.Role != llm.RoleUser {
+				return say("done"), nil
+			}
+			id := last.Content[strings.Index(last.Content, `"request_id": "`)+len(`"request_id": "`):]
+			id = id[:strings.Index(id, `"`)]
+			switch {
+			case strings.Contains(last.Content, "summarise"):
+				return call("c", "complete_task", `{"task_id":"`+id+`","result":{"summary":"short"}}`), nil
+			case strings.Contains(last.Content, "impossible"):
+				return call("c", "fail_task", `{"task_id":"`+id+`","error_message":"no sources","details":{"tried":3}}`), nil
+			}
+			return say("ignoring"), nil
+		}
+		return say(""), nil
+	})
+	tools := as.DelegationTools()
+	for i := range tools {
+		tools[i].Roles = []string{"partner", "librarian"}
+	}
+	s := newSociety(t, as.Config{Model: model, Tools: tools})
+	root, _ := s.Actor(as.RootID)
+	root = root.WithTask("thesis")
+	prole, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "partner"})
+	p, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: prole.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pa, _ := s.Actor(p.ID)
+	lrole, _, _ := pa.CreateRole(ctx, as.RoleSpec{Name: "librarian"})
+	l, _, err := pa.SpawnAgent(ctx, as.SpawnSpec{RoleID: lrole.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	delegator, assignee = p.ID, l.ID
+	if _, err := s.SendTextToAgent(ctx, delegator, "start", ""); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]as.CollaborationResponsePayload{}
+	for len(got) < 3 {
+		select {
+		case o := <-outcomes:
+			if _, dup := got[o.RequestID]; dup {
+				t.Fatalf("two outcomes for %s", o.RequestID)
+			}
+			got[o.RequestID] = o
+		case <-time.After(5 * time.Second):
+			t.Fatalf("only %d outcomes: %+v", len(got), got)
+		}
+	}
+	var completed, failed, timedOut int
+	for _, o := range got {
+		var data bytes.Buffer
+		json.Compact(&data, o.ResultData) // the agent reads the payload indented
+		switch {
+		case o.Status == as.StatusCompleted && data.String() == `{"summary":"short"}`:
+			completed++
+		case o.Status == as.StatusError && o.ErrorMessage == "no sources" && data.String() == `{"tried":3}`:
+			failed++
+		case o.Status == as.StatusError && strings.Contains(o.ErrorMessage, "timeout"):
+			timedOut++
+		default:
+			t.Errorf("unexpected outcome %+v", o)
+		}
+	}
+	if completed != 1 || failed != 1 || timedOut != 1 {
+		t.Fatalf("completed %d, failed %d, timed out %d; want one each", completed, failed, timedOut)
+	}
+}
+
+func TestRespondFindsTheRequester(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	_, lead, helper := twoAgents(t, in)
+	id, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.next(t)
+	if _, err := lead.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`1`)}); err == nil {
+		t.Fatal("the requester answered its own request")
+	}
+	if _, err := helper.Respond(ctx, "req-unknown", as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"}); err == nil {
+		t.Fatal("answered an unknown request")
+	}
+	m, err := helper.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`1`)})
+	if err != nil || m.To != lead.ID() {
+		t.Fatalf("Respond = %+v, %v", m, err)
+	}
+}
