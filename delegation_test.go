@@ -26,7 +26,7 @@ func TestDelegationTools(t *testing.T) {
 		case delegator:
 			if last.Role == llm.RoleUser && strings.Contains(last.Content, "collaboration_response") {
 				var p as.CollaborationResponsePayload
-				body := last.Content[strings.Index(last.Content, "{"):strings.LastIndex(last.Content, "}")+1]
+				body := last.Content[strings.Index(last.Content, "{") : strings.LastIndex(last.Content, "}")+1]
 				if err := json.Unmarshal([]byte(body), &p); err != nil {
 					t.Errorf("delegator read %q: %v", last.Content, err)
 				}
