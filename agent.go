@@ -85,6 +85,7 @@ type agent struct {
 	box      atomic.Pointer[mailbox.Box[Message]] // nil until the first message: idle agents need none
 	mind     *mind                                // a model-driven agent's history, from its first turn
 	self     *Actor                               // the handle last given to the behaviour, reused while the task is the same
+	handoff  string                               // the id of the handoff message of an agent being terminated
 }
 
 // Actor is a handle through which code acts as one agent: what it sends, the
@@ -107,7 +108,11 @@ func (x *Actor) ID() string { return x.a.info.ID }
 func (x *Actor) TaskID() string { return x.taskID }
 
 // Agent returns the agent this handle acts as.
-func (x *Actor) Agent() Agent { return x.a.info.clone() }
+func (x *Actor) Agent() Agent {
+	x.s.mu.RLock()
+	defer x.s.mu.RUnlock()
+	return x.a.info.clone()
+}
 
 // WithTask returns a handle for the same agent working on taskID.
 func (x *Actor) WithTask(taskID string) *Actor {
@@ -212,6 +217,9 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if x.a.info.Status == StatusTerminated {
+		return refuse(&Error{Code: ErrAgentTerminated, Message: by + " was terminated", AgentID: by})
+	}
 	role := s.roles[spec.RoleID]
 	if role == nil {
 		return refuse(&Error{Code: ErrRoleNotFound, Message: "no role " + strconvQuote(spec.RoleID)})
@@ -304,6 +312,9 @@ func (s *Society) birthContacts(parent, child *agent, now time.Time) []ownedCont
 func (s *Society) addAgent(c *agent) {
 	c.order = uint64(len(s.agents))
 	s.agents[c.info.ID] = c
+	if c.info.Status == StatusTerminated {
+		return // restored: it counts for nothing
+	}
 	s.live++
 	if c.info.ParentID == RootID {
 		s.rootKids[c.info.TaskID] = c.info.ID

@@ -227,6 +227,9 @@ func (s *Society) prepare(p *pendingSend, from *agent, m Message, f fields) *Err
 	if to == from {
 		return &Error{Code: ErrInvalidArgument, Message: "an agent cannot send a message to itself", AgentID: m.To}
 	}
+	if to.info.Status != StatusActive || from.info.Status == StatusTerminated {
+		return terminatedError(from, to)
+	}
 	if s.cfg.ContactPolicy == ContactStrict && by != UserID && m.To != UserID && !s.contacts.knows(by, m.To) {
 		return &Error{Code: ErrUnknownContact, Message: m.To + " is not in your contacts; ask a contact for an introduction", AgentID: m.To}
 	}
@@ -238,6 +241,14 @@ func (s *Society) prepare(p *pendingSend, from *agent, m Message, f fields) *Err
 		return s.prepareTyped(p, f)
 	}
 	return nil
+}
+
+func terminatedError(from, to *agent) *Error {
+	a := to
+	if from.info.Status == StatusTerminated {
+		a = from
+	}
+	return &Error{Code: ErrAgentTerminated, Message: a.info.ID + " is " + string(a.info.Status) + " and takes no messages", AgentID: a.info.ID}
 }
 
 // firstContact is the entry a first message from from adds to its receiver.
@@ -360,7 +371,13 @@ func (s *Society) deliver(a *agent, m Message) {
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.logMessage(ctx, "message delivered", &m)
 	}
-	err := s.handle(ctx, a, m)
+	var err error
+	status, handoff := s.statusOf(a)
+	if status == StatusTerminated {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "message dropped: the agent was terminated", slog.String("msg", m.ID), slog.String("agent", a.info.ID))
+	} else {
+		err = s.handle(ctx, a, m)
+	}
 	if ferr := s.store.Apply(ctx, store.Change{Finished: []string{m.ID}}); ferr != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
 			slog.String("msg", m.ID), slog.String("agent", a.info.ID), slog.String("err", ferr.Error()))
@@ -368,6 +385,17 @@ func (s *Society) deliver(a *agent, m Message) {
 	if err != nil {
 		s.reportFailure(a, m, err)
 	}
+	if m.ID == handoff {
+		s.finishTermination(ctx, a)
+	}
+}
+
+// statusOf returns a's status and the id of its handoff message, if it is
+// being terminated.
+func (s *Society) statusOf(a *agent) (AgentStatus, string) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return a.info.Status, a.handoff
 }
 
 // handle runs a's behaviour on m, turning a panic into an error.

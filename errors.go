@@ -66,6 +66,12 @@ const (
 	ErrClosed Code = "society_closed"
 	// ErrStore: the store failed; the operation took no effect (see Unwrap).
 	ErrStore Code = "store_error"
+	// ErrAgentTerminated: the agent was terminated, or is being terminated
+	// and takes no more messages.
+	ErrAgentTerminated Code = "agent_terminated"
+	// ErrNotAncestor: an agent tried to terminate an agent that is not one
+	// of its descendants.
+	ErrNotAncestor Code = "not_ancestor"
 	// ErrUnknownTool: a model called a tool that does not exist for its agent.
 	ErrUnknownTool Code = "unknown_tool"
 	// ErrToolFailed: a tool failed in a way that has no code of its own.

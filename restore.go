@@ -46,6 +46,13 @@ func (s *Society) restore(ctx context.Context) error {
 		})
 		s.agentIDs.Observe(r.ID)
 	}
+	// An agent that was terminating when the society stopped had its
+	// handoff turn cut short: it ends now, and with it its descendants.
+	for _, a := range s.agents {
+		if a.info.Status == StatusTerminating {
+			s.finishTerminationLocked(ctx, a)
+		}
+	}
 	for owner, list := range st.Contacts {
 		for _, c := range list {
 			spec, err := unmarshalSpec(c.InterfaceSpec)

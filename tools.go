@@ -62,6 +62,8 @@ var builtins = []builtin{
 		Parameters: json.RawMessage(`{"type":"object","properties":{"ref":{"type":"string"}},"required":["ref"]}`)}, toolGetArtifact},
 	{llm.Tool{Name: "console_print", Description: "在控制台向用户显示一行文字；不是消息，智能体收不到。",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`)}, toolConsolePrint},
+	{llm.Tool{Name: "terminate_agent", Description: "终止你的一个下级（及其下级）：它先有一轮交接（写工件、向父级汇报），之后不再收消息。任务完成且已交接时用。",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"agentId":{"type":"string"}},"required":["agentId"]}`)}, toolTerminate},
 	{llm.Tool{Name: "list_contacts", Description: "列出你的联系人（ID、角色、来源、接口说明）。",
 		Parameters: json.RawMessage(`{"type":"object","properties":{}}`)}, toolListContacts},
 }
@@ -368,6 +370,19 @@ func toolConsolePrint(ctx context.Context, x *Actor, args json.RawMessage) (any,
 		io.WriteString(s.cfg.UserConsole, "["+x.ID()+"] "+a.Text+"\n")
 	}
 	return map[string]any{"ok": true}, nil
+}
+
+func toolTerminate(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {
+	var a struct {
+		AgentID string `json:"agentId"`
+	}
+	if err := decodeArgs("terminate_agent", args, &a); err != nil {
+		return nil, err
+	}
+	if err := x.Terminate(ctx, a.AgentID); err != nil {
+		return nil, err
+	}
+	return map[string]any{"agentId": a.AgentID, "status": StatusTerminating}, nil
 }
 
 func toolListContacts(_ context.Context, x *Actor, _ json.RawMessage) (any, error) {

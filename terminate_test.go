@@ -1,0 +1,134 @@
+package agentsociety_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	as "agentsociety"
+	"agentsociety/store"
+)
+
+// TestTerminateHandsOverThenEndsTheSubtree: a lead terminates its developer,
+// which has a child of its own. The developer handles what was queued, then
+// its handoff turn, in which it stores its state and reports to the lead;
+// then it and its child are terminated, in the society and in the store.
+func TestTerminateHandsOverThenEndsTheSubtree(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	reports := make(chan as.Message, 4)
+	release := make(chan struct{})
+	var seen []string
+	dev := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		var p struct {
+			Handoff bool `json:"handoff"`
+		}
+		m.Decode(&p)
+		if !p.Handoff {
+			<-release // hold the first message so termination begins while it is handled
+			seen = append(seen, m.Text())
+			return nil
+		}
+		seen = append(seen, "handoff")
+		art, err := self.PutArtifact(ctx, as.ArtifactSpec{Name: "state.json", Data: []byte(`{"done":3}`)})
+		if err != nil {
+			return err
+		}
+		_, err = self.Send(ctx, as.Outgoing{To: self.Agent().ParentID, Type: as.StatusReport, Payload: as.StatusReportPayload{Status: "handed over", Text: art.Ref()}})
+		return err
+	})
+	lead := as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
+		reports <- m
+		return nil
+	})
+	s := newSociety(t, as.Config{Store: mem, MaxAgents: 3})
+	root, _ := s.Actor(as.RootID)
+	root = root.WithTask("t")
+	lrole, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
+	l, _, _ := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: lrole.ID, Brief: validBrief(), Behavior: lead})
+	la, _ := s.Actor(l.ID)
+	drole, _, _ := la.CreateRole(ctx, as.RoleSpec{Name: "developer"})
+	d, _, _ := la.SpawnAgent(ctx, as.SpawnSpec{RoleID: drole.ID, Brief: validBrief(), Behavior: dev})
+	da, _ := s.Actor(d.ID)
+	grole, _, _ := da.CreateRole(ctx, as.RoleSpec{Name: "helper"})
+	g, _, err := da.SpawnAgent(ctx, as.SpawnSpec{RoleID: grole.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := la.SendText(ctx, d.ID, "work"); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := da.Terminate(ctx, l.ID); !errors.Is(err, as.ErrNotAncestor) {
+		t.Fatalf("a child terminating its parent: %v, want ErrNotAncestor", err)
+	}
+	if err := la.Terminate(ctx, as.RootID); !errors.Is(err, as.ErrForbidden) {
+		t.Fatalf("terminating root: %v, want ErrForbidden", err)
+	}
+	if err := la.Terminate(ctx, d.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := la.Terminate(ctx, d.ID); !errors.Is(err, as.ErrAgentTerminated) {
+		t.Fatalf("terminating twice: %v, want ErrAgentTerminated", err)
+	}
+	if _, err := la.SendText(ctx, d.ID, "more"); !errors.Is(err, as.ErrAgentTerminated) {
+		t.Fatalf("a message to a terminating agent: %v, want ErrAgentTerminated", err)
+	}
+	close(release)
+
+	select {
+	case m := <-reports:
+		if m.From != d.ID || m.Type != as.StatusReport {
+			t.Fatalf("lead got %+v, want the developer's handoff report", m)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no handoff report")
+	}
+	// The termination completes after the handoff turn: wait for it by
+	// waiting for the store to say so.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, _ := mem.Load(ctx)
+		ended := 0
+		for _, a := range st.Agents {
+			if (a.ID == d.ID || a.ID == g.ID) && a.Status == string(as.StatusTerminated) {
+				ended++
+			}
+		}
+		if ended == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store does not record the termination: %+v", st.Agents)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if len(seen) != 2 || seen[0] != "work" || seen[1] != "handoff" {
+		t.Fatalf("the developer handled %v, want [work handoff]", seen)
+	}
+	for _, id := range []string{d.ID, g.ID} {
+		if a, _ := s.Agent(id); a.Status != as.StatusTerminated {
+			t.Fatalf("%s is %s, want terminated", id, a.Status)
+		}
+		if _, err := la.SendText(ctx, id, "hello?"); !errors.Is(err, as.ErrAgentTerminated) {
+			t.Fatalf("a message to terminated %s: %v", id, err)
+		}
+	}
+	// The two ended agents no longer count against MaxAgents (3).
+	if _, _, err := la.SpawnAgent(ctx, as.SpawnSpec{RoleID: drole.ID, Brief: validBrief()}); err != nil {
+		t.Fatalf("spawning after a termination freed room: %v", err)
+	}
+}
+
+func TestHostTerminateRefusesTheBuiltins(t *testing.T) {
+	s := newSociety(t, as.Config{})
+	for _, id := range []string{as.RootID, as.UserID} {
+		if err := s.Terminate(context.Background(), id); !errors.Is(err, as.ErrForbidden) {
+			t.Fatalf("Terminate(%s) = %v, want ErrForbidden", id, err)
+		}
+	}
+	if err := s.Terminate(context.Background(), "agent-9"); !errors.Is(err, as.ErrAgentNotFound) {
+		t.Fatalf("Terminate(unknown) = %v", err)
+	}
+}
