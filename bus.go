@@ -378,7 +378,13 @@ func (s *Society) deliver(a *agent, m Message) {
 	} else {
 		err = s.handle(ctx, a, m)
 	}
-	if ferr := s.store.Apply(ctx, store.Change{Finished: []string{m.ID}}); ferr != nil {
+	// The turn's history is recorded with the end of its message, so that
+	// after a crash the message is handled again from the history before it.
+	done := store.Change{Finished: []string{m.ID}}
+	if h, ok := a.mind.record(a.info.ID); ok {
+		done.Histories = []store.History{h}
+	}
+	if ferr := s.store.Apply(ctx, done); ferr != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
 			slog.String("msg", m.ID), slog.String("agent", a.info.ID), slog.String("err", ferr.Error()))
 	}

@@ -67,6 +67,20 @@ func (s *Society) restore(ctx context.Context) error {
 		s.requests[r.ID] = req
 		s.armTimeout(req) // a deadline that passed while the society was down fires at once
 	}
+	for _, h := range st.Histories {
+		a := s.agents[h.AgentID]
+		if a == nil {
+			return fmt.Errorf("agentsociety: the history of unknown agent %q", h.AgentID)
+		}
+		mem, err := restoreMind(h)
+		if err != nil {
+			return fmt.Errorf("agentsociety: the history of %s: %w", h.AgentID, err)
+		}
+		a.mind = mem
+	}
+	for _, e := range st.States {
+		s.putState(e)
+	}
 	for _, r := range st.Pending {
 		a := s.agents[r.To]
 		if a == nil {

@@ -136,6 +136,7 @@ type Society struct {
 	agents    map[string]*agent
 	rootKids  map[string]string // taskID -> root's child
 	requests  map[string]*request
+	state     map[stateKey]StateValue
 	live      int // agents other than root and user
 	contacts  ContactRegistry
 
@@ -219,6 +220,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		agents:     make(map[string]*agent),
 		rootKids:   make(map[string]string),
 		requests:   make(map[string]*request),
+		state:      make(map[stateKey]StateValue),
 		prompts:    set,
 		modelSlots: semaphore.NewWeighted(int64(cfg.MaxModelCalls)),
 	}

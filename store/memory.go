@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -43,6 +44,9 @@ type Memory struct {
 	pending *pendingSet
 
 	artifacts map[string]memArtifact
+
+	histories map[string]History               // by agent id
+	states    map[string]map[string]StateEntry // by scope, then key
 }
 
 type memArtifact struct {
@@ -60,6 +64,8 @@ func NewMemory() *Memory {
 		wide:       make(map[string]map[string]int),
 		pending:    newPendingSet(),
 		artifacts:  make(map[string]memArtifact),
+		histories:  make(map[string]History),
+		states:     make(map[string]map[string]StateEntry),
 	}
 }
 
@@ -99,6 +105,23 @@ func (m *Memory) Load(ctx context.Context) (State, error) {
 	if len(m.requests) > 0 {
 		s.Requests = slices.Clone(m.requests) // Request holds no slices.
 	}
+	for _, h := range m.histories {
+		h.Messages = cloneRaw(h.Messages)
+		s.Histories = append(s.Histories, h)
+	}
+	slices.SortFunc(s.Histories, func(a, b History) int { return strings.Compare(a.AgentID, b.AgentID) })
+	for _, keys := range m.states {
+		for _, e := range keys {
+			e.Value = cloneRaw(e.Value)
+			s.States = append(s.States, e)
+		}
+	}
+	slices.SortFunc(s.States, func(a, b StateEntry) int {
+		if c := strings.Compare(a.Scope, b.Scope); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Key, b.Key)
+	})
 	if s.Pending = m.pending.all(); len(s.Pending) > 0 {
 		slices.SortFunc(s.Pending, func(a, b Message) int {
 			switch {
@@ -118,7 +141,7 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests) > 0 {
+	if len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests)+len(c.Histories)+len(c.States) > 0 {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 	}
@@ -161,6 +184,13 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 			m.requests = append(m.requests, r)
 		}
 	}
+	for _, h := range c.Histories {
+		h.Messages = cloneRaw(h.Messages)
+		m.histories[h.AgentID] = h
+	}
+	for _, e := range c.States {
+		m.putState(e)
+	}
 	for _, msg := range c.Accepted {
 		m.pending.add(cloneMessage(msg))
 	}
@@ -200,6 +230,24 @@ func (m *Memory) putContact(owner string, c memContact) {
 		}
 		m.wide[owner] = idx
 	}
+}
+
+// putState sets or, for a nil Value, deletes a state entry.
+func (m *Memory) putState(e StateEntry) {
+	keys := m.states[e.Scope]
+	if len(e.Value) == 0 {
+		delete(keys, e.Key)
+		if len(keys) == 0 {
+			delete(m.states, e.Scope)
+		}
+		return
+	}
+	if keys == nil {
+		keys = make(map[string]StateEntry)
+		m.states[e.Scope] = keys
+	}
+	e.Value = cloneRaw(e.Value)
+	keys[e.Key] = e
 }
 
 // wideAfter is the number of contacts past which an owner's are indexed.

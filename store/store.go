@@ -44,7 +44,8 @@ type Store interface {
 	// Apply records one change atomically: either all of it is durable
 	// (as durable as the implementation promises) or none of it is.
 	// Records with an id already present replace the earlier ones, except
-	// contacts, which are keyed by owner and contact id, and messages, which
+	// contacts, which are keyed by owner and contact id, histories, keyed by
+	// agent id, state entries, keyed by scope and key, and messages, which
 	// are appended once each: re-applying a message id that is already
 	// pending returns an error wrapping ErrExists. Finishing a message id that
 	// is not pending is not an error.
@@ -62,22 +63,26 @@ type Store interface {
 
 // State is a snapshot of a store, as returned by [Store.Load].
 type State struct {
-	Roles    []Role
-	Agents   []Agent
-	Contacts map[string][]Contact // by owner agent id, in the order added
-	Requests []Request
-	Pending  []Message // accepted and not finished, in ascending Seq order
+	Roles     []Role
+	Agents    []Agent
+	Contacts  map[string][]Contact // by owner agent id, in the order added
+	Requests  []Request
+	Pending   []Message // accepted and not finished, in ascending Seq order
+	Histories []History
+	States    []StateEntry // ordered by Scope, then Key
 }
 
 // Change is one atomic update, as passed to [Store.Apply]. Any field may be
 // empty.
 type Change struct {
-	Roles    []Role
-	Agents   []Agent
-	Contacts []ContactEntry
-	Requests []Request
-	Accepted []Message // messages accepted for delivery
-	Finished []string  // ids of messages whose handling ended
+	Roles     []Role
+	Agents    []Agent
+	Contacts  []ContactEntry
+	Requests  []Request
+	Accepted  []Message    // messages accepted for delivery
+	Finished  []string     // ids of messages whose handling ended
+	Histories []History    // replace by AgentID
+	States    []StateEntry // replace by Scope and Key; an empty Value deletes the key
 }
 
 // Role is a role's record.
@@ -150,4 +155,24 @@ type Artifact struct {
 	CreatedBy string
 	Size      int64
 	CreatedAt time.Time
+}
+
+// History is a model-driven agent's conversation, kept so that a society
+// reopened on the store goes on where it stopped. Messages is the society's
+// own encoding, opaque to the store.
+type History struct {
+	AgentID  string
+	Summary  string
+	Messages json.RawMessage
+}
+
+// StateEntry is one key of shared or private state (seed 004): Scope is
+// "task:<taskId>" for the state the agents of a task share, or
+// "agent:<agentId>" for an agent's own.
+type StateEntry struct {
+	Scope     string
+	Key       string
+	Value     json.RawMessage // a JSON value; an empty one in a Change deletes the key
+	Writer    string          // the agent that wrote it
+	UpdatedAt time.Time
 }

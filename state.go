@@ -1,0 +1,162 @@
+package agentsociety
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
+
+	"agentsociety/store"
+)
+
+// StateScope says whose a state key is (seed 004).
+type StateScope string
+
+const (
+	// ScopeProject is the state every agent of a task shares: the task's
+	// specification, its checklist, its progress.
+	ScopeProject StateScope = "project"
+	// ScopePrivate is an agent's own state, invisible to other agents.
+	ScopePrivate StateScope = "private"
+)
+
+// StateValue is a state key's value with who wrote it and when.
+type StateValue struct {
+	Value     json.RawMessage
+	Writer    string
+	UpdatedAt time.Time
+}
+
+// stateEntry is kept per scope key: "task:<id>" or "agent:<id>".
+type stateKey struct{ scope, key string }
+
+// GetState reads key in scope: the project state of the handle's task, or
+// the agent's private state. ok is false when the key is not set.
+func (x *Actor) GetState(key string, scope StateScope) (v StateValue, ok bool, err error) {
+	sk, err := x.stateScope(scope)
+	if err != nil {
+		return StateValue{}, false, err
+	}
+	x.s.mu.RLock()
+	defer x.s.mu.RUnlock()
+	v, ok = x.s.state[stateKey{sk, key}]
+	v.Value = append(json.RawMessage(nil), v.Value...)
+	return v, ok, nil
+}
+
+// SetState sets key in scope to value, encoded as JSON (a json.RawMessage is
+// taken as it is, and must be valid). A nil value deletes the key.
+func (x *Actor) SetState(ctx context.Context, key string, value any, scope StateScope) error {
+	s, by := x.s, x.ID()
+	sk, err := x.stateScope(scope)
+	if err != nil {
+		return err
+	}
+	if blank(key) {
+		return s.refuse("state_set", by, &Error{Code: ErrInvalidArgument, Message: "a state key must not be blank", MissingFields: []string{"key"}})
+	}
+	var raw json.RawMessage
+	switch v := value.(type) {
+	case nil:
+	case json.RawMessage:
+		if !json.Valid(v) {
+			return s.refuse("state_set", by, newError(ErrInvalidArgument, "the value is not valid JSON"))
+		}
+		raw = append(json.RawMessage(nil), v...)
+	default:
+		if raw, err = marshal(v); err != nil {
+			return s.refuse("state_set", by, newError(ErrInvalidArgument, "the value does not encode as JSON: "+err.Error()))
+		}
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return newError(ErrClosed, "the society is closed")
+	}
+	e := store.StateEntry{Scope: sk, Key: key, Value: raw, Writer: by, UpdatedAt: now}
+	if err := s.store.Apply(ctx, store.Change{States: []store.StateEntry{e}}); err != nil {
+		return s.refuse("state_set", by, storeError(err))
+	}
+	s.putState(e)
+	s.log.LogAttrs(ctx, slog.LevelInfo, "state set", slog.String("scope", sk), slog.String("key", key), slog.String("by", by))
+	return nil
+}
+
+// putState applies a state entry in memory. Called with s.mu held for writing.
+func (s *Society) putState(e store.StateEntry) {
+	k := stateKey{e.Scope, e.Key}
+	if len(e.Value) == 0 {
+		delete(s.state, k)
+		return
+	}
+	s.state[k] = StateValue{Value: e.Value, Writer: e.Writer, UpdatedAt: e.UpdatedAt}
+}
+
+func (x *Actor) stateScope(scope StateScope) (string, error) {
+	switch scope {
+	case ScopeProject, "":
+		return "task:" + x.taskID, nil
+	case ScopePrivate:
+		return "agent:" + x.ID(), nil
+	}
+	return "", x.s.refuse("state", x.ID(), newError(ErrInvalidArgument, `scope must be "project" or "private", not `+strconvQuote(string(scope))))
+}
+
+// StateTools returns seed 004's state tools for model-driven agents,
+// state_get and state_set, over [Actor.GetState] and [Actor.SetState]. Like
+// DelegationTools they are not built in: give them to the roles that need
+// them.
+func StateTools() []Tool {
+	return []Tool{
+		{
+			Name:        "state_get",
+			Description: "读取状态：scope=project 为本任务所有智能体共享的状态（需求规格、清单、进度），scope=private 为你自己的。",
+			Parameters:  json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"},"scope":{"type":"string","enum":["project","private"]}},"required":["key"]}`),
+			Handler:     toolStateGet,
+		},
+		{
+			Name:        "state_set",
+			Description: "写入状态（任意 JSON 值；null 删除该键），会记录写入者。scope 同 state_get。",
+			Parameters:  json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"},"value":{"description":"任意 JSON 值"},"scope":{"type":"string","enum":["project","private"]}},"required":["key","value"]}`),
+			Handler:     toolStateSet,
+		},
+	}
+}
+
+func toolStateGet(_ context.Context, x *Actor, args json.RawMessage) (any, error) {
+	var a struct {
+		Key   string     `json:"key"`
+		Scope StateScope `json:"scope"`
+	}
+	if err := decodeArgs("state_get", args, &a); err != nil {
+		return nil, err
+	}
+	v, ok, err := x.GetState(a.Key, a.Scope)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return map[string]any{"key": a.Key, "found": false}, nil
+	}
+	return map[string]any{"key": a.Key, "found": true, "value": v.Value, "writer": v.Writer, "updated_at": v.UpdatedAt}, nil
+}
+
+func toolStateSet(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {
+	var a struct {
+		Key   string          `json:"key"`
+		Value json.RawMessage `json:"value"`
+		Scope StateScope      `json:"scope"`
+	}
+	if err := decodeArgs("state_set", args, &a); err != nil {
+		return nil, err
+	}
+	var value any = a.Value
+	if len(a.Value) == 0 || string(a.Value) == "null" {
+		value = nil
+	}
+	if err := x.SetState(ctx, a.Key, value, a.Scope); err != nil {
+		return nil, err
+	}
+	return map[string]any{"key": a.Key, "ok": true}, nil
+}
