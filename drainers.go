@@ -1,14 +1,9 @@
 package agentsociety
 
-import "sync"
-
-// drainers runs agents' mailboxes: a drainer is a goroutine that handles one
-// agent's messages until its queue is empty, then exits, so an idle agent
-// holds no goroutine. (Parking drainers for reuse was measured and bought
-// nothing: a handoff to a parked goroutine costs what starting one does.)
-type drainers struct {
-	wg sync.WaitGroup // every running drainer
-}
+// A drainer is a goroutine that handles one agent's messages until its queue
+// is empty, then exits, so an idle agent holds no goroutine. (Parking
+// drainers for reuse was measured and bought nothing: a handoff to a parked
+// goroutine costs what starting one does.)
 
 // start gets a's queue drained by a new drainer. Called with s.mu held and
 // s.closed false, so the drainer is counted before Close can wait.

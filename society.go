@@ -126,9 +126,10 @@ type Society struct {
 	msgIDs   ids.Epoch
 	seq      hotCounter // numbers accepted messages; a message's id is made from its number
 
-	// mu guards the organisation: roles, agents, root's children, requests.
-	// Contacts have their own lock; they change under mu held for writing
-	// so that a change and its store record happen as one.
+	// mu guards the organisation: roles, agents and their status, root's
+	// children, requests, state. Contacts have their own lock; they change
+	// under mu held for writing so that a change and its store record
+	// happen as one.
 	mu        sync.RWMutex
 	roles     map[string]*Role
 	roleOrder []string
@@ -145,7 +146,7 @@ type Society struct {
 	// Close sees no send half done. It is also read alone where a stale
 	// false only costs one more handled message.
 	closed atomic.Bool
-	drainers
+	wg     sync.WaitGroup // drainers and request timers: Close waits for them
 	runCtx context.Context
 	cancel context.CancelFunc
 }
@@ -160,9 +161,12 @@ type hotCounter struct {
 	_ [56]byte
 }
 
-// New starts a society on cfg.Store, restoring the organisation, contacts,
-// pending requests and undelivered messages it holds. Restored agents are
-// driven by cfg.Default. The context bounds the loading only.
+// New starts a society on cfg.Store, restoring what it holds: the
+// organisation, contacts, collaboration requests (their timeouts run on),
+// state, agents' histories, and the messages accepted and never finished,
+// which are delivered again. Restored agents are driven by cfg.Default or
+// the model, as agents spawned without a behaviour are. The context bounds
+// the loading only.
 func New(ctx context.Context, cfg Config) (*Society, error) {
 	if cfg.Store == nil {
 		cfg.Store = store.NewMemory()
