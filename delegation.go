@@ -3,7 +3,6 @@ package agentsociety
 import (
 	"context"
 	"encoding/json"
-	"time"
 )
 
 // DelegationTools returns seed 004's delegation tools for model-driven
@@ -49,13 +48,16 @@ func toolDelegate(ctx context.Context, x *Actor, args json.RawMessage) (any, err
 		Assignee       string          `json:"assignee"`
 		Description    string          `json:"description"`
 		Payload        json.RawMessage `json:"payload"`
-		TimeoutSeconds float64         `json:"timeout_seconds"`
+		TimeoutSeconds *float64        `json:"timeout_seconds"`
 	}
 	if err := decodeArgs("delegate_task", args, &a); err != nil {
 		return nil, err
 	}
-	id, err := x.RequestCollaboration(ctx, a.Assignee, CollaborationRequestPayload{SubtaskDescription: a.Description, Context: a.Payload},
-		time.Duration(a.TimeoutSeconds*float64(time.Second)))
+	timeout, err := toolTimeout(a.TimeoutSeconds)
+	if err != nil {
+		return nil, err
+	}
+	id, err := x.RequestCollaboration(ctx, a.Assignee, CollaborationRequestPayload{SubtaskDescription: a.Description, Context: a.Payload}, timeout)
 	if err != nil {
 		return nil, err
 	}

@@ -151,8 +151,11 @@ func toolStateSet(ctx context.Context, x *Actor, args json.RawMessage) (any, err
 	if err := decodeArgs("state_set", args, &a); err != nil {
 		return nil, err
 	}
+	if len(a.Value) == 0 {
+		return nil, &Error{Code: ErrInvalidArgument, Message: "state_set needs a value; pass null to delete the key", MissingFields: []string{"value"}}
+	}
 	var value any = a.Value
-	if len(a.Value) == 0 || string(a.Value) == "null" {
+	if string(a.Value) == "null" {
 		value = nil
 	}
 	if err := x.SetState(ctx, a.Key, value, a.Scope); err != nil {

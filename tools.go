@@ -204,6 +204,18 @@ func toolError(err error) *Error {
 	return &Error{Code: ErrToolFailed, Message: err.Error()}
 }
 
+// toolTimeout reads an optional timeout_seconds: absent means none, and a
+// value given must be positive, as in a collaboration_request's payload.
+func toolTimeout(secs *float64) (time.Duration, error) {
+	if secs == nil {
+		return 0, nil
+	}
+	if *secs <= 0 {
+		return 0, &Error{Code: ErrInvalidArgument, Message: "timeout_seconds, when given, must be a positive number"}
+	}
+	return time.Duration(*secs * float64(time.Second)), nil
+}
+
 // decodeArgs decodes a model's arguments into v, refusing wrong types with a
 // coded error the model can act on.
 func decodeArgs(tool string, args json.RawMessage, v any) error {
@@ -305,12 +317,15 @@ func toolRequestCollaboration(ctx context.Context, x *Actor, args json.RawMessag
 		To                 string          `json:"to"`
 		SubtaskDescription string          `json:"subtask_description"`
 		Context            json.RawMessage `json:"context"`
-		TimeoutSeconds     float64         `json:"timeout_seconds"`
+		TimeoutSeconds     *float64        `json:"timeout_seconds"`
 	}
 	if err := decodeArgs("request_collaboration", args, &a); err != nil {
 		return nil, err
 	}
-	timeout := time.Duration(a.TimeoutSeconds * float64(time.Second))
+	timeout, err := toolTimeout(a.TimeoutSeconds)
+	if err != nil {
+		return nil, err
+	}
 	id, err := x.RequestCollaboration(ctx, a.To, CollaborationRequestPayload{SubtaskDescription: a.SubtaskDescription, Context: a.Context}, timeout)
 	if err != nil {
 		return nil, err
