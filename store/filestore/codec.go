@@ -1,0 +1,618 @@
+package filestore
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"agentsociety/store"
+)
+
+// formatVersion is the version of org.json, pending.json, the journal's
+// records and the artifact sidecars that this package writes and reads.
+const formatVersion = 1
+
+// The JSON shapes below are the on-disk format. They are separate from the
+// store's record types so that a change to those never changes the format
+// silently; field names follow seed 001 where it names them.
+
+type roleJSON struct {
+	ID            string          `json:"id"`
+	Name          string          `json:"name"`
+	Prompt        string          `json:"rolePrompt"`
+	InterfaceSpec json.RawMessage `json:"interfaceSpec,omitempty"`
+	CreatedBy     string          `json:"createdBy"`
+	CreatedAt     time.Time       `json:"createdAt,omitzero"`
+}
+
+type agentJSON struct {
+	ID        string          `json:"id"`
+	RoleID    string          `json:"roleId"`
+	ParentID  string          `json:"parentAgentId"`
+	TaskID    string          `json:"taskId"`
+	Brief     json.RawMessage `json:"taskBrief,omitempty"`
+	Status    string          `json:"status"`
+	CreatedAt time.Time       `json:"createdAt,omitzero"`
+}
+
+type contactJSON struct {
+	ID            string          `json:"id"`
+	Role          string          `json:"role"`
+	InterfaceSpec json.RawMessage `json:"interfaceSpec,omitempty"`
+	Source        string          `json:"source"`
+	IntroducedBy  string          `json:"introducedBy,omitempty"`
+	Note          string          `json:"note,omitempty"`
+	AddedAt       time.Time       `json:"addedAt,omitzero"`
+}
+
+// contactEntryJSON is a contact in a journal record: the contact's fields
+// and its owner's id.
+type contactEntryJSON struct {
+	Owner string `json:"owner"`
+	contactJSON
+}
+
+type requestJSON struct {
+	ID        string    `json:"id"`
+	From      string    `json:"from"`
+	To        string    `json:"to"`
+	TaskID    string    `json:"taskId"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+	Deadline  time.Time `json:"deadline,omitzero"`
+}
+
+type messageJSON struct {
+	ID      string          `json:"id"`
+	Seq     uint64          `json:"seq"`
+	From    string          `json:"from"`
+	To      string          `json:"to"`
+	TaskID  string          `json:"taskId"`
+	Type    string          `json:"type"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	SentAt  time.Time       `json:"sentAt,omitzero"`
+}
+
+type historyJSON struct {
+	AgentID  string          `json:"agentId"`
+	Summary  string          `json:"summary,omitempty"`
+	Messages json.RawMessage `json:"messages,omitempty"`
+}
+
+type stateJSON struct {
+	Scope     string          `json:"scope"`
+	Key       string          `json:"key"`
+	Value     json.RawMessage `json:"value,omitempty"` // absent in a record: the key is deleted
+	Writer    string          `json:"writer,omitempty"`
+	UpdatedAt time.Time       `json:"updatedAt,omitzero"`
+}
+
+// fileHeader begins every snapshot: the format's version and the number of
+// the last journal record the snapshot includes.
+type fileHeader struct {
+	Version    int    `json:"version"`
+	JournalSeq uint64 `json:"journalSeq"`
+}
+
+func (h *fileHeader) header() *fileHeader { return h }
+
+// snapshot is a snapshot file's contents.
+type snapshot interface {
+	header() *fileHeader
+	// change returns the change that rebuilds the snapshot's part of the
+	// state from nothing.
+	change() store.Change
+}
+
+// orgFile is org.json.
+type orgFile struct {
+	fileHeader
+	Roles             []roleJSON               `json:"roles"`
+	Agents            []agentJSON              `json:"agents"`
+	ContactRegistries map[string][]contactJSON `json:"contactRegistries"`
+	Requests          []requestJSON            `json:"requests"`
+}
+
+// pendingFile is pending.json.
+type pendingFile struct {
+	fileHeader
+	Messages []messageJSON `json:"messages"`
+}
+
+// statesFile is state.json.
+type statesFile struct {
+	fileHeader
+	Entries []stateJSON `json:"entries"`
+}
+
+// historiesFile is histories.json.
+type historiesFile struct {
+	fileHeader
+	Histories []historyJSON `json:"histories"`
+}
+
+// A part is a piece of the state with a snapshot file of its own. Parts
+// are written one after the other; each file says which journal record it
+// includes, and Open replays each record into the parts that lack it.
+type part struct {
+	name   string
+	indent bool                                  // whether the file is indented for people to read
+	file   func() snapshot                       // an empty file to decode into
+	encode func(st *store.State, lsn uint64) any // the file for st at record lsn
+	of     func(j *changeJSON, c *store.Change)  // adds a record's part to c
+}
+
+var parts = [...]part{
+	{orgName, true, func() snapshot { return new(orgFile) }, orgToFile, (*changeJSON).addOrg},
+	{pendingName, true, func() snapshot { return new(pendingFile) }, pendingToFile, (*changeJSON).addMessages},
+	{statesName, true, func() snapshot { return new(statesFile) }, statesToFile, (*changeJSON).addStates},
+	{historiesName, false, func() snapshot { return new(historiesFile) }, historiesToFile, (*changeJSON).addHistories},
+}
+
+// changeJSON is a store.Change as the journal keeps it.
+type changeJSON struct {
+	Roles     []roleJSON         `json:"roles,omitempty"`
+	Agents    []agentJSON        `json:"agents,omitempty"`
+	Contacts  []contactEntryJSON `json:"contacts,omitempty"`
+	Requests  []requestJSON      `json:"requests,omitempty"`
+	Accepted  []messageJSON      `json:"accepted,omitempty"`
+	Finished  []string           `json:"finished,omitempty"`
+	States    []stateJSON        `json:"states,omitempty"`
+	Histories []historyJSON      `json:"histories,omitempty"`
+}
+
+// recordJSON is a journal record's payload.
+type recordJSON struct {
+	LSN uint64 `json:"lsn"`
+	changeJSON
+}
+
+// artifactJSON is an artifact's sidecar.
+type artifactJSON struct {
+	Version   int       `json:"version"`
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	MediaType string    `json:"mediaType"`
+	CreatedBy string    `json:"createdBy"`
+	Size      int64     `json:"size"`
+	CreatedAt time.Time `json:"createdAt,omitzero"`
+	// Bytes and CRC32C describe the content file, so that a torn or
+	// altered one is reported rather than returned.
+	Bytes  int64  `json:"contentBytes"`
+	CRC32C uint32 `json:"contentCRC32C"`
+}
+
+// Conversions to the on-disk shapes. They share the caller's JSON
+// documents, which are only read.
+
+func roleToJSON(r store.Role) roleJSON {
+	return roleJSON{ID: r.ID, Name: r.Name, Prompt: r.Prompt, InterfaceSpec: r.InterfaceSpec, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
+}
+
+func agentToJSON(a store.Agent) agentJSON {
+	return agentJSON{ID: a.ID, RoleID: a.RoleID, ParentID: a.ParentID, TaskID: a.TaskID, Brief: a.Brief, Status: a.Status, CreatedAt: a.CreatedAt}
+}
+
+func contactToJSON(c store.Contact) contactJSON {
+	return contactJSON{ID: c.ID, Role: c.Role, InterfaceSpec: c.InterfaceSpec, Source: c.Source, IntroducedBy: c.IntroducedBy, Note: c.Note, AddedAt: c.AddedAt}
+}
+
+func requestToJSON(r store.Request) requestJSON {
+	return requestJSON{ID: r.ID, From: r.From, To: r.To, TaskID: r.TaskID, Status: r.Status, CreatedAt: r.CreatedAt, Deadline: r.Deadline}
+}
+
+func messageToJSON(m store.Message) messageJSON {
+	return messageJSON{ID: m.ID, Seq: m.Seq, From: m.From, To: m.To, TaskID: m.TaskID, Type: m.Type, Payload: m.Payload, SentAt: m.SentAt}
+}
+
+func historyToJSON(h store.History) historyJSON {
+	return historyJSON{AgentID: h.AgentID, Summary: h.Summary, Messages: h.Messages}
+}
+
+func stateToJSON(e store.StateEntry) stateJSON {
+	return stateJSON{Scope: e.Scope, Key: e.Key, Value: e.Value, Writer: e.Writer, UpdatedAt: e.UpdatedAt}
+}
+
+func historyFromJSON(h historyJSON) store.History {
+	return store.History{AgentID: h.AgentID, Summary: h.Summary, Messages: h.Messages}
+}
+
+func stateFromJSON(e stateJSON) store.StateEntry {
+	return store.StateEntry{Scope: e.Scope, Key: e.Key, Value: e.Value, Writer: e.Writer, UpdatedAt: e.UpdatedAt}
+}
+
+func roleFromJSON(r roleJSON) store.Role {
+	return store.Role{ID: r.ID, Name: r.Name, Prompt: r.Prompt, InterfaceSpec: r.InterfaceSpec, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
+}
+
+func agentFromJSON(a agentJSON) store.Agent {
+	return store.Agent{ID: a.ID, RoleID: a.RoleID, ParentID: a.ParentID, TaskID: a.TaskID, Brief: a.Brief, Status: a.Status, CreatedAt: a.CreatedAt}
+}
+
+func contactFromJSON(c contactJSON) store.Contact {
+	return store.Contact{ID: c.ID, Role: c.Role, InterfaceSpec: c.InterfaceSpec, Source: c.Source, IntroducedBy: c.IntroducedBy, Note: c.Note, AddedAt: c.AddedAt}
+}
+
+func requestFromJSON(r requestJSON) store.Request {
+	return store.Request{ID: r.ID, From: r.From, To: r.To, TaskID: r.TaskID, Status: r.Status, CreatedAt: r.CreatedAt, Deadline: r.Deadline}
+}
+
+func messageFromJSON(m messageJSON) store.Message {
+	return store.Message{ID: m.ID, Seq: m.Seq, From: m.From, To: m.To, TaskID: m.TaskID, Type: m.Type, Payload: m.Payload, SentAt: m.SentAt}
+}
+
+func changeToJSON(c *store.Change) changeJSON {
+	var j changeJSON
+	if len(c.Roles) > 0 {
+		j.Roles = make([]roleJSON, len(c.Roles))
+		for i, r := range c.Roles {
+			j.Roles[i] = roleToJSON(r)
+		}
+	}
+	if len(c.Agents) > 0 {
+		j.Agents = make([]agentJSON, len(c.Agents))
+		for i, a := range c.Agents {
+			j.Agents[i] = agentToJSON(a)
+		}
+	}
+	if len(c.Contacts) > 0 {
+		j.Contacts = make([]contactEntryJSON, len(c.Contacts))
+		for i, e := range c.Contacts {
+			j.Contacts[i] = contactEntryJSON{Owner: e.Owner, contactJSON: contactToJSON(e.Contact)}
+		}
+	}
+	if len(c.Requests) > 0 {
+		j.Requests = make([]requestJSON, len(c.Requests))
+		for i, r := range c.Requests {
+			j.Requests[i] = requestToJSON(r)
+		}
+	}
+	if len(c.Accepted) > 0 {
+		j.Accepted = make([]messageJSON, len(c.Accepted))
+		for i, m := range c.Accepted {
+			j.Accepted[i] = messageToJSON(m)
+		}
+	}
+	j.Finished = c.Finished
+	if len(c.States) > 0 {
+		j.States = make([]stateJSON, len(c.States))
+		for i, e := range c.States {
+			j.States[i] = stateToJSON(e)
+		}
+	}
+	if len(c.Histories) > 0 {
+		j.Histories = make([]historyJSON, len(c.Histories))
+		for i, h := range c.Histories {
+			j.Histories[i] = historyToJSON(h)
+		}
+	}
+	return j
+}
+
+// addOrg adds the organisation part of a decoded record to c.
+func (j *changeJSON) addOrg(c *store.Change) {
+	for _, r := range j.Roles {
+		c.Roles = append(c.Roles, roleFromJSON(r))
+	}
+	for _, a := range j.Agents {
+		c.Agents = append(c.Agents, agentFromJSON(a))
+	}
+	for _, e := range j.Contacts {
+		c.Contacts = append(c.Contacts, store.ContactEntry{Owner: e.Owner, Contact: contactFromJSON(e.contactJSON)})
+	}
+	for _, r := range j.Requests {
+		c.Requests = append(c.Requests, requestFromJSON(r))
+	}
+}
+
+// addMessages adds the message part of a decoded record to c.
+func (j *changeJSON) addMessages(c *store.Change) {
+	for _, m := range j.Accepted {
+		c.Accepted = append(c.Accepted, messageFromJSON(m))
+	}
+	c.Finished = append(c.Finished, j.Finished...)
+}
+
+// addStates adds the state entries of a decoded record to c.
+func (j *changeJSON) addStates(c *store.Change) {
+	for _, e := range j.States {
+		c.States = append(c.States, stateFromJSON(e))
+	}
+}
+
+// addHistories adds the histories of a decoded record to c.
+func (j *changeJSON) addHistories(c *store.Change) {
+	for _, h := range j.Histories {
+		c.Histories = append(c.Histories, historyFromJSON(h))
+	}
+}
+
+func header(lsn uint64) fileHeader { return fileHeader{Version: formatVersion, JournalSeq: lsn} }
+
+func orgToFile(st *store.State, lsn uint64) any {
+	f := &orgFile{
+		fileHeader:        header(lsn),
+		Roles:             make([]roleJSON, len(st.Roles)),
+		Agents:            make([]agentJSON, len(st.Agents)),
+		ContactRegistries: make(map[string][]contactJSON, len(st.Contacts)),
+		Requests:          make([]requestJSON, len(st.Requests)),
+	}
+	for i, r := range st.Roles {
+		f.Roles[i] = roleToJSON(r)
+	}
+	for i, a := range st.Agents {
+		f.Agents[i] = agentToJSON(a)
+	}
+	for owner, list := range st.Contacts {
+		out := make([]contactJSON, len(list))
+		for i, c := range list {
+			out[i] = contactToJSON(c)
+		}
+		f.ContactRegistries[owner] = out
+	}
+	for i, r := range st.Requests {
+		f.Requests[i] = requestToJSON(r)
+	}
+	return f
+}
+
+// change returns the organisation org.json holds as one change.
+func (f *orgFile) change() store.Change {
+	var c store.Change
+	for _, r := range f.Roles {
+		c.Roles = append(c.Roles, roleFromJSON(r))
+	}
+	for _, a := range f.Agents {
+		c.Agents = append(c.Agents, agentFromJSON(a))
+	}
+	for owner, list := range f.ContactRegistries {
+		for _, e := range list {
+			c.Contacts = append(c.Contacts, store.ContactEntry{Owner: owner, Contact: contactFromJSON(e)})
+		}
+	}
+	for _, r := range f.Requests {
+		c.Requests = append(c.Requests, requestFromJSON(r))
+	}
+	return c
+}
+
+func pendingToFile(st *store.State, lsn uint64) any {
+	f := &pendingFile{fileHeader: header(lsn), Messages: make([]messageJSON, len(st.Pending))}
+	for i, m := range st.Pending {
+		f.Messages[i] = messageToJSON(m)
+	}
+	return f
+}
+
+func (f *pendingFile) change() store.Change {
+	c := store.Change{Accepted: make([]store.Message, len(f.Messages))}
+	for i, m := range f.Messages {
+		c.Accepted[i] = messageFromJSON(m)
+	}
+	return c
+}
+
+func statesToFile(st *store.State, lsn uint64) any {
+	f := &statesFile{fileHeader: header(lsn), Entries: make([]stateJSON, len(st.States))}
+	for i, e := range st.States {
+		f.Entries[i] = stateToJSON(e)
+	}
+	return f
+}
+
+func (f *statesFile) change() store.Change {
+	c := store.Change{States: make([]store.StateEntry, len(f.Entries))}
+	for i, e := range f.Entries {
+		c.States[i] = stateFromJSON(e)
+	}
+	return c
+}
+
+func historiesToFile(st *store.State, lsn uint64) any {
+	f := &historiesFile{fileHeader: header(lsn), Histories: make([]historyJSON, len(st.Histories))}
+	for i, h := range st.Histories {
+		f.Histories[i] = historyToJSON(h)
+	}
+	return f
+}
+
+func (f *historiesFile) change() store.Change {
+	c := store.Change{Histories: make([]store.History, len(f.Histories))}
+	for i, h := range f.Histories {
+		c.Histories[i] = historyFromJSON(h)
+	}
+	return c
+}
+
+// encoder encodes JSON without escaping HTML, so that nested documents are
+// stored as given (less white space), and without a trailing newline.
+type encoder struct {
+	buf bytes.Buffer
+	enc *json.Encoder
+}
+
+var encoders = sync.Pool{New: func() any {
+	e := new(encoder)
+	e.enc = json.NewEncoder(&e.buf)
+	e.enc.SetEscapeHTML(false)
+	return e
+}}
+
+func getEncoder() *encoder { e := encoders.Get().(*encoder); e.buf.Reset(); return e }
+
+func putEncoder(e *encoder) {
+	if e.buf.Cap() > 1<<20 {
+		return // don't keep a large snapshot's buffer around
+	}
+	encoders.Put(e)
+}
+
+// encode returns v's JSON, valid until e is used again or put back.
+func (e *encoder) encode(v any) ([]byte, error) {
+	e.buf.Reset()
+	if err := e.enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(e.buf.Bytes(), []byte("\n")), nil
+}
+
+// encodeSnapshot returns v as JSON ending in a newline, indented if the
+// file is for people to read.
+func encodeSnapshot(v any, indent bool) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if indent {
+		enc.SetIndent("", "  ")
+	}
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// normalize returns a copy of c as the store keeps it, or an error if c
+// cannot be stored faithfully: nested documents compacted (which checks that
+// they are JSON), times with an offset in whole minutes, strings checked to
+// be UTF-8. The copy shares nothing with c but the strings.
+func normalize(c *store.Change) (store.Change, error) {
+	var out store.Change
+	if len(c.Roles) > 0 {
+		out.Roles = make([]store.Role, len(c.Roles))
+		for i, r := range c.Roles {
+			if err := checkStrings("role", r.ID, r.ID, r.Name, r.Prompt, r.CreatedBy); err != nil {
+				return store.Change{}, err
+			}
+			var err error
+			if r.InterfaceSpec, err = compactJSON(r.InterfaceSpec); err != nil {
+				return store.Change{}, fmt.Errorf("filestore: role %q: interface spec: %w", r.ID, err)
+			}
+			r.CreatedAt = wireTime(r.CreatedAt)
+			out.Roles[i] = r
+		}
+	}
+	if len(c.Agents) > 0 {
+		out.Agents = make([]store.Agent, len(c.Agents))
+		for i, a := range c.Agents {
+			if err := checkStrings("agent", a.ID, a.ID, a.RoleID, a.ParentID, a.TaskID, a.Status); err != nil {
+				return store.Change{}, err
+			}
+			var err error
+			if a.Brief, err = compactJSON(a.Brief); err != nil {
+				return store.Change{}, fmt.Errorf("filestore: agent %q: brief: %w", a.ID, err)
+			}
+			a.CreatedAt = wireTime(a.CreatedAt)
+			out.Agents[i] = a
+		}
+	}
+	if len(c.Contacts) > 0 {
+		out.Contacts = make([]store.ContactEntry, len(c.Contacts))
+		for i, e := range c.Contacts {
+			k := e.Contact
+			if err := checkStrings("contact", k.ID, e.Owner, k.ID, k.Role, k.Source, k.IntroducedBy, k.Note); err != nil {
+				return store.Change{}, err
+			}
+			var err error
+			if k.InterfaceSpec, err = compactJSON(k.InterfaceSpec); err != nil {
+				return store.Change{}, fmt.Errorf("filestore: contact %q of %q: interface spec: %w", k.ID, e.Owner, err)
+			}
+			k.AddedAt = wireTime(k.AddedAt)
+			out.Contacts[i] = store.ContactEntry{Owner: e.Owner, Contact: k}
+		}
+	}
+	if len(c.Requests) > 0 {
+		out.Requests = make([]store.Request, len(c.Requests))
+		for i, r := range c.Requests {
+			if err := checkStrings("request", r.ID, r.ID, r.From, r.To, r.TaskID, r.Status); err != nil {
+				return store.Change{}, err
+			}
+			r.CreatedAt, r.Deadline = wireTime(r.CreatedAt), wireTime(r.Deadline)
+			out.Requests[i] = r
+		}
+	}
+	if len(c.Accepted) > 0 {
+		out.Accepted = make([]store.Message, len(c.Accepted))
+		for i, m := range c.Accepted {
+			if err := checkStrings("message", m.ID, m.ID, m.From, m.To, m.TaskID, m.Type); err != nil {
+				return store.Change{}, err
+			}
+			var err error
+			if m.Payload, err = compactJSON(m.Payload); err != nil {
+				return store.Change{}, fmt.Errorf("filestore: message %q: payload: %w", m.ID, err)
+			}
+			m.SentAt = wireTime(m.SentAt)
+			out.Accepted[i] = m
+		}
+	}
+	if len(c.Finished) > 0 {
+		if err := checkStrings("finished message", "", c.Finished...); err != nil {
+			return store.Change{}, err
+		}
+		out.Finished = append([]string(nil), c.Finished...)
+	}
+	if len(c.States) > 0 {
+		out.States = make([]store.StateEntry, len(c.States))
+		for i, e := range c.States {
+			if err := checkStrings("state entry", e.Scope+" "+e.Key, e.Scope, e.Key, e.Writer); err != nil {
+				return store.Change{}, err
+			}
+			var err error
+			if e.Value, err = compactJSON(e.Value); err != nil {
+				return store.Change{}, fmt.Errorf("filestore: state entry %q of %q: value: %w", e.Key, e.Scope, err)
+			}
+			e.UpdatedAt = wireTime(e.UpdatedAt)
+			out.States[i] = e
+		}
+	}
+	if len(c.Histories) > 0 {
+		out.Histories = make([]store.History, len(c.Histories))
+		for i, h := range c.Histories {
+			if err := checkStrings("history", h.AgentID, h.AgentID, h.Summary); err != nil {
+				return store.Change{}, err
+			}
+			var err error
+			if h.Messages, err = compactJSON(h.Messages); err != nil {
+				return store.Change{}, fmt.Errorf("filestore: history of %q: %w", h.AgentID, err)
+			}
+			out.Histories[i] = h
+		}
+	}
+	return out, nil
+}
+
+// checkStrings reports an error if one of the strings of the record of the
+// given kind and id is not valid UTF-8, which JSON could not keep.
+func checkStrings(kind, id string, s ...string) error {
+	for _, v := range s {
+		if !utf8.ValidString(v) {
+			return fmt.Errorf("filestore: %s %q: a string is not valid UTF-8: %q", kind, id, v)
+		}
+	}
+	return nil
+}
+
+// compactJSON returns a compacted copy of a nested JSON document; empty
+// stays nil.
+func compactJSON(b json.RawMessage) (json.RawMessage, error) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, len(b)))
+	if err := json.Compact(buf, b); err != nil {
+		return nil, fmt.Errorf("not valid JSON: %w", err)
+	}
+	return buf.Bytes(), nil
+}
+
+// wireTime returns t in a form RFC 3339 keeps exactly: RFC 3339 offsets
+// have no seconds, and encoding/json drops them silently, changing the
+// instant, so such a time is kept as UTC.
+func wireTime(t time.Time) time.Time {
+	if _, off := t.Zone(); off%60 != 0 {
+		return t.UTC()
+	}
+	return t
+}

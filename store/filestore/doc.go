@@ -1,0 +1,127 @@
+// Package filestore is a durable [store.Store] kept in a directory.
+//
+// Open a directory with [Open] and hand the [*Store] to a society; [Store.Close]
+// it when the society is done. A directory is held by one Store at a time:
+// a second Open of a directory that is open fails with an error wrapping
+// [ErrLocked], in this process or another.
+//
+// # On-disk layout
+//
+//	dir/
+//	  LOCK            empty; held with flock(LOCK_EX|LOCK_NB) while open
+//	  org.json        snapshot of the organisation (seed 001 "Data Models")
+//	  pending.json    snapshot of the messages accepted and not finished
+//	  state.json      snapshot of the shared and private state (seed 004)
+//	  histories.json  snapshot of the model-driven agents' histories
+//	  journal.log     changes applied since the snapshots, append-only
+//	  artifacts/
+//	    <hex>         an artifact's content, exactly as put
+//	    <hex>.json    its metadata (the sidecar); <hex> is the lower-case
+//	                  hex SHA-256 of the artifact id
+//
+// Files whose names end in ".tmp" are writes in progress; Open removes them.
+//
+// org.json is an indented JSON object in the layout of seed 001, with two
+// bookkeeping fields of the store's own:
+//
+//	{
+//	  "version": 1,
+//	  "journalSeq": 1234,
+//	  "roles": [{"id", "name", "rolePrompt", "interfaceSpec", "createdBy", "createdAt"}],
+//	  "agents": [{"id", "roleId", "parentAgentId", "taskId", "taskBrief", "status", "createdAt"}],
+//	  "contactRegistries": {
+//	    "<owner agent id>": [{"id", "role", "interfaceSpec", "source", "introducedBy", "note", "addedAt"}]
+//	  },
+//	  "requests": [{"id", "from", "to", "taskId", "status", "createdAt", "deadline"}]
+//	}
+//
+// Lists keep the order records were first added; a contact registry keeps
+// the order its contacts were added. interfaceSpec, taskBrief and payload are
+// the JSON documents the society gave, embedded as JSON; times are RFC 3339
+// with nanoseconds. Empty documents, empty optional strings and zero times
+// are left out. The society never gives the store its built-in agents, root
+// and user, so org.json never lists them; the store writes what it is given
+// and does not check that itself.
+//
+// The other snapshots have the same two bookkeeping fields and one list:
+//
+//	pending.json    {"version", "journalSeq", "messages": [{"id", "seq", "from", "to", "taskId", "type", "payload", "sentAt"}]}
+//	state.json      {"version", "journalSeq", "entries": [{"scope", "key", "value", "writer", "updatedAt"}]}
+//	histories.json  {"version", "journalSeq", "histories": [{"agentId", "summary", "messages"}]}
+//
+// in the order Load returns them: messages by seq, entries by scope and
+// key, histories by agent id. histories.json, which can be large, is not
+// indented.
+//
+// "journalSeq" is the sequence number of the last journal record the
+// snapshot includes. The snapshots are written one after the other, so
+// after a crash between them they may differ; Open replays each journal
+// record into the parts of the state whose snapshots do not yet include
+// it.
+//
+// journal.log is a sequence of records, one per [Store.Apply], each framed
+// as
+//
+//	length   uint32, little-endian: the number of bytes of the payload
+//	checksum uint32, little-endian: CRC-32C (Castagnoli) of the payload
+//	payload  a JSON object: {"lsn": N, "roles", "agents", "contacts",
+//	         "requests", "accepted", "finished", "states", "histories"}
+//
+// where lsn numbers the records 1, 2, 3, ... without gaps for the life of
+// the directory, contacts are contact entries with an "owner" field,
+// finished is a list of message ids, a state entry without a value deletes
+// its key, and the other fields are as in the snapshots; empty fields are
+// left out.
+//
+// # Guarantees
+//
+// Apply appends one record to the journal with one write, then applies the
+// change to the state in memory, so a change is all in the journal or not
+// at all. Under [SyncEveryRecord], the default, Apply returns only after the
+// record is on stable storage (fdatasync); concurrent Applies share one sync
+// (group commit). Under [SyncBatched], Apply returns after the write, which
+// survives a crash of the process, and a background goroutine syncs at most
+// Options.SyncInterval after it, so a crash of the machine loses at most that
+// much. A process killed at any instant leaves a directory that Open
+// recovers: Open loads the snapshots, replays the journal, and truncates a
+// torn or corrupt tail (a short record, a bad checksum, a payload that is not
+// a record) at the last good record, logging the offset and the bytes
+// dropped. Under SyncEveryRecord a crash can tear only records whose Apply
+// had not returned; damage further back (a disk's bit rot) also ends the
+// journal at the last good record, and the log says how much was lost. A
+// snapshot that does not parse, or a journal whose records do not follow
+// the snapshots (a gap in the record numbers, a snapshot deleted), is an
+// error naming the file: Open never silently starts empty.
+//
+// Compaction writes the state into fresh snapshots (a temporary file,
+// fsync, rename, fsync of the directory) and then starts a new journal
+// holding only the records applied meanwhile. It runs in the background once
+// the journal holds Options.CompactAfter records or Options.CompactAfterBytes
+// bytes, and at least as many bytes as the last snapshots, so that its cost
+// per Apply stays constant however large the organisation grows; and once
+// more on Close. Apply never rewrites org.json.
+//
+// An artifact is written to a temporary file, synced and renamed, then its
+// sidecar the same way; the sidecar is the commit point. Artifacts are
+// immutable: putting an id that exists fails with [store.ErrExists]. File
+// names come from a hash of the id, never from the id itself, and ids are
+// checked as well: an id that is empty, longer than 128 bytes, not UTF-8,
+// absolute, or contains "/", "\", "..", NUL or another control character is
+// refused by PutArtifact and not found by GetArtifact.
+//
+// A write or sync of the journal that fails leaves the store refusing
+// Apply and Load with that error until it is reopened: after a failed fsync
+// what is on disk is unknown, and the state in memory may hold a change the
+// disk does not. (A write that fails and is undone, as when the disk is full,
+// fails only its own Apply.)
+//
+// Strings in records must be valid UTF-8, as JSON requires, and nested
+// documents valid JSON; Apply refuses a change that breaks either rule rather
+// than store something other than what it was given. Nested documents are
+// kept compacted: white space between JSON tokens is dropped. Times keep
+// their instant to the nanosecond and their offset from UTC (in whole
+// minutes; an offset with seconds is kept as UTC), not their location.
+//
+// The directory lock is flock(2), which Linux, macOS, the BSDs and illumos
+// have; on other systems Open fails rather than run unlocked.
+package filestore
