@@ -311,46 +311,48 @@ func cloneAgent(a Agent) Agent {
 type memContact struct {
 	id, role, source string
 	more             *memContactMore // nil unless one of its fields is set
-	addedAt          int64
+	addedAt          int64           // Unix nanoseconds, or farTime
 }
 
 type memContactMore struct {
 	spec               json.RawMessage
 	introducedBy, note string
+	addedAt            time.Time // when memContact.addedAt is farTime
 }
 
+// farTime marks an AddedAt that Unix nanoseconds cannot hold (the zero
+// time, years before 1678 or after 2261): it is kept in memContactMore.
+const farTime = math.MinInt64
+
 func newMemContact(c Contact) memContact {
-	mc := memContact{id: c.ID, role: c.Role, source: c.Source, addedAt: nanos(c.AddedAt)}
-	if len(c.InterfaceSpec) > 0 || c.IntroducedBy != "" || c.Note != "" {
+	mc := memContact{id: c.ID, role: c.Role, source: c.Source, addedAt: farTime}
+	far := c.AddedAt.Year() < 1678 || c.AddedAt.Year() > 2261
+	if !far {
+		mc.addedAt = c.AddedAt.UnixNano()
+	}
+	if far || len(c.InterfaceSpec) > 0 || c.IntroducedBy != "" || c.Note != "" {
 		mc.more = &memContactMore{spec: cloneRaw(c.InterfaceSpec), introducedBy: c.IntroducedBy, note: c.Note}
+		if far {
+			mc.more.addedAt = c.AddedAt
+		}
 	}
 	return mc
 }
 
 // contact returns a copy the caller may keep and change.
 func (c memContact) contact() Contact {
-	out := Contact{ID: c.id, Role: c.role, Source: c.source, AddedAt: fromNanos(c.addedAt)}
+	out := Contact{ID: c.id, Role: c.role, Source: c.source}
+	if c.addedAt != farTime {
+		out.AddedAt = time.Unix(0, c.addedAt)
+	}
 	if c.more != nil {
 		out.InterfaceSpec = cloneRaw(c.more.spec)
 		out.IntroducedBy, out.Note = c.more.introducedBy, c.more.note
+		if c.addedAt == farTime {
+			out.AddedAt = c.more.addedAt
+		}
 	}
 	return out
-}
-
-// nanos and fromNanos keep a time as Unix nanoseconds. The zero time, which
-// UnixNano cannot represent, is kept as math.MinInt64.
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return math.MinInt64
-	}
-	return t.UnixNano()
-}
-
-func fromNanos(n int64) time.Time {
-	if n == math.MinInt64 {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
 }
 
 func cloneMessage(msg Message) Message {

@@ -34,7 +34,7 @@ import (
 //
 //	func TestFileStore(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) store.Store {
-//			s, err := filestore.Open(t.TempDir())
+//			s, err := filestore.Open(t.TempDir(), filestore.Options{})
 //			if err != nil {
 //				t.Fatal(err)
 //			}
@@ -67,6 +67,9 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"CancelledContext", testCancelledContext},
 		{"Concurrent", testConcurrent},
 		{"EmptyJSON", testEmptyJSON},
+		{"Histories", testHistories},
+		{"States", testStates},
+		{"FarTimes", testFarTimes},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -607,4 +610,50 @@ func testEmptyJSON(t *testing.T, s store.Store) {
 		Contacts: map[string][]store.Contact{"a1": {c}},
 		Pending:  []store.Message{m1, m2},
 	})
+}
+
+func testHistories(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{Histories: []store.History{
+		{AgentID: "b", Messages: json.RawMessage(`[{"role":"user","content":"hi"}]`)},
+		{AgentID: "a", Summary: "s", Messages: json.RawMessage(`[]`)},
+	}})
+	// A history is replaced whole, by agent id; Load orders by agent id.
+	apply(t, s, store.Change{Histories: []store.History{{AgentID: "b", Summary: "later", Messages: json.RawMessage(`[{"role":"user","content":"bye"}]`)}}})
+	checkState(t, s, store.State{Histories: []store.History{
+		{AgentID: "a", Summary: "s", Messages: json.RawMessage(`[]`)},
+		{AgentID: "b", Summary: "later", Messages: json.RawMessage(`[{"role":"user","content":"bye"}]`)},
+	}})
+}
+
+func testStates(t *testing.T, s store.Store) {
+	at := time.Date(2026, 1, 5, 12, 0, 0, 0, time.UTC)
+	apply(t, s, store.Change{States: []store.StateEntry{
+		{Scope: "task:t", Key: "spec", Value: json.RawMessage(`{"v":1}`), Writer: "agent-1", UpdatedAt: at},
+		{Scope: "task:t", Key: "checklist", Value: json.RawMessage(`[1,2]`), Writer: "agent-2", UpdatedAt: at},
+		{Scope: "agent:agent-1", Key: "notes", Value: json.RawMessage(`"n"`), Writer: "agent-1", UpdatedAt: at},
+	}})
+	// Replace by scope and key; an empty value deletes.
+	apply(t, s, store.Change{States: []store.StateEntry{
+		{Scope: "task:t", Key: "spec", Value: json.RawMessage(`{"v":2}`), Writer: "agent-3", UpdatedAt: at},
+		{Scope: "task:t", Key: "checklist"},
+	}})
+	checkState(t, s, store.State{States: []store.StateEntry{
+		{Scope: "agent:agent-1", Key: "notes", Value: json.RawMessage(`"n"`), Writer: "agent-1", UpdatedAt: at},
+		{Scope: "task:t", Key: "spec", Value: json.RawMessage(`{"v":2}`), Writer: "agent-3", UpdatedAt: at},
+	}})
+}
+
+// testFarTimes checks times far from now keep their instant: the zero time
+// and years a nanosecond count since 1970 cannot hold.
+func testFarTimes(t *testing.T, s store.Store) {
+	times := []time.Time{{}, time.Date(1, 1, 1, 0, 0, 1, 0, time.UTC), time.Date(1600, 2, 3, 4, 5, 6, 7, time.UTC), time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)}
+	var entries []store.ContactEntry
+	var want []store.Contact
+	for i, at := range times {
+		c := store.Contact{ID: fmt.Sprint("c", i), Role: "r", Source: "preset", AddedAt: at}
+		entries = append(entries, store.ContactEntry{Owner: "a", Contact: c})
+		want = append(want, c)
+	}
+	apply(t, s, store.Change{Contacts: entries})
+	checkState(t, s, store.State{Contacts: map[string][]store.Contact{"a": want}})
 }
