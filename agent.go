@@ -84,8 +84,8 @@ type agent struct {
 	behavior Behavior
 	box      atomic.Pointer[mailbox.Box[Message]] // nil until the first message: idle agents need none
 	mind     *mind                                // a model-driven agent's history, from its first turn
-	self     *Actor                               // the handle last given to the behaviour, reused while the task is the same
 	handoff  string                               // the id of the handoff message of an agent being terminated
+	spawnKey string                               // the spawn that made it (see turn), or ""
 }
 
 // Actor is a handle through which code acts as one agent: what it sends, the
@@ -99,6 +99,16 @@ type Actor struct {
 	s      *Society
 	a      *agent
 	taskID string
+	turn   *turn // the delivery being handled, for a behaviour's handle
+}
+
+// turn is one delivery of a message to a behaviour. Spawns made while
+// handling it are keyed by the message and their order, so that handling the
+// message again after a crash (delivery is at least once) spawns nothing
+// twice: the n-th spawn returns the child the n-th spawn made before.
+type turn struct {
+	msgID  string
+	spawns int // guarded by Society.mu
 }
 
 // ID returns the id of the agent this handle acts as.
@@ -116,7 +126,7 @@ func (x *Actor) Agent() Agent {
 
 // WithTask returns a handle for the same agent working on taskID.
 func (x *Actor) WithTask(taskID string) *Actor {
-	return &Actor{s: x.s, a: x.a, taskID: taskID}
+	return &Actor{s: x.s, a: x.a, taskID: taskID, turn: x.turn}
 }
 
 // Contacts returns the agent's contact registry.
@@ -232,6 +242,14 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 			return s.agents[id].info.clone(), true, nil
 		}
 	}
+	var key string
+	if x.turn != nil {
+		x.turn.spawns++
+		key = x.turn.msgID + "#" + itoa(x.turn.spawns)
+		if id, ok := s.spawnKeys[key]; ok {
+			return s.agents[id].info.clone(), true, nil // this message was handled before a crash
+		}
+	}
 	for _, c := range spec.Brief.Collaborators {
 		if s.agents[c.AgentID] == nil {
 			return refuse(&Error{Code: ErrAgentNotFound, Message: "collaborator " + strconvQuote(c.AgentID) + " does not exist", AgentID: c.AgentID})
@@ -259,9 +277,10 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 		spec:     role.InterfaceSpec,
 		depth:    x.a.depth + 1,
 		behavior: spec.Behavior,
+		spawnKey: key,
 	}
 	entries := s.birthContacts(x.a, c, now)
-	rec, err := agentRecord(&c.info)
+	rec, err := agentRecord(c, c.info.Status)
 	if err != nil {
 		return refuse(&Error{Code: ErrInvalidTaskBrief, Message: "the brief does not encode: " + err.Error()})
 	}
@@ -319,18 +338,23 @@ func (s *Society) addAgent(c *agent) {
 	if c.info.ParentID == RootID {
 		s.rootKids[c.info.TaskID] = c.info.ID
 	}
+	if c.spawnKey != "" {
+		s.spawnKeys[c.spawnKey] = c.info.ID
+	}
 }
 
 func roleRecord(r *Role) store.Role {
 	return store.Role{ID: r.ID, Name: r.Name, Prompt: r.Prompt, InterfaceSpec: marshalSpec(r.InterfaceSpec), CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
 }
 
-func agentRecord(a *Agent) (store.Agent, error) {
-	brief, err := json.Marshal(a.Brief)
+// agentRecord returns a's store record with the given status.
+func agentRecord(a *agent, status AgentStatus) (store.Agent, error) {
+	i := &a.info
+	brief, err := json.Marshal(i.Brief)
 	if err != nil {
 		return store.Agent{}, err
 	}
-	return store.Agent{ID: a.ID, RoleID: a.RoleID, ParentID: a.ParentID, TaskID: a.TaskID, Brief: brief, Status: string(a.Status), CreatedAt: a.CreatedAt}, nil
+	return store.Agent{ID: i.ID, RoleID: i.RoleID, ParentID: i.ParentID, TaskID: i.TaskID, Brief: brief, Status: string(status), CreatedAt: i.CreatedAt, SpawnKey: a.spawnKey}, nil
 }
 
 func contactRecords(entries []ownedContact) []store.ContactEntry {

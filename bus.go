@@ -396,6 +396,12 @@ func (s *Society) deliver(a *agent, m Message) {
 	}
 }
 
+// delivery is a behaviour's handle with its turn, allocated together.
+type delivery struct {
+	actor Actor
+	turn  turn
+}
+
 // statusOf returns a's status and the id of its handoff message, if it is
 // being terminated.
 func (s *Society) statusOf(a *agent) (AgentStatus, string) {
@@ -410,11 +416,9 @@ func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
 	if b == nil {
 		b = s.cfg.Default
 	}
-	x := a.self
-	if x == nil || x.taskID != m.TaskID {
-		x = &Actor{s: s, a: a, taskID: m.TaskID}
-		a.self = x // an Actor never changes, so handing out the same one is safe
-	}
+	d := &delivery{turn: turn{msgID: m.ID}}
+	d.actor = Actor{s: s, a: a, taskID: m.TaskID, turn: &d.turn}
+	x := &d.actor
 	if b == nil && s.cfg.Model != nil {
 		b = modelBehavior{s}
 	}

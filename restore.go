@@ -43,6 +43,7 @@ func (s *Society) restore(ctx context.Context) error {
 			roleName: role.Name,
 			spec:     role.InterfaceSpec,
 			depth:    parent.depth + 1,
+			spawnKey: r.SpawnKey,
 		})
 		s.agentIDs.Observe(r.ID)
 	}

@@ -136,6 +136,7 @@ type Society struct {
 	roleKeys  map[roleKey]string // (creator, name) -> role id
 	agents    map[string]*agent
 	rootKids  map[string]string // taskID -> root's child
+	spawnKeys map[string]string // spawn key -> child (see turn)
 	requests  map[string]*request
 	state     map[stateKey]StateValue
 	live      int // agents other than root and user
@@ -223,6 +224,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		roleKeys:   make(map[roleKey]string),
 		agents:     make(map[string]*agent),
 		rootKids:   make(map[string]string),
+		spawnKeys:  make(map[string]string),
 		requests:   make(map[string]*request),
 		state:      make(map[stateKey]StateValue),
 		prompts:    set,

@@ -149,9 +149,7 @@ func (s *Society) subtree(a *agent) []*agent {
 }
 
 func (s *Society) statusRecord(a *agent, status AgentStatus) (store.Agent, *Error) {
-	info := a.info
-	info.Status = status
-	rec, err := agentRecord(&info)
+	rec, err := agentRecord(a, status)
 	if err != nil {
 		return store.Agent{}, &Error{Code: ErrStore, Message: "the agent's record does not encode", Err: err}
 	}

@@ -105,6 +105,10 @@ type Agent struct {
 	Brief     json.RawMessage
 	Status    string
 	CreatedAt time.Time
+	// SpawnKey names the spawn that made the agent: the message its parent
+	// was handling and the spawn's place in that handling. A message handled
+	// again after a crash spawns nothing twice.
+	SpawnKey string
 }
 
 // Contact is one entry of an agent's contact registry.

@@ -36,6 +36,7 @@ type agentJSON struct {
 	Brief     json.RawMessage `json:"taskBrief,omitempty"`
 	Status    string          `json:"status"`
 	CreatedAt time.Time       `json:"createdAt,omitzero"`
+	SpawnKey  string          `json:"spawnKey,omitempty"`
 }
 
 type contactJSON struct {
@@ -193,7 +194,7 @@ func roleToJSON(r store.Role) roleJSON {
 }
 
 func agentToJSON(a store.Agent) agentJSON {
-	return agentJSON{ID: a.ID, RoleID: a.RoleID, ParentID: a.ParentID, TaskID: a.TaskID, Brief: a.Brief, Status: a.Status, CreatedAt: a.CreatedAt}
+	return agentJSON{ID: a.ID, RoleID: a.RoleID, ParentID: a.ParentID, TaskID: a.TaskID, Brief: a.Brief, Status: a.Status, CreatedAt: a.CreatedAt, SpawnKey: a.SpawnKey}
 }
 
 func contactToJSON(c store.Contact) contactJSON {
@@ -229,7 +230,7 @@ func roleFromJSON(r roleJSON) store.Role {
 }
 
 func agentFromJSON(a agentJSON) store.Agent {
-	return store.Agent{ID: a.ID, RoleID: a.RoleID, ParentID: a.ParentID, TaskID: a.TaskID, Brief: a.Brief, Status: a.Status, CreatedAt: a.CreatedAt}
+	return store.Agent{ID: a.ID, RoleID: a.RoleID, ParentID: a.ParentID, TaskID: a.TaskID, Brief: a.Brief, Status: a.Status, CreatedAt: a.CreatedAt, SpawnKey: a.SpawnKey}
 }
 
 func contactFromJSON(c contactJSON) store.Contact {

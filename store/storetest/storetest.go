@@ -232,10 +232,12 @@ func testRoles(t *testing.T, s store.Store) {
 
 func testAgents(t *testing.T, s store.Store) {
 	apply(t, s, store.Change{Agents: []store.Agent{agent("a1", "idle"), agent("a2", "idle")}})
-	apply(t, s, store.Change{Agents: []store.Agent{agent("a3", "busy")}})
+	keyed := agent("a3", "busy")
+	keyed.SpawnKey = "msg-1#2"
+	apply(t, s, store.Change{Agents: []store.Agent{keyed}})
 	apply(t, s, store.Change{Agents: []store.Agent{agent("a2", "done")}})
 	checkState(t, s, store.State{Agents: []store.Agent{
-		agent("a1", "idle"), agent("a2", "done"), agent("a3", "busy"),
+		agent("a1", "idle"), agent("a2", "done"), keyed,
 	}})
 }
 
