@@ -28,7 +28,7 @@
 //	  "version": 1,
 //	  "journalSeq": 1234,
 //	  "roles": [{"id", "name", "rolePrompt", "interfaceSpec", "createdBy", "createdAt"}],
-//	  "agents": [{"id", "roleId", "parentAgentId", "taskId", "taskBrief", "status", "createdAt"}],
+//	  "agents": [{"id", "roleId", "parentAgentId", "taskId", "taskBrief", "status", "createdAt", "spawnKey"}],
 //	  "contactRegistries": {
 //	    "<owner agent id>": [{"id", "role", "interfaceSpec", "source", "introducedBy", "note", "addedAt"}]
 //	  },
