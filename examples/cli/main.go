@@ -26,15 +26,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"time"
 
 	as "agentsociety"
 	"agentsociety/examples/internal/demo"
+	"agentsociety/examples/internal/show"
 	"agentsociety/llm"
 )
 
@@ -51,7 +50,7 @@ const help = `commands:
 `
 
 func main() {
-	pick := demo.ModelFlag(flag.CommandLine)
+	pick := show.ModelFlag(flag.CommandLine, "the offline demo model", demo.Model)
 	flag.Parse()
 	model, onReal, err := pick()
 	if err != nil {
@@ -78,16 +77,16 @@ func main() {
 // while in is blocked, the goroutine reading in stays blocked until in
 // returns, which for os.Stdin is the end of the process.
 func run(ctx context.Context, in io.Reader, out io.Writer, model llm.Model) error {
-	w := &syncWriter{w: out}
+	w := show.NewSyncWriter(out)
 	s, err := as.New(ctx, as.Config{
 		Model:       model,
 		UserConsole: w, // messages to user and console_print, as they arrive
-		Logger:      slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Logger:      show.Logger(w),
 	})
 	if err != nil {
 		return err
 	}
-	w.printf("%s\n", help)
+	w.Printf("%s\n", help)
 
 	lines := make(chan string)
 	done := make(chan struct{})
@@ -103,7 +102,7 @@ func run(ctx context.Context, in io.Reader, out io.Writer, model llm.Model) erro
 			}
 		}
 		if err := sc.Err(); err != nil {
-			w.printf("reading input: %v\n", err)
+			w.Printf("reading input: %v\n", err)
 		}
 	}()
 
@@ -116,66 +115,49 @@ func run(ctx context.Context, in io.Reader, out io.Writer, model llm.Model) erro
 		}
 	}
 
-	w.printf("closing the society…\n")
+	w.Printf("closing the society…\n")
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
 	defer cancel()
 	if err := s.Close(cctx); err != nil {
-		w.printf("agents still working after %v were stopped\n", closeTimeout)
+		w.Printf("agents still working after %v were stopped\n", closeTimeout)
 	}
-	w.printf("bye\n")
+	w.Printf("bye\n")
 	return nil
 }
 
 // command carries out one line of input and reports whether it was /quit.
-func command(ctx context.Context, w *syncWriter, s *as.Society, line string) (quit bool) {
+func command(ctx context.Context, w *show.SyncWriter, s *as.Society, line string) (quit bool) {
 	switch {
 	case line == "":
 	case line == "/quit":
 		return true
 	case line == "/org":
 		var b strings.Builder
-		demo.WriteOrg(&b, s)
-		w.printf("%s\n", b.String())
+		show.WriteOrg(&b, s)
+		w.Printf("%s\n", b.String())
 	case line == "/help":
-		w.printf("%s\n", help)
+		w.Printf("%s\n", help)
 	case strings.HasPrefix(line, "/"):
 		cmd, _, _ := strings.Cut(line, " ")
-		w.printf("unknown command %s (try /help)\n", cmd)
+		w.Printf("unknown command %s (try /help)\n", cmd)
 	case strings.HasPrefix(line, "@"):
 		to, text, _ := strings.Cut(line[1:], " ")
 		if to == "" || strings.TrimSpace(text) == "" {
-			w.printf("usage: @agentId text\n")
+			w.Printf("usage: @agentId text\n")
 			break
 		}
 		if _, err := s.SendTextToAgent(ctx, to, strings.TrimSpace(text), ""); err != nil {
-			w.printf("error: %v\n", err)
+			w.Printf("error: %v\n", err)
 			break
 		}
-		w.printf("sent to %s\n", to)
+		w.Printf("sent to %s\n", to)
 	default:
 		task, err := s.SubmitRequirement(ctx, line)
 		if err != nil {
-			w.printf("error: %v\n", err)
+			w.Printf("error: %v\n", err)
 			break
 		}
-		w.printf("submitted as %s\n", task)
+		w.Printf("submitted as %s\n", task)
 	}
 	return false
-}
-
-// syncWriter serialises writes from the input loop and the society's
-// goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *syncWriter) printf(format string, args ...any) {
-	fmt.Fprintf(s, format, args...)
 }

@@ -25,20 +25,19 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 	"time"
 
 	as "agentsociety"
 	"agentsociety/examples/internal/demo"
+	"agentsociety/examples/internal/show"
 	"agentsociety/llm"
 )
 
 func main() {
-	pick := demo.ModelFlag(flag.CommandLine)
+	pick := show.ModelFlag(flag.CommandLine, "the offline demo model", demo.Model)
 	timeout := flag.Duration("timeout", 0, "how long to wait for the answer (default 30s offline, 5m on a real model)")
 	flag.Parse()
 	model, onReal, err := pick()
@@ -81,22 +80,13 @@ func run(ctx context.Context, out io.Writer, model llm.Model) error {
 // organisation. It returns the society, still open, for the caller to
 // inspect and close, and the message that carried the artifact.
 func play(ctx context.Context, out io.Writer, model llm.Model) (*as.Society, as.Message, error) {
-	w := &syncWriter{w: out}
-	var s *as.Society // set before any model call: the trace reads role names from it
-	s, err := as.New(ctx, as.Config{
-		Model: traced(w, model, func(id string) string { return roleOf(s, id) }),
-		// Warnings and errors (a model retried, a turn that failed) are
-		// worth seeing; the society's other records are not, here.
-		Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	w := show.NewSyncWriter(out)
+	s, err := show.Start(ctx, w, as.Config{Model: model})
 	if err != nil {
 		return nil, as.Message{}, err
 	}
-	s.OnUserMessage(func(m as.Message) {
-		w.printf("── user receives ──\n%s\n\n", s.Format(m))
-	})
 
-	w.printf("══ user → root: %s\n\n", demo.Requirement)
+	w.Printf("══ user → root: %s\n\n", demo.Requirement)
 	task, err := s.SubmitRequirement(ctx, demo.Requirement)
 	if err != nil {
 		return s, as.Message{}, err
@@ -110,83 +100,7 @@ func play(ctx context.Context, out io.Writer, model llm.Model) (*as.Society, as.
 		err = fmt.Errorf("waiting for the answer: %w", err)
 	}
 	var org strings.Builder
-	demo.WriteOrg(&org, s)
-	w.printf("══ organisation\n%s", org.String())
+	show.WriteOrg(&org, s)
+	w.Printf("══ organisation\n%s", org.String())
 	return s, reply, err
-}
-
-// traced wraps model so that each call is shown on w: the message that
-// opened the agent's turn, as the agent reads it, when the call is the
-// turn's first; then the tool calls and the text of the reply. It works the
-// same on any model.
-func traced(w *syncWriter, model llm.Model, roleOf func(id string) string) llm.Model {
-	var mu sync.Mutex
-	shown := map[string]string{} // per agent, the last message shown: a retried call shows nothing new
-	return llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
-		who := req.Agent
-		if role := roleOf(who); role != "" && role != who {
-			who += " (" + role + ")"
-		}
-		if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == llm.RoleUser {
-			key := fmt.Sprint(n, "\x00", req.Messages[n-1].Content)
-			mu.Lock()
-			fresh := shown[req.Agent] != key
-			shown[req.Agent] = key
-			mu.Unlock()
-			if fresh {
-				w.printf("── %s receives ──\n%s\n\n", who, req.Messages[n-1].Content)
-			}
-		}
-		resp, err := model.Generate(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		var b strings.Builder
-		for _, c := range resp.Message.ToolCalls {
-			fmt.Fprintf(&b, "   %s calls %s %s\n", req.Agent, c.Name, clip(string(c.Arguments), 110))
-		}
-		if t := strings.TrimSpace(resp.Message.Content); t != "" {
-			fmt.Fprintf(&b, "   %s thinks: %s\n\n", req.Agent, t)
-		}
-		w.printf("%s", b.String())
-		return resp, nil
-	})
-}
-
-// roleOf returns the role name of agent id in s, or id itself for root and
-// user.
-func roleOf(s *as.Society, id string) string {
-	a, ok := s.Agent(id)
-	if !ok {
-		return ""
-	}
-	if r, ok := s.Role(a.RoleID); ok {
-		return r.Name
-	}
-	return id
-}
-
-// clip shortens s to n runes, marking the cut.
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n]) + "…"
-}
-
-// syncWriter serialises writes from the society's goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *syncWriter) printf(format string, args ...any) {
-	fmt.Fprintf(s, format, args...)
 }

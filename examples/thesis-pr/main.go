@@ -50,23 +50,21 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	as "agentsociety"
-	"agentsociety/examples/internal/demo"
+	"agentsociety/examples/internal/script"
+	"agentsociety/examples/internal/show"
 	"agentsociety/llm"
-	"agentsociety/llm/openai"
 	"agentsociety/store"
 )
 
 func main() {
-	pick := modelFlag(flag.CommandLine)
+	pick := show.ModelFlag(flag.CommandLine, "the scripted model", Model)
 	timeout := flag.Duration("timeout", 0, "how long to wait for the final report (default 30s offline, 10m on a real model)")
 	flag.Parse()
 	model, onReal, err := pick()
@@ -87,31 +85,6 @@ func main() {
 	if err := run(ctx, os.Stdout, model); err != nil {
 		fmt.Fprintln(os.Stderr, "thesis-pr:", err)
 		os.Exit(1)
-	}
-}
-
-// modelFlag registers -real on fs and returns the function that, once fs is
-// parsed, gives the model to run on and whether it is a real one: real when
-// -real is given, or when -real is not given and OPENAI_API_KEY or
-// OPENAI_BASE_URL is set; otherwise this folder's scripted Model.
-func modelFlag(fs *flag.FlagSet) func() (llm.Model, bool, error) {
-	realFlag := fs.Bool("real", false, "run on a real model through llm/openai (the default when "+
-		openai.EnvAPIKey+" or "+openai.EnvBaseURL+" is set; -real=false forces the scripted model)")
-	return func() (llm.Model, bool, error) {
-		isReal := os.Getenv(openai.EnvAPIKey) != "" || os.Getenv(openai.EnvBaseURL) != ""
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "real" {
-				isReal = *realFlag
-			}
-		})
-		if !isReal {
-			return Model(), false, nil
-		}
-		m, err := openai.New(openai.Config{})
-		if err != nil {
-			return nil, true, err
-		}
-		return m, true, nil
 	}
 }
 
@@ -138,26 +111,15 @@ type outcome struct {
 // artifact, or ctx ends. Then it closes the society and prints what it
 // made. The outcome is nil only if the society could not start.
 func play(ctx context.Context, out io.Writer, model llm.Model) (*outcome, error) {
-	w := &syncWriter{w: out}
+	w := show.NewSyncWriter(out)
 	o := &outcome{store: store.NewMemory(), ws: newWorkspace()}
-	var s *as.Society // set before any model call: the trace reads role names from it
-	s, err := as.New(ctx, as.Config{
-		Store: o.store,
-		Model: traced(w, model, func(id string) string { return roleOf(s, id) }),
-		Tools: o.ws.tools(),
-		// Warnings and errors (a model retried, a turn that failed) are
-		// worth seeing; the society's other records are not, here.
-		Logger: slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})),
-	})
+	s, err := show.Start(ctx, w, as.Config{Store: o.store, Model: model, Tools: o.ws.tools()})
 	if err != nil {
 		return nil, err
 	}
 	o.s = s
-	s.OnUserMessage(func(m as.Message) {
-		w.printf("── user receives ──\n%s\n\n", s.Format(m))
-	})
 
-	w.printf("══ user → root:\n%s\n\n", Requirement)
+	w.Printf("══ user → root:\n%s\n\n", Requirement)
 	o.task, err = s.SubmitRequirement(ctx, Requirement)
 	if err == nil {
 		// The user hears of the escalation first; the final report is the
@@ -168,7 +130,7 @@ func play(ctx context.Context, out io.Writer, model llm.Model) (*outcome, error)
 		if err != nil {
 			err = fmt.Errorf("waiting for the final report: %w", err)
 		}
-		o.ref = refIn(o.report.Text())
+		o.ref = script.RefIn(o.report.Text())
 	}
 
 	// Close on a context of its own (ctx may be the one that ran out), so
@@ -187,11 +149,11 @@ func play(ctx context.Context, out io.Writer, model llm.Model) (*outcome, error)
 // summarise prints the organisation, the roles and their creators, the
 // project and private state with their writers, the delegations and the
 // final artifact.
-func summarise(ctx context.Context, w *syncWriter, o *outcome) error {
+func summarise(ctx context.Context, w *show.SyncWriter, o *outcome) error {
 	s := o.s
 	var b strings.Builder
 	b.WriteString("══ organisation\n")
-	if err := demo.WriteOrg(&b, s); err != nil {
+	if err := show.WriteOrg(&b, s); err != nil {
 		return err
 	}
 	b.WriteString("\n══ roles\n")
@@ -233,13 +195,13 @@ func summarise(ctx context.Context, w *syncWriter, o *outcome) error {
 		}
 		fmt.Fprintf(&b, "  %s  %s, %s, %d bytes, by %s\n", o.ref, art.Name, art.MediaType, art.Size, who(s, art.CreatedBy))
 	}
-	w.printf("%s", b.String())
+	w.Printf("%s", b.String())
 	return nil
 }
 
 // who names an agent by its id and role.
 func who(s *as.Society, id string) string {
-	if role := roleOf(s, id); role != "" && role != id {
+	if role := show.RoleOf(s, id); role != "" && role != id {
 		return id + " (" + role + ")"
 	}
 	return id
@@ -251,80 +213,4 @@ func compact(v json.RawMessage) string {
 		return string(v)
 	}
 	return b.String()
-}
-
-// traced wraps model so that each call is shown on w: the message that
-// opened the agent's turn, as the agent reads it, when the call is the
-// turn's first; then the tool calls and the text of the reply. It works the
-// same on any model.
-func traced(w *syncWriter, model llm.Model, roleOf func(id string) string) llm.Model {
-	var mu sync.Mutex
-	shown := map[string]string{} // per agent, the last message shown: a retried call shows nothing new
-	return llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
-		who := req.Agent
-		if role := roleOf(who); role != "" && role != who {
-			who += " (" + role + ")"
-		}
-		if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == llm.RoleUser {
-			key := fmt.Sprint(n, "\x00", req.Messages[n-1].Content)
-			mu.Lock()
-			fresh := shown[req.Agent] != key
-			shown[req.Agent] = key
-			mu.Unlock()
-			if fresh {
-				w.printf("── %s receives ──\n%s\n\n", who, req.Messages[n-1].Content)
-			}
-		}
-		resp, err := model.Generate(ctx, req)
-		if err != nil {
-			return nil, err
-		}
-		var b strings.Builder
-		for _, c := range resp.Message.ToolCalls {
-			fmt.Fprintf(&b, "   %s calls %s %s\n", req.Agent, c.Name, clip(string(c.Arguments), 110))
-		}
-		if t := strings.TrimSpace(resp.Message.Content); t != "" {
-			fmt.Fprintf(&b, "   %s thinks: %s\n\n", req.Agent, t)
-		}
-		w.printf("%s", b.String())
-		return resp, nil
-	})
-}
-
-// roleOf returns the role name of agent id in s, or id itself for root and
-// user, or "" for an agent s does not have.
-func roleOf(s *as.Society, id string) string {
-	a, ok := s.Agent(id)
-	if !ok {
-		return ""
-	}
-	if r, ok := s.Role(a.RoleID); ok {
-		return r.Name
-	}
-	return id
-}
-
-// clip shortens s to n runes, marking the cut.
-func clip(s string, n int) string {
-	r := []rune(s)
-	if len(r) <= n {
-		return s
-	}
-	return string(r[:n]) + "…"
-}
-
-// syncWriter serialises writes from the society's goroutines.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *syncWriter) printf(format string, args ...any) {
-	fmt.Fprintf(s, format, args...)
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	as "agentsociety"
+	"agentsociety/examples/internal/script"
+	"agentsociety/examples/internal/show"
 	"agentsociety/llm"
 	"agentsociety/llm/openai"
 )
@@ -153,17 +155,17 @@ func TestThesisPR(t *testing.T) {
 		t.Errorf("requests %q, want %q", outcomes, want)
 	}
 	// And as the delegator saw them: one collaboration_response of each.
-	seen := map[string]message{}
+	seen := map[string]script.Message{}
 	for _, req := range model.RequestsFor(ap.ID) {
 		for _, m := range req.Messages {
 			if m.Role == llm.RoleUser {
-				if pm := parseMessage(m.Content); pm.Type == string(as.CollaborationResponse) {
+				if pm := script.ParseMessage(m.Content); pm.Type == string(as.CollaborationResponse) {
 					seen[m.Content] = pm
 				}
 			}
 		}
 	}
-	var completed, failed []message
+	var completed, failed []script.Message
 	for _, m := range seen {
 		switch m.Payload["status"] {
 		case as.StatusCompleted:
@@ -316,7 +318,7 @@ func TestModelFlag(t *testing.T) {
 	} {
 		t.Setenv(openai.EnvAPIKey, c.env)
 		fs := flag.NewFlagSet("thesis-pr", flag.ContinueOnError)
-		pick := modelFlag(fs)
+		pick := show.ModelFlag(fs, "the scripted model", Model)
 		if err := fs.Parse(c.args); err != nil {
 			t.Fatal(err)
 		}
@@ -391,7 +393,7 @@ func TestTools(t *testing.T) {
 // stalled flow.
 func TestParseMessage(t *testing.T) {
 	payload, _ := json.Marshal(as.CollaborationResponsePayload{RequestID: "req-1", Status: as.StatusError, ErrorMessage: "[OPEN] x", ResultData: json.RawMessage(`{"type":"ESCALATION"}`)})
-	m := parseMessage(as.FormatMessage(as.Message{From: "agent-3", To: "agent-1", Type: as.CollaborationResponse, Payload: payload}, rolePRManager))
+	m := script.ParseMessage(as.FormatMessage(as.Message{From: "agent-3", To: "agent-1", Type: as.CollaborationResponse, Payload: payload}, rolePRManager))
 	if m.From != "agent-3" || m.FromRole != rolePRManager || m.Type != "collaboration_response" || m.Payload["error_message"] != "[OPEN] x" {
 		t.Errorf("read %+v", m)
 	}

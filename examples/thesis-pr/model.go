@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	as "agentsociety"
+	"agentsociety/examples/internal/script"
 	"agentsociety/llm"
 	"agentsociety/llm/llmtest"
 )
@@ -78,17 +79,17 @@ var checklistSteps = []string{
 // mistake in it stops the flow.
 func Model() *llmtest.Model {
 	m := llmtest.New(
-		llmtest.Rule{Name: "a tool failed", When: lastToolFailed, Reply: toolFailed},
+		llmtest.Rule{Name: "a tool failed", When: script.LastToolFailed, Reply: script.ToolFailed},
 
 		// root: one Academic Partner for the requirement.
 		llmtest.Rule{Name: "root: handed over", SystemContains: rootMark, AfterTool: "send_message", Reply: rootDone},
-		llmtest.Rule{Name: "root: forward the requirement", SystemContains: rootMark, AfterTool: "spawn_agent", Reply: rootForward},
+		llmtest.Rule{Name: "root: forward the requirement", SystemContains: rootMark, AfterTool: "spawn_agent", Reply: script.Forward},
 		llmtest.Rule{Name: "root: spawn the lead", SystemContains: rootMark, AfterTool: "create_role", Reply: rootSpawn},
-		llmtest.Rule{Name: "root: a requirement", SystemContains: rootMark, When: fromUser, Reply: rootCreateRole},
+		llmtest.Rule{Name: "root: a requirement", SystemContains: rootMark, When: script.FromUser, Reply: rootCreateRole},
 
 		// Academic Partner, turn 1: the requirement. Open the PR, write the
 		// project state, build the team, delegate the literature review.
-		llmtest.Rule{Name: "partner: requirement", SystemContains: partnerMark, When: all(delivered, partnerTurn("requirement")), Reply: partnerCreatePR},
+		llmtest.Rule{Name: "partner: requirement", SystemContains: partnerMark, When: all(script.Delivered, partnerTurn("requirement")), Reply: partnerCreatePR},
 		llmtest.Rule{Name: "partner: PR created", SystemContains: partnerMark, AfterTool: "create_pr", Reply: partnerWriteState},
 		llmtest.Rule{Name: "partner: state written", SystemContains: partnerMark, AfterTool: "state_set", When: partnerTurn("requirement"), Reply: partnerCreateRoles},
 		llmtest.Rule{Name: "partner: role created", SystemContains: partnerMark, AfterTool: "create_role", Reply: partnerRoleCreated},
@@ -96,33 +97,33 @@ func Model() *llmtest.Model {
 		llmtest.Rule{Name: "partner: review delegated", SystemContains: partnerMark, AfterTool: "delegate_task", When: partnerTurn("requirement"), Reply: partnerDelegated},
 
 		// Turn 2: the reading notes. Complete the spec, delegate the merge.
-		llmtest.Rule{Name: "partner: notes", SystemContains: partnerMark, When: all(delivered, partnerTurn("notes")), Response: call("state_get", map[string]string{"key": "modification_spec", "scope": "project"})},
+		llmtest.Rule{Name: "partner: notes", SystemContains: partnerMark, When: all(script.Delivered, partnerTurn("notes")), Response: script.Call("state_get", map[string]string{"key": "modification_spec", "scope": "project"})},
 		llmtest.Rule{Name: "partner: spec read", SystemContains: partnerMark, AfterTool: "state_get", When: partnerTurn("notes"), Reply: partnerCompleteSpec},
 		llmtest.Rule{Name: "partner: spec completed", SystemContains: partnerMark, AfterTool: "state_set", When: partnerTurn("notes"), Reply: partnerDelegateMerge},
 		llmtest.Rule{Name: "partner: merge delegated", SystemContains: partnerMark, AfterTool: "delegate_task", When: partnerTurn("notes"), Reply: partnerDelegated},
 
 		// Turn 3: the merge failed. Record the open issue, escalate to
 		// user, have the Archivist file the blocked PR.
-		llmtest.Rule{Name: "partner: escalation", SystemContains: partnerMark, When: all(delivered, partnerTurn("escalation")), Response: call("state_get", map[string]string{"key": "pr_id", "scope": "project"})},
+		llmtest.Rule{Name: "partner: escalation", SystemContains: partnerMark, When: all(script.Delivered, partnerTurn("escalation")), Response: script.Call("state_get", map[string]string{"key": "pr_id", "scope": "project"})},
 		llmtest.Rule{Name: "partner: PR id read", SystemContains: partnerMark, AfterTool: "state_get", When: partnerTurn("escalation"), Reply: partnerRecordIssue},
 		llmtest.Rule{Name: "partner: issue recorded", SystemContains: partnerMark, AfterTool: "state_set", When: partnerTurn("escalation"), Reply: partnerEscalate},
 		llmtest.Rule{Name: "partner: escalated", SystemContains: partnerMark, AfterTool: "send_message", When: all(partnerTurn("escalation"), sentTo(as.UserID)), Reply: partnerAskArchivist},
 		llmtest.Rule{Name: "partner: archive asked", SystemContains: partnerMark, AfterTool: "send_message", When: partnerTurn("escalation"), Response: llmtest.Say("已向用户升级 [OPEN] 问题，并请 Archivist 归档 PR 文件；等待归档汇报。")},
 
 		// Turn 4: the Archivist's report. The final report to user.
-		llmtest.Rule{Name: "partner: archived", SystemContains: partnerMark, When: all(delivered, partnerTurn("archived")), Response: gets("pr_id", "modification_spec", "open_issues")},
+		llmtest.Rule{Name: "partner: archived", SystemContains: partnerMark, When: all(script.Delivered, partnerTurn("archived")), Response: gets("pr_id", "modification_spec", "open_issues")},
 		llmtest.Rule{Name: "partner: state read for the report", SystemContains: partnerMark, AfterTool: "state_get", When: partnerTurn("archived"), Reply: partnerReport},
 		llmtest.Rule{Name: "partner: reported", SystemContains: partnerMark, AfterTool: "send_message", When: partnerTurn("archived"), Response: llmtest.Say("最终报告已发给用户；PR 等待用户处理 [OPEN] 事项。")},
 
 		// Literature Agent: read the spec, search, note progress, complete.
-		llmtest.Rule{Name: "literature: delegated", SystemContains: literatureMark, When: deliveredType(as.CollaborationRequest), Response: call("state_get", map[string]string{"key": "modification_spec", "scope": "project"})},
+		llmtest.Rule{Name: "literature: delegated", SystemContains: literatureMark, When: script.DeliveredType(as.CollaborationRequest), Response: script.Call("state_get", map[string]string{"key": "modification_spec", "scope": "project"})},
 		llmtest.Rule{Name: "literature: spec read", SystemContains: literatureMark, AfterTool: "state_get", Reply: literatureSearch},
 		llmtest.Rule{Name: "literature: searched", SystemContains: literatureMark, AfterTool: "search_in_literature", Reply: literatureNoteProgress},
 		llmtest.Rule{Name: "literature: progress noted", SystemContains: literatureMark, AfterTool: "state_set", Reply: literatureComplete},
 		llmtest.Rule{Name: "literature: completed", SystemContains: literatureMark, AfterTool: "complete_task", Response: llmtest.Say("阅读笔记已交回委托人。")},
 
 		// PR Manager: validate, locate, record the checklist, complete or fail.
-		llmtest.Rule{Name: "manager: delegated", SystemContains: managerMark, When: deliveredType(as.CollaborationRequest), Response: gets("modification_spec", "checklist")},
+		llmtest.Rule{Name: "manager: delegated", SystemContains: managerMark, When: script.DeliveredType(as.CollaborationRequest), Response: gets("modification_spec", "checklist")},
 		llmtest.Rule{Name: "manager: state read", SystemContains: managerMark, AfterTool: "state_get", Reply: managerValidate},
 		llmtest.Rule{Name: "manager: validated", SystemContains: managerMark, AfterTool: "validate_spec", Reply: managerDiffOrRecord},
 		llmtest.Rule{Name: "manager: diffed", SystemContains: managerMark, AfterTool: "diff_draft", Reply: managerRecord},
@@ -132,23 +133,21 @@ func Model() *llmtest.Model {
 
 		// Archivist: read the state, write the PR file, index it, store it,
 		// report the reference.
-		llmtest.Rule{Name: "archivist: asked", SystemContains: archivistMark, When: fromRole(roleAcademicPartner), Response: gets("pr_id", "pr_status", "modification_spec", "checklist", "open_issues")},
+		llmtest.Rule{Name: "archivist: asked", SystemContains: archivistMark, When: script.FromRole(roleAcademicPartner), Response: gets("pr_id", "pr_status", "modification_spec", "checklist", "open_issues")},
 		llmtest.Rule{Name: "archivist: state read", SystemContains: archivistMark, AfterTool: "state_get", Reply: archivistCreateFile},
 		llmtest.Rule{Name: "archivist: file created", SystemContains: archivistMark, AfterTool: "create_file", Reply: archivistSyncIndex},
 		llmtest.Rule{Name: "archivist: index synced", SystemContains: archivistMark, AfterTool: "sync_index", Reply: archivistPut},
 		llmtest.Rule{Name: "archivist: stored", SystemContains: archivistMark, AfterTool: "put_artifact", Reply: archivistReport},
 		llmtest.Rule{Name: "archivist: reported", SystemContains: archivistMark, AfterTool: "send_message", Response: llmtest.Say("归档完成，已向父级汇报工件引用。")},
 	)
-	m.Fallback = func(req *llm.Request) (*llm.Response, error) {
-		return llmtest.Say("（演示脚本没有为这一步准备动作，本轮到此为止。）"), nil
-	}
+	m.Fallback = script.Fallback
 	return m
 }
 
 // ---- root ----
 
 func rootCreateRole(req *llm.Request) (*llm.Response, error) {
-	return call("create_role", map[string]any{
+	return script.Call("create_role", map[string]any{
 		"name":       roleAcademicPartner,
 		"rolePrompt": academicPartnerPrompt,
 		"interface_spec": as.InterfaceSpec{
@@ -160,14 +159,14 @@ func rootCreateRole(req *llm.Request) (*llm.Response, error) {
 }
 
 func rootSpawn(req *llm.Request) (*llm.Response, error) {
-	role, err := lastResult(req)
+	role, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	text := turnMessage(req).Text
+	text := script.TurnMessage(req).Text
 	first, _, _ := strings.Cut(text, "\n")
-	return call("spawn_agent", map[string]any{
-		"roleId": role.str("roleId"),
+	return script.Call("spawn_agent", map[string]any{
+		"roleId": role.Str("roleId"),
 		"taskBrief": as.TaskBrief{
 			Objective:          "负责这个论文修改 PR：" + first,
 			Constraints:        listAfter(text, "约束："),
@@ -179,20 +178,12 @@ func rootSpawn(req *llm.Request) (*llm.Response, error) {
 	}), nil
 }
 
-func rootForward(req *llm.Request) (*llm.Response, error) {
-	lead, err := lastResult(req)
-	if err != nil {
-		return nil, err
-	}
-	return call("send_message", map[string]any{"to": lead.str("agentId"), "payload": map[string]string{"text": turnMessage(req).Text}}), nil
-}
-
 func rootDone(req *llm.Request) (*llm.Response, error) {
-	sent, err := lastResult(req)
+	sent, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	return llmtest.Say("已为这个 PR 创建 Academic Partner " + sent.str("to") + "，并把需求原文转交给它。"), nil
+	return llmtest.Say("已为这个 PR 创建 Academic Partner " + sent.Str("to") + "，并把需求原文转交给它。"), nil
 }
 
 // ---- Academic Partner ----
@@ -200,13 +191,13 @@ func rootDone(req *llm.Request) (*llm.Response, error) {
 // partnerTurn reports whether the Academic Partner's current turn was
 // opened by a message of the given kind.
 func partnerTurn(kind string) func(*llm.Request) bool {
-	return func(req *llm.Request) bool { return partnerKind(turnMessage(req)) == kind }
+	return func(req *llm.Request) bool { return partnerKind(script.TurnMessage(req)) == kind }
 }
 
 // partnerKind tells what a message to the Academic Partner is: the
 // requirement from root, the outcome of a delegation (completed: notes;
 // error, from fail_task or a timeout: escalation), or the Archivist's report.
-func partnerKind(m message) string {
+func partnerKind(m script.Message) string {
 	switch {
 	case m.FromRole == as.RootID:
 		return "requirement"
@@ -214,14 +205,14 @@ func partnerKind(m message) string {
 		return "notes"
 	case m.Type == string(as.CollaborationResponse):
 		return "escalation"
-	case m.Type == string(as.StatusReport) && m.Payload["status"] == as.StatusCompleted && refIn(m.Text) != "":
+	case m.Type == string(as.StatusReport) && m.Payload["status"] == as.StatusCompleted && script.RefIn(m.Text) != "":
 		return "archived"
 	}
 	return ""
 }
 
 func partnerCreatePR(req *llm.Request) (*llm.Response, error) {
-	return call("create_pr", map[string]string{
+	return script.Call("create_pr", map[string]string{
 		"title":  "2.3 节：Z 世代的界定改为有文献支持的表述",
 		"scope":  "第 2.3 节 研究对象界定",
 		"reason": "现有界定没有文献支持；用户要求依据 Schroth (2019) 修改",
@@ -229,7 +220,7 @@ func partnerCreatePR(req *llm.Request) (*llm.Response, error) {
 }
 
 func partnerWriteState(req *llm.Request) (*llm.Response, error) {
-	pr, err := lastResult(req)
+	pr, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
@@ -238,10 +229,10 @@ func partnerWriteState(req *llm.Request) (*llm.Response, error) {
 		checklist[s] = "pending"
 	}
 	return calls(
-		stateSet("pr_id", pr.str("pr_id"), "project"),
-		stateSet("pr_status", pr.str("status"), "project"),
+		stateSet("pr_id", pr.Str("pr_id"), "project"),
+		stateSet("pr_status", pr.Str("status"), "project"),
 		stateSet("modification_spec", spec{
-			PRID:               pr.str("pr_id"),
+			PRID:               pr.Str("pr_id"),
 			File:               draftPath,
 			Section:            "2.3 研究对象界定",
 			OriginalText:       specOriginal,
@@ -294,7 +285,7 @@ func partnerCreateRoles(req *llm.Request) (*llm.Response, error) {
 }
 
 func createRole(i int) *llm.Response {
-	return call("create_role", map[string]any{"name": team[i].name, "rolePrompt": team[i].prompt, "interface_spec": team[i].spec})
+	return script.Call("create_role", map[string]any{"name": team[i].name, "rolePrompt": team[i].prompt, "interface_spec": team[i].spec})
 }
 
 // teamIndex returns the position in team of the role named name, or -1.
@@ -308,14 +299,14 @@ func teamIndex(name string) int {
 }
 
 func partnerRoleCreated(req *llm.Request) (*llm.Response, error) {
-	role, err := lastResult(req)
+	role, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	i := teamIndex(role.str("name"))
+	i := teamIndex(role.Str("name"))
 	switch {
 	case i < 0:
-		return nil, fmt.Errorf("partner: unexpected role %q", role.str("name"))
+		return nil, fmt.Errorf("partner: unexpected role %q", role.Str("name"))
 	case i+1 < len(team):
 		return createRole(i + 1), nil
 	}
@@ -325,36 +316,36 @@ func partnerRoleCreated(req *llm.Request) (*llm.Response, error) {
 // spawn spawns the agent of team[i] on the role created this turn, passing
 // the Academic Partner's own constraints down word for word.
 func spawn(req *llm.Request, i int) (*llm.Response, error) {
-	roleID := roleNamed(req, team[i].name)
-	constraints := briefList(req.System, "constraints")
+	roleID := script.RoleNamed(req, team[i].name)
+	constraints := script.BriefList(req.System, "constraints")
 	if roleID == "" || constraints == nil {
 		return nil, fmt.Errorf("partner: role %q %q, constraints %q", team[i].name, roleID, constraints)
 	}
 	brief := team[i].brief
 	brief.Constraints = constraints
-	return call("spawn_agent", map[string]any{"roleId": roleID, "taskBrief": brief}), nil
+	return script.Call("spawn_agent", map[string]any{"roleId": roleID, "taskBrief": brief}), nil
 }
 
 func partnerSpawned(req *llm.Request) (*llm.Response, error) {
-	child, err := lastResult(req)
+	child, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
 	for i, t := range team {
-		if roleNamed(req, t.name) != child.str("roleId") {
+		if script.RoleNamed(req, t.name) != child.Str("roleId") {
 			continue
 		}
 		if i+1 < len(team) {
 			return spawn(req, i+1)
 		}
 		// The team is complete: delegate the literature review.
-		reader := spawnedOn(req, roleNamed(req, roleLiteratureAgent))
-		prs := results(req, "create_pr")
+		reader := script.SpawnedOn(req, script.RoleNamed(req, roleLiteratureAgent))
+		prs := script.Results(req, "create_pr")
 		if reader == "" || len(prs) == 0 {
 			return nil, errors.New("partner: no Literature Agent spawned or no PR created this turn")
 		}
-		prID := prs[0].str("pr_id")
-		return call("delegate_task", map[string]any{
+		prID := prs[0].Str("pr_id")
+		return script.Call("delegate_task", map[string]any{
 			"assignee":    reader,
 			"description": "阅读文献并输出结构化笔记",
 			"payload": map[string]any{
@@ -370,15 +361,15 @@ func partnerSpawned(req *llm.Request) (*llm.Response, error) {
 			"timeout_seconds": 600,
 		}), nil
 	}
-	return nil, fmt.Errorf("partner: spawned %s on an unexpected role %q", child.str("agentId"), child.str("roleId"))
+	return nil, fmt.Errorf("partner: spawned %s on an unexpected role %q", child.Str("agentId"), child.Str("roleId"))
 }
 
 func partnerDelegated(req *llm.Request) (*llm.Response, error) {
-	d, err := lastResult(req)
+	d, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	return llmtest.Say("已委派任务 " + d.str("task_id") + "（" + d.str("status") + "），等待结果。"), nil
+	return llmtest.Say("已委派任务 " + d.Str("task_id") + "（" + d.Str("status") + "），等待结果。"), nil
 }
 
 // notes is the result the Literature Agent's complete_task carries.
@@ -398,7 +389,7 @@ func partnerCompleteSpec(req *llm.Request) (*llm.Response, error) {
 		return nil, err
 	}
 	var n notes
-	if err := remarshal(turnMessage(req).Payload["result_data"], &n); err != nil || n.SuggestedCitation == "" {
+	if err := remarshal(script.TurnMessage(req).Payload["result_data"], &n); err != nil || n.SuggestedCitation == "" {
 		return nil, fmt.Errorf("partner: the reading notes carry no citation (%v)", err)
 	}
 	s.RequiredCitations = []string{n.SuggestedCitation}
@@ -415,7 +406,7 @@ func partnerDelegateMerge(req *llm.Request) (*llm.Response, error) {
 	if err := stateValue(req, "modification_spec", &s); err != nil {
 		return nil, err
 	}
-	return call("delegate_task", map[string]any{
+	return script.Call("delegate_task", map[string]any{
 		"assignee":        manager,
 		"description":     "验证修改规格并执行合并 checklist",
 		"payload":         map[string]any{"task_type": "merge_verification", "pr_id": s.PRID, "spec_key": "modification_spec", "checklist_key": "checklist"},
@@ -433,7 +424,7 @@ type issue struct {
 }
 
 func partnerRecordIssue(req *llm.Request) (*llm.Response, error) {
-	m := turnMessage(req)
+	m := script.TurnMessage(req)
 	msg, _ := m.Payload["error_message"].(string)
 	id, _ := m.Payload["request_id"].(string)
 	details, _ := json.Marshal(m.Payload["result_data"])
@@ -487,13 +478,13 @@ func partnerEscalate(req *llm.Request) (*llm.Response, error) {
 	if err := stateValue(req, "pr_id", &prID); err != nil {
 		return nil, err
 	}
-	m := turnMessage(req)
+	m := script.TurnMessage(req)
 	msg, _ := m.Payload["error_message"].(string)
 	details, _ := json.Marshal(m.Payload["result_data"])
 	text := "【升级】" + prID + " 的合并验证被 " + m.FromRole + "（" + m.From + "）回推：\n" +
 		describe(issue{Description: msg, Details: details}) +
 		"\n请确认 2.3 节要修改的是哪一句原文；确认后我会更新 modification_spec 并重新提交合并验证。PR 文件正在归档，稍后发给您。"
-	return call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": text}}), nil
+	return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": text}}), nil
 }
 
 func partnerAskArchivist(req *llm.Request) (*llm.Response, error) {
@@ -505,15 +496,15 @@ func partnerAskArchivist(req *llm.Request) (*llm.Response, error) {
 	if err := stateValue(req, "pr_id", &prID); err != nil {
 		return nil, err
 	}
-	return call("send_message", map[string]any{"to": archivist, "payload": map[string]string{
+	return script.Call("send_message", map[string]any{"to": archivist, "payload": map[string]string{
 		"text": "请归档 " + prID + " 的 PR 文件：内容取自 project 状态（pr_id、pr_status、modification_spec、checklist、open_issues），" +
 			"写入 PR/" + prID + ".md 并同步 _CONTEXT.md，再用 put_artifact 保存，完成后用 status_report 把工件引用发给我。",
 	}}), nil
 }
 
 func partnerReport(req *llm.Request) (*llm.Response, error) {
-	m := turnMessage(req)
-	ref := refIn(m.Text)
+	m := script.TurnMessage(req)
+	ref := script.RefIn(m.Text)
 	var prID string
 	var s spec
 	var issues []issue
@@ -530,7 +521,7 @@ func partnerReport(req *llm.Request) (*llm.Response, error) {
 		b.WriteString("  " + strings.ReplaceAll(describe(is), "\n", "\n  ") + "\n")
 	}
 	b.WriteString("Draft.md 未作改动。")
-	return call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": b.String()}}), nil
+	return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": b.String()}}), nil
 }
 
 // ---- Literature Agent ----
@@ -540,7 +531,7 @@ func partnerReport(req *llm.Request) (*llm.Response, error) {
 const literatureQuery = "出生 Millennials"
 
 func literatureSearch(req *llm.Request) (*llm.Response, error) {
-	ctx, _ := turnMessage(req).Payload["context"].(map[string]any)
+	ctx, _ := script.TurnMessage(req).Payload["context"].(map[string]any)
 	path, _ := ctx["literature_path"].(string)
 	if path == "" {
 		var s spec
@@ -549,11 +540,11 @@ func literatureSearch(req *llm.Request) (*llm.Response, error) {
 		}
 		path = s.Literature
 	}
-	return call("search_in_literature", map[string]string{"path": path, "query": literatureQuery}), nil
+	return script.Call("search_in_literature", map[string]string{"path": path, "query": literatureQuery}), nil
 }
 
 func literatureNoteProgress(req *llm.Request) (*llm.Response, error) {
-	found, err := lastResult(req)
+	found, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
@@ -562,7 +553,7 @@ func literatureNoteProgress(req *llm.Request) (*llm.Response, error) {
 		Count   int       `json:"count"`
 		Matches []section `json:"matches"`
 	}
-	json.Unmarshal(found.raw, &r)
+	json.Unmarshal(found.Raw, &r)
 	sections := []string{}
 	for _, p := range r.Matches {
 		sections = append(sections, p.Section)
@@ -573,7 +564,7 @@ func literatureNoteProgress(req *llm.Request) (*llm.Response, error) {
 }
 
 func literatureComplete(req *llm.Request) (*llm.Response, error) {
-	found := results(req, "search_in_literature")
+	found := script.Results(req, "search_in_literature")
 	if len(found) == 0 {
 		return nil, errors.New("literature: no search this turn")
 	}
@@ -581,10 +572,10 @@ func literatureComplete(req *llm.Request) (*llm.Response, error) {
 		Title   string    `json:"title"`
 		Matches []section `json:"matches"`
 	}
-	json.Unmarshal(found[0].raw, &r)
-	id, _ := turnMessage(req).Payload["request_id"].(string)
+	json.Unmarshal(found[0].Raw, &r)
+	id, _ := script.TurnMessage(req).Payload["request_id"].(string)
 	if len(r.Matches) == 0 {
-		return call("fail_task", map[string]any{"task_id": id, "error_message": "[OPEN] 文献中找不到支持", "details": map[string]string{"query": literatureQuery}}), nil
+		return script.Call("fail_task", map[string]any{"task_id": id, "error_message": "[OPEN] 文献中找不到支持", "details": map[string]string{"query": literatureQuery}}), nil
 	}
 	var s spec
 	if err := stateValue(req, "modification_spec", &s); err != nil {
@@ -601,7 +592,7 @@ func literatureComplete(req *llm.Request) (*llm.Response, error) {
 			n.CriticalPoints = append(n.CriticalPoints, "modification_spec.target_text 的出生年份区间有文献支持（"+p.Section+"）")
 		}
 	}
-	return call("complete_task", map[string]any{"task_id": id, "result": n}), nil
+	return script.Call("complete_task", map[string]any{"task_id": id, "result": n}), nil
 }
 
 // ---- PR Manager ----
@@ -611,54 +602,54 @@ func managerValidate(req *llm.Request) (*llm.Response, error) {
 	if err := stateValue(req, "modification_spec", &s); err != nil {
 		return nil, err
 	}
-	return call("validate_spec", map[string]any{"spec": s}), nil
+	return script.Call("validate_spec", map[string]any{"spec": s}), nil
 }
 
 func managerDiffOrRecord(req *llm.Request) (*llm.Response, error) {
-	v, err := lastResult(req)
+	v, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	if complete, _ := v.fields["complete"].(bool); !complete {
+	if complete, _ := v.Fields["complete"].(bool); !complete {
 		return managerRecord(req)
 	}
 	var s spec
 	if err := stateValue(req, "modification_spec", &s); err != nil {
 		return nil, err
 	}
-	return call("diff_draft", map[string]string{"file": s.File, "original_text": s.OriginalText, "target_text": s.TargetText}), nil
+	return script.Call("diff_draft", map[string]string{"file": s.File, "original_text": s.OriginalText, "target_text": s.TargetText}), nil
 }
 
 // managerVerdict is what the PR Manager found this turn: "" when the change
 // can be applied, else the reason it cannot, with the details of the
 // escalation.
 func managerVerdict(req *llm.Request) (string, escalation) {
-	v := results(req, "validate_spec")
+	v := script.Results(req, "validate_spec")
 	if len(v) == 0 {
 		return "规格未经验证", escalation{Type: "ESCALATION"}
 	}
-	if complete, _ := v[0].fields["complete"].(bool); !complete {
-		missing, _ := json.Marshal(v[0].fields["missing_items"])
+	if complete, _ := v[0].Fields["complete"].(bool); !complete {
+		missing, _ := json.Marshal(v[0].Fields["missing_items"])
 		return "规格不完整：缺少 " + string(missing), escalation{
 			Type: "ESCALATION", Reason: "modification_spec 缺少必需项 " + string(missing),
 			RequiredAction: "Academic Partner 需要补全修改规格", BlockedItems: []string{"1_read_pr", "3_check_citations"},
 		}
 	}
-	d := results(req, "diff_draft")
+	d := script.Results(req, "diff_draft")
 	if len(d) == 0 {
 		return "原文未定位", escalation{Type: "ESCALATION"}
 	}
-	if ok, _ := d[0].fields["applicable"].(bool); ok {
+	if ok, _ := d[0].Fields["applicable"].(bool); ok {
 		return "", escalation{}
 	}
 	e := escalation{
 		Type:           "ESCALATION",
-		Reason:         "modification_spec.original_text 与 " + d[0].str("file") + " 的原文不一致（" + d[0].str("reason") + "），无法定位修改位置",
+		Reason:         "modification_spec.original_text 与 " + d[0].Str("file") + " 的原文不一致（" + d[0].Str("reason") + "），无法定位修改位置",
 		RequiredAction: "Academic Partner 需要提供 Draft.md 中的精确位置与原文",
 		BlockedItems:   []string{"2_read_original", "6_prepare_diff"},
 	}
-	remarshal(d[0].fields["closest"], &e.ClosestMatch)
-	return "规格不完整：" + d[0].str("reason"), e
+	remarshal(d[0].Fields["closest"], &e.ClosestMatch)
+	return "规格不完整：" + d[0].Str("reason"), e
 }
 
 func managerRecord(req *llm.Request) (*llm.Response, error) {
@@ -668,16 +659,16 @@ func managerRecord(req *llm.Request) (*llm.Response, error) {
 	}
 	problem, esc := managerVerdict(req)
 	checklist["1_read_pr"] = "pass"
-	if v := results(req, "validate_spec"); len(v) > 0 {
-		if complete, _ := v[0].fields["complete"].(bool); complete {
+	if v := script.Results(req, "validate_spec"); len(v) > 0 {
+		if complete, _ := v[0].Fields["complete"].(bool); complete {
 			checklist["3_check_citations"] = "pass"
 			checklist["4_check_format"] = "pass"
 		}
 	}
 	memo := map[string]any{"problem": problem}
-	if d := results(req, "diff_draft"); len(d) > 0 {
-		memo["diff"] = d[0].fields
-		if ok, _ := d[0].fields["applicable"].(bool); ok {
+	if d := script.Results(req, "diff_draft"); len(d) > 0 {
+		memo["diff"] = d[0].Fields
+		if ok, _ := d[0].Fields["applicable"].(bool); ok {
 			checklist["2_read_original"] = "pass"
 			checklist["6_prepare_diff"] = "pass"
 		}
@@ -692,18 +683,18 @@ func managerRecord(req *llm.Request) (*llm.Response, error) {
 }
 
 func managerSettle(req *llm.Request) (*llm.Response, error) {
-	id, _ := turnMessage(req).Payload["request_id"].(string)
+	id, _ := script.TurnMessage(req).Payload["request_id"].(string)
 	problem, esc := managerVerdict(req)
 	if problem == "" {
 		var checklist map[string]string
 		if err := stateValue(req, "checklist", &checklist); err != nil {
 			return nil, err
 		}
-		return call("complete_task", map[string]any{"task_id": id, "result": map[string]any{
-			"status": "verified", "checklist": checklist, "diff": results(req, "diff_draft")[0].str("diff"),
+		return script.Call("complete_task", map[string]any{"task_id": id, "result": map[string]any{
+			"status": "verified", "checklist": checklist, "diff": script.Results(req, "diff_draft")[0].Str("diff"),
 		}}), nil
 	}
-	return call("fail_task", map[string]any{"task_id": id, "error_message": "[OPEN] " + problem, "details": esc}), nil
+	return script.Call("fail_task", map[string]any{"task_id": id, "error_message": "[OPEN] " + problem, "details": esc}), nil
 }
 
 // ---- Archivist ----
@@ -741,11 +732,11 @@ func archivistCreateFile(req *llm.Request) (*llm.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return call("create_file", map[string]string{"path": "PR/" + prID + ".md", "content": content}), nil
+	return script.Call("create_file", map[string]string{"path": "PR/" + prID + ".md", "content": content}), nil
 }
 
 func archivistSyncIndex(req *llm.Request) (*llm.Response, error) {
-	created, err := lastResult(req)
+	created, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
@@ -753,7 +744,7 @@ func archivistSyncIndex(req *llm.Request) (*llm.Response, error) {
 	if err := stateValue(req, "pr_status", &status); err != nil {
 		return nil, err
 	}
-	return call("sync_index", map[string]any{"index_file": indexPath, "entries": []string{created.str("path") + "（" + status + "）"}}), nil
+	return script.Call("sync_index", map[string]any{"index_file": indexPath, "entries": []string{created.Str("path") + "（" + status + "）"}}), nil
 }
 
 func archivistPut(req *llm.Request) (*llm.Response, error) {
@@ -761,65 +752,41 @@ func archivistPut(req *llm.Request) (*llm.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	return call("put_artifact", map[string]string{"name": prID + ".md", "media_type": "text/markdown", "content": content}), nil
+	return script.Call("put_artifact", map[string]string{"name": prID + ".md", "media_type": "text/markdown", "content": content}), nil
 }
 
 func archivistReport(req *llm.Request) (*llm.Response, error) {
-	put, err := lastResult(req)
+	put, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	parent := match(parentRe, req.System)
-	files := results(req, "create_file")
+	parent := script.Parent(req.System)
+	files := script.Results(req, "create_file")
 	if parent == "" || len(files) == 0 {
 		return nil, fmt.Errorf("archivist: parent %q, %d files created", parent, len(files))
 	}
-	return call("send_message", map[string]any{"to": parent, "message_type": as.StatusReport, "payload": map[string]string{
+	return script.Call("send_message", map[string]any{"to": parent, "message_type": as.StatusReport, "payload": map[string]string{
 		"status": as.StatusCompleted,
-		"text":   "PR 文件已归档：" + put.str("ref") + "（" + files[0].str("path") + "，已同步 " + indexPath + "）。",
+		"text":   "PR 文件已归档：" + put.Str("ref") + "（" + files[0].Str("path") + "，已同步 " + indexPath + "）。",
 	}}), nil
 }
 
-// ---- anyone ----
-
-func toolFailed(req *llm.Request) (*llm.Response, error) {
-	return llmtest.Say("工具调用失败：" + req.Messages[len(req.Messages)-1].Content + "。演示脚本不再重试，本轮到此为止。"), nil
-}
-
-// call is a reply that calls one tool with args encoded as JSON the way
-// models write it (no \u003c for "<").
-func call(name string, args any) *llm.Response {
-	return llmtest.Calls(toolCall(name, args))
-}
+// ---- replies ----
 
 // calls is a reply that calls several tools in one step.
 func calls(cs ...llm.ToolCall) *llm.Response { return llmtest.Calls(cs...) }
 
-func toolCall(name string, args any) llm.ToolCall {
-	return llm.ToolCall{Name: name, Arguments: encode(args)}
-}
-
 func stateSet(key string, value any, scope string) llm.ToolCall {
-	return toolCall("state_set", map[string]any{"key": key, "value": value, "scope": scope})
+	return script.ToolCall("state_set", map[string]any{"key": key, "value": value, "scope": scope})
 }
 
 // gets is a reply that reads project state keys, one call each.
 func gets(keys ...string) *llm.Response {
 	cs := make([]llm.ToolCall, len(keys))
 	for i, k := range keys {
-		cs[i] = toolCall("state_get", map[string]string{"key": k, "scope": "project"})
+		cs[i] = script.ToolCall("state_get", map[string]string{"key": k, "scope": "project"})
 	}
 	return calls(cs...)
-}
-
-func encode(v any) json.RawMessage {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		panic(fmt.Sprintf("thesis-pr: encoding %T: %v", v, err))
-	}
-	return json.RawMessage(strings.TrimSpace(b.String()))
 }
 
 // remarshal converts a decoded JSON value into v.
@@ -833,21 +800,7 @@ func remarshal(from any, v any) error {
 
 // ---- reading requests ----
 
-var (
-	sourceRe  = regexp.MustCompile(`【来自 (.+?)（([^（）]+)）的消息】`)
-	refRe     = regexp.MustCompile(`artifact:[A-Za-z0-9-]+`)
-	parentRe  = regexp.MustCompile(`(?m)^- 父级：([^（\s]+)`)
-	contactRe = regexp.MustCompile(`(?m)^- ([^（\s]+)（([^，）]+)，`)
-)
-
-func match(re *regexp.Regexp, s string) string {
-	if m := re.FindStringSubmatch(s); m != nil {
-		return m[1]
-	}
-	return ""
-}
-
-func refIn(s string) string { return refRe.FindString(s) }
+var contactRe = regexp.MustCompile(`(?m)^- ([^（\s]+)（([^，）]+)，`)
 
 // contactWithRole returns the id of the first contact with the given role
 // in the contacts section of a system prompt, or "".
@@ -882,59 +835,6 @@ func listAfter(text, head string) []string {
 	return out
 }
 
-// turnStart returns the index of the delivered message that opened the
-// current turn: the newest message from the society rather than a tool.
-func turnStart(msgs []llm.Message) int {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == llm.RoleUser {
-			return i
-		}
-	}
-	return -1
-}
-
-// message is a delivered message as the agent reads it.
-type message struct {
-	Content  string         // as presented (Requirement 10)
-	From     string         // the sender's id from the source line; "user" for the user
-	FromRole string         // the sender's role from the source line
-	Text     string         // the content without the source line and the reply hint
-	Type     string         // message_type, "" for a general message
-	Payload  map[string]any // the structured payload of a typed message, and its text
-}
-
-// turnMessage reads the message that opened the current turn.
-func turnMessage(req *llm.Request) message {
-	i := turnStart(req.Messages)
-	if i < 0 {
-		return message{Payload: map[string]any{}}
-	}
-	return parseMessage(req.Messages[i].Content)
-}
-
-func parseMessage(content string) message {
-	m := message{Content: content, Payload: map[string]any{}}
-	body := content
-	if rest, ok := strings.CutPrefix(content, "【来自用户的消息】\n"); ok {
-		m.From, m.FromRole, body = as.UserID, as.UserID, rest
-	} else if s := sourceRe.FindStringSubmatchIndex(content); s != nil && s[0] == 0 {
-		m.FromRole, m.From = content[s[2]:s[3]], content[s[4]:s[5]]
-		body = strings.TrimPrefix(content[s[1]:], "\n")
-	}
-	if i := strings.LastIndex(body, "\n如需回复，请使用 send_message("); i >= 0 {
-		body = body[:i]
-	}
-	m.Text = body
-	// A typed message reads "{text}\nmessage_type: {type}\n{payload as JSON}".
-	if i := strings.Index(body, "message_type: "); i >= 0 && (i == 0 || body[i-1] == '\n') {
-		head, rest, _ := strings.Cut(body[i+len("message_type: "):], "\n")
-		m.Type = head
-		json.Unmarshal([]byte(rest), &m.Payload)
-		m.Text = strings.TrimSuffix(body[:i], "\n")
-	}
-	return m
-}
-
 func all(preds ...func(*llm.Request) bool) func(*llm.Request) bool {
 	return func(req *llm.Request) bool {
 		for _, p := range preds {
@@ -946,125 +846,31 @@ func all(preds ...func(*llm.Request) bool) func(*llm.Request) bool {
 	}
 }
 
-func delivered(req *llm.Request) bool {
-	n := len(req.Messages)
-	return n > 0 && req.Messages[n-1].Role == llm.RoleUser
-}
-
-func fromUser(req *llm.Request) bool { return delivered(req) && turnMessage(req).From == as.UserID }
-
-func fromRole(role string) func(*llm.Request) bool {
-	return func(req *llm.Request) bool { return delivered(req) && turnMessage(req).FromRole == role }
-}
-
-func deliveredType(t as.MessageType) func(*llm.Request) bool {
-	return func(req *llm.Request) bool { return delivered(req) && turnMessage(req).Type == string(t) }
-}
-
 // sentTo reports whether the request's last message is the result of a
 // send_message to id.
 func sentTo(id string) func(*llm.Request) bool {
 	return func(req *llm.Request) bool {
-		r, err := lastResult(req)
-		return err == nil && r.str("to") == id
+		r, err := script.LastResult(req)
+		return err == nil && r.Str("to") == id
 	}
-}
-
-// result is a decoded tool result.
-type result struct {
-	raw    json.RawMessage
-	fields map[string]any
-}
-
-func (r result) str(name string) string {
-	s, _ := r.fields[name].(string)
-	return s
-}
-
-func decodeResult(content string) result {
-	r := result{raw: json.RawMessage(content)}
-	json.Unmarshal(r.raw, &r.fields)
-	return r
-}
-
-// lastResult decodes the tool result that is the request's last message.
-func lastResult(req *llm.Request) (result, error) {
-	n := len(req.Messages)
-	if n == 0 || req.Messages[n-1].Role != llm.RoleTool {
-		return result{}, errors.New("thesis-pr: the last message is not a tool result")
-	}
-	return decodeResult(req.Messages[n-1].Content), nil
-}
-
-func lastToolFailed(req *llm.Request) bool {
-	r, err := lastResult(req)
-	if err != nil {
-		return false
-	}
-	_, failed := r.fields["error"]
-	return failed
-}
-
-// calledWith pairs each tool call of the current turn with its arguments
-// and its result, oldest first.
-type calledWith struct {
-	name string
-	args map[string]any
-	res  result
-}
-
-func turnCalls(req *llm.Request) []calledWith {
-	type pending struct {
-		name string
-		args map[string]any
-	}
-	called := map[string]pending{}
-	var out []calledWith
-	for _, msg := range req.Messages[max(turnStart(req.Messages), 0):] {
-		switch msg.Role {
-		case llm.RoleAssistant:
-			for _, c := range msg.ToolCalls {
-				var args map[string]any
-				json.Unmarshal(c.Arguments, &args)
-				called[c.ID] = pending{c.Name, args}
-			}
-		case llm.RoleTool:
-			if c, ok := called[msg.ToolCallID]; ok {
-				out = append(out, calledWith{c.name, c.args, decodeResult(msg.Content)})
-			}
-		}
-	}
-	return out
-}
-
-// results returns the results of the calls to tool in the current turn,
-// oldest first.
-func results(req *llm.Request, tool string) []result {
-	var out []result
-	for _, c := range turnCalls(req) {
-		if c.name == tool {
-			out = append(out, c.res)
-		}
-	}
-	return out
 }
 
 // stateValue decodes into v the newest value of state key this turn, read
 // by state_get or written by state_set.
 func stateValue(req *llm.Request, key string, v any) error {
 	var found json.RawMessage
-	for _, c := range turnCalls(req) {
-		if c.args["key"] != key {
+	for _, c := range script.TurnCalls(req) {
+		if c.Args["key"] != key {
 			continue
 		}
-		switch c.name {
+		switch c.Name {
 		case "state_get":
-			if ok, _ := c.res.fields["found"].(bool); ok {
-				found, _ = json.Marshal(c.res.fields["value"])
+			if ok, _ := c.Result.Fields["found"].(bool); ok {
+				found, _ = json.Marshal(c.Result.Fields["value"])
 			}
 		case "state_set":
-			if ok, _ := c.res.fields["ok"].(bool); ok {
-				found, _ = json.Marshal(c.args["value"])
+			if ok, _ := c.Result.Fields["ok"].(bool); ok {
+				found, _ = json.Marshal(c.Args["value"])
 			}
 		}
 	}
@@ -1072,48 +878,4 @@ func stateValue(req *llm.Request, key string, v any) error {
 		return fmt.Errorf("thesis-pr: state %q was not read this turn", key)
 	}
 	return json.Unmarshal(found, v)
-}
-
-// roleNamed returns the id of the role named name that create_role returned
-// this turn, or "".
-func roleNamed(req *llm.Request, name string) string {
-	for _, r := range results(req, "create_role") {
-		if r.str("name") == name {
-			return r.str("roleId")
-		}
-	}
-	return ""
-}
-
-// spawnedOn returns the id of the agent spawn_agent made on role this turn,
-// or "".
-func spawnedOn(req *llm.Request, role string) string {
-	for _, r := range results(req, "spawn_agent") {
-		if r.str("roleId") == role {
-			return r.str("agentId")
-		}
-	}
-	return ""
-}
-
-// briefList returns a list field of the agent's brief as its system prompt
-// shows it: nil when it is absent, empty when the brief says "(none)".
-func briefList(system, name string) []string {
-	_, brief, _ := strings.Cut(system, "## 任务委托书\n")
-	brief, _, _ = strings.Cut(brief, "\n## ")
-	var out []string
-	in := false
-	for line := range strings.SplitSeq(brief, "\n") {
-		switch {
-		case line == name+":":
-			in, out = true, []string{}
-		case !in:
-		case strings.HasPrefix(line, "  - "):
-			out = append(out, strings.TrimPrefix(line, "  - "))
-		case line == "  (none)":
-		default:
-			return out
-		}
-	}
-	return out
 }

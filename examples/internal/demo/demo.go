@@ -1,5 +1,5 @@
-// Package demo is the scripted model the examples run on offline, and the
-// few helpers they share.
+// Package demo is the scripted model the quickstart and cli examples run
+// on offline, with the requirement it answers.
 //
 // [Model] plays the seed 001 scenario through the society's real built-in
 // tools: a user asks for a static web calculator; root creates a lead role
@@ -25,18 +25,14 @@ package demo
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
-	"os"
-	"regexp"
 	"slices"
 	"strings"
 
 	as "agentsociety"
+	"agentsociety/examples/internal/script"
 	"agentsociety/llm"
 	"agentsociety/llm/llmtest"
-	"agentsociety/llm/openai"
 )
 
 // Requirement is the seed 001 requirement the examples submit: a calculator
@@ -108,41 +104,39 @@ const (
 // and what it is doing, and anything else ends the turn with a thought.
 func Model() *llmtest.Model {
 	m := llmtest.New(
-		llmtest.Rule{Name: "a tool failed", When: lastToolFailed, Reply: toolFailed},
+		llmtest.Rule{Name: "a tool failed", When: script.LastToolFailed, Reply: script.ToolFailed},
 		llmtest.Rule{Name: "answered user", AfterTool: "send_message", When: answeringUser, Response: llmtest.Say("已回复用户。")},
 
 		// root: one lead per requirement.
 		llmtest.Rule{Name: "root: handed over", SystemContains: rootMark, AfterTool: "send_message", Reply: rootDone},
-		llmtest.Rule{Name: "root: brief the lead", SystemContains: rootMark, AfterTool: "spawn_agent", Reply: rootForward},
+		llmtest.Rule{Name: "root: brief the lead", SystemContains: rootMark, AfterTool: "spawn_agent", Reply: script.Forward},
 		llmtest.Rule{Name: "root: spawn the lead", SystemContains: rootMark, AfterTool: "create_role", Reply: rootSpawn},
-		llmtest.Rule{Name: "root: a requirement", SystemContains: rootMark, When: fromUser, Reply: rootCreateRole},
-		llmtest.Rule{Name: "root: anything else", SystemContains: rootMark, When: delivered, Response: llmtest.Say("root 只受理用户需求；这条消息无需处理。")},
+		llmtest.Rule{Name: "root: a requirement", SystemContains: rootMark, When: script.FromUser, Reply: rootCreateRole},
+		llmtest.Rule{Name: "root: anything else", SystemContains: rootMark, When: script.Delivered, Response: llmtest.Say("root 只受理用户需求；这条消息无需处理。")},
 
 		// lead: builds the team, then reports to user.
 		llmtest.Rule{Name: "lead: sent", SystemContains: leadMark, AfterTool: "send_message", Reply: leadSent},
 		llmtest.Rule{Name: "lead: spawned", SystemContains: leadMark, AfterTool: "spawn_agent", Reply: leadSpawned},
 		llmtest.Rule{Name: "lead: role created", SystemContains: leadMark, AfterTool: "create_role", Reply: leadRoleCreated},
-		llmtest.Rule{Name: "lead: a report", SystemContains: leadMark, When: deliveredType(as.StatusReport), Reply: leadReport},
-		llmtest.Rule{Name: "lead: the requirement", SystemContains: leadMark, When: fromRole("root"), Reply: leadCreateTester},
+		llmtest.Rule{Name: "lead: a report", SystemContains: leadMark, When: script.DeliveredType(as.StatusReport), Reply: leadReport},
+		llmtest.Rule{Name: "lead: the requirement", SystemContains: leadMark, When: script.FromRole("root"), Reply: leadCreateTester},
 
 		// developer: writes the page, asks the tester, reports.
 		llmtest.Rule{Name: "developer: sent", SystemContains: developerMark, AfterTool: "send_message", Reply: developerSent},
 		llmtest.Rule{Name: "developer: ask the tester", SystemContains: developerMark, AfterTool: "list_contacts", Reply: developerAsk},
-		llmtest.Rule{Name: "developer: find the tester", SystemContains: developerMark, AfterTool: "put_artifact", Response: call("list_contacts", nil)},
-		llmtest.Rule{Name: "developer: the review", SystemContains: developerMark, When: deliveredType(as.CollaborationResponse), Reply: developerReport},
-		llmtest.Rule{Name: "developer: the task", SystemContains: developerMark, When: fromRole("lead"), Reply: developerWrite},
+		llmtest.Rule{Name: "developer: find the tester", SystemContains: developerMark, AfterTool: "put_artifact", Response: script.Call("list_contacts", nil)},
+		llmtest.Rule{Name: "developer: the review", SystemContains: developerMark, When: script.DeliveredType(as.CollaborationResponse), Reply: developerReport},
+		llmtest.Rule{Name: "developer: the task", SystemContains: developerMark, When: script.FromRole("lead"), Reply: developerWrite},
 
 		// tester: reads the artifact, checks it, answers.
 		llmtest.Rule{Name: "tester: answered", SystemContains: testerMark, AfterTool: "send_message", Reply: testerSent},
 		llmtest.Rule{Name: "tester: check", SystemContains: testerMark, AfterTool: "get_artifact", Reply: testerCheck},
-		llmtest.Rule{Name: "tester: a request", SystemContains: testerMark, When: deliveredType(as.CollaborationRequest), Reply: testerRead},
+		llmtest.Rule{Name: "tester: a request", SystemContains: testerMark, When: script.DeliveredType(as.CollaborationRequest), Reply: testerRead},
 
 		// Anyone but root: a word from the user gets an answer.
-		llmtest.Rule{Name: "anyone: the user speaks", When: fromUser, Reply: greetUser},
+		llmtest.Rule{Name: "anyone: the user speaks", When: script.FromUser, Reply: greetUser},
 	)
-	m.Fallback = func(req *llm.Request) (*llm.Response, error) {
-		return llmtest.Say("（演示脚本没有为这一步准备动作，本轮到此为止。）"), nil
-	}
+	m.Fallback = script.Fallback
 	return m
 }
 
@@ -160,7 +154,7 @@ var techConstraints = []struct {
 }
 
 func rootCreateRole(req *llm.Request) (*llm.Response, error) {
-	return call("create_role", map[string]any{
+	return script.Call("create_role", map[string]any{
 		"name": "lead",
 		"rolePrompt": "你是需求负责人：对一个用户需求从头负责到尾。按需用 create_role 创建子岗位（开发、测试等）并 spawn_agent 组建团队，" +
 			"把任务委托书里的技术约束原样写进每个子智能体的委托书；拿到经过测试的工件后，用 send_message 把工件引用发给 user。",
@@ -168,19 +162,19 @@ func rootCreateRole(req *llm.Request) (*llm.Response, error) {
 }
 
 func rootSpawn(req *llm.Request) (*llm.Response, error) {
-	role, err := lastResult(req)
+	role, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	text := turnMessage(req).Text
+	text := script.TurnMessage(req).Text
 	constraints := []string{} // none, said on purpose, when the user named none
 	for _, c := range techConstraints {
 		if slices.ContainsFunc(c.words, func(w string) bool { return strings.Contains(text, w) }) {
 			constraints = append(constraints, c.constraint)
 		}
 	}
-	return call("spawn_agent", map[string]any{
-		"roleId": role.str("roleId"),
+	return script.Call("spawn_agent", map[string]any{
+		"roleId": role.Str("roleId"),
 		"taskBrief": as.TaskBrief{
 			Objective:          "交付用户的需求：" + text,
 			Constraints:        constraints,
@@ -192,29 +186,18 @@ func rootSpawn(req *llm.Request) (*llm.Response, error) {
 	}), nil
 }
 
-func rootForward(req *llm.Request) (*llm.Response, error) {
-	lead, err := lastResult(req)
-	if err != nil {
-		return nil, err
-	}
-	return call("send_message", map[string]any{
-		"to":      lead.str("agentId"),
-		"payload": map[string]string{"text": turnMessage(req).Text},
-	}), nil
-}
-
 func rootDone(req *llm.Request) (*llm.Response, error) {
-	sent, err := lastResult(req)
+	sent, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	return llmtest.Say("已为这个需求创建负责人 " + sent.str("to") + "，并把需求原文转交给它。"), nil
+	return llmtest.Say("已为这个需求创建负责人 " + sent.Str("to") + "，并把需求原文转交给它。"), nil
 }
 
 // ---- lead ----
 
 func leadCreateTester(req *llm.Request) (*llm.Response, error) {
-	return call("create_role", map[string]any{
+	return script.Call("create_role", map[string]any{
 		"name":       "tester",
 		"rolePrompt": "你是测试员：收到 collaboration_request 后用 get_artifact 读取被测工件，对照任务委托书的约束逐项检查，再用 collaboration_response 回复结论。",
 		"interface_spec": as.InterfaceSpec{
@@ -226,18 +209,18 @@ func leadCreateTester(req *llm.Request) (*llm.Response, error) {
 }
 
 func leadRoleCreated(req *llm.Request) (*llm.Response, error) {
-	role, err := lastResult(req)
+	role, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	switch role.str("name") {
+	switch role.Str("name") {
 	case "tester":
-		return call("create_role", map[string]any{
+		return script.Call("create_role", map[string]any{
 			"name":       "developer",
 			"rolePrompt": "你是前端开发：按任务委托书实现页面并用 put_artifact 保存，请预设的测试员用 collaboration_request 测试，再用 status_report 向父级汇报工件引用和测试结论。",
 		}), nil
 	case "developer":
-		tester := roleNamed(req, "tester")
+		tester := script.RoleNamed(req, "tester")
 		if tester == "" {
 			return nil, errors.New("lead: no tester role was created this turn")
 		}
@@ -245,7 +228,7 @@ func leadRoleCreated(req *llm.Request) (*llm.Response, error) {
 		if err != nil {
 			return nil, err
 		}
-		return call("spawn_agent", map[string]any{
+		return script.Call("spawn_agent", map[string]any{
 			"roleId": tester,
 			"taskBrief": as.TaskBrief{
 				Objective:          "测试计算器页面：满足全部约束，加减乘除结果正确",
@@ -256,22 +239,22 @@ func leadRoleCreated(req *llm.Request) (*llm.Response, error) {
 			},
 		}), nil
 	}
-	return nil, fmt.Errorf("lead: unexpected role %q", role.str("name"))
+	return nil, fmt.Errorf("lead: unexpected role %q", role.Str("name"))
 }
 
 func leadSpawned(req *llm.Request) (*llm.Response, error) {
-	child, err := lastResult(req)
+	child, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	switch child.str("roleId") {
-	case roleNamed(req, "tester"):
+	switch child.Str("roleId") {
+	case script.RoleNamed(req, "tester"):
 		constraints, err := ownConstraints(req)
 		if err != nil {
 			return nil, err
 		}
-		return call("spawn_agent", map[string]any{
-			"roleId": roleNamed(req, "developer"),
+		return script.Call("spawn_agent", map[string]any{
+			"roleId": script.RoleNamed(req, "developer"),
 			"taskBrief": as.TaskBrief{
 				Objective:          "实现一个支持加减乘除的计算器网页",
 				Constraints:        append(constraints, "static page: one self-contained calculator.html with an inline <script>; no server, no network requests"),
@@ -279,60 +262,60 @@ func leadSpawned(req *llm.Request) (*llm.Response, error) {
 				Outputs:            "页面工件引用（put_artifact，media_type text/html），测试通过后用 status_report 汇报给父级",
 				CompletionCriteria: "tester 的结论为 pass",
 				Collaborators: []as.Collaborator{{
-					AgentID:     child.str("agentId"),
+					AgentID:     child.Str("agentId"),
 					Role:        "tester",
 					Description: "页面写好后用 collaboration_request 请它测试，context.artifact 放工件引用",
 				}},
 			},
 		}), nil
-	case roleNamed(req, "developer"):
-		tester := spawnedOn(req, roleNamed(req, "tester"))
-		return call("send_message", map[string]any{
-			"to": child.str("agentId"),
+	case script.RoleNamed(req, "developer"):
+		tester := script.SpawnedOn(req, script.RoleNamed(req, "tester"))
+		return script.Call("send_message", map[string]any{
+			"to": child.Str("agentId"),
 			"payload": map[string]string{"text": "请按任务委托书实现计算器页面。写好后请你的预设协作者 tester（" + tester +
 				"）测试，通过后用 status_report 把工件引用汇报给我。"},
 		}), nil
 	}
-	return nil, fmt.Errorf("lead: spawned %s on an unexpected role %q", child.str("agentId"), child.str("roleId"))
+	return nil, fmt.Errorf("lead: spawned %s on an unexpected role %q", child.Str("agentId"), child.Str("roleId"))
 }
 
 func leadReport(req *llm.Request) (*llm.Response, error) {
-	m := turnMessage(req)
+	m := script.TurnMessage(req)
 	text := m.Text
-	ref := refIn(text)
+	ref := script.RefIn(text)
 	reply := "开发遇到问题，汇报如下：" + text
 	if ref != "" && m.Payload["status"] == as.StatusCompleted {
 		reply = "您的计算器已完成并通过测试：" + ref + "（calculator.html：静态网页，HTML + JavaScript，用浏览器直接打开即可）。开发汇报：" + text
 	}
-	return call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": reply}}), nil
+	return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": reply}}), nil
 }
 
 func leadSent(req *llm.Request) (*llm.Response, error) {
-	sent, err := lastResult(req)
+	sent, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	if sent.str("to") == as.UserID {
+	if sent.Str("to") == as.UserID {
 		return llmtest.Say("结果已交给用户。"), nil
 	}
-	return llmtest.Say("团队已组建：tester " + spawnedOn(req, roleNamed(req, "tester")) + "，developer " + sent.str("to") + "；等待开发汇报。"), nil
+	return llmtest.Say("团队已组建：tester " + script.SpawnedOn(req, script.RoleNamed(req, "tester")) + "，developer " + sent.Str("to") + "；等待开发汇报。"), nil
 }
 
 // ---- developer ----
 
 func developerWrite(req *llm.Request) (*llm.Response, error) {
-	return call("put_artifact", map[string]any{"name": "calculator.html", "media_type": "text/html", "content": Page}), nil
+	return script.Call("put_artifact", map[string]any{"name": "calculator.html", "media_type": "text/html", "content": Page}), nil
 }
 
 func developerAsk(req *llm.Request) (*llm.Response, error) {
-	list, err := lastResult(req)
+	list, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
 	var contacts struct {
 		Contacts []struct{ ID, Role string } `json:"contacts"`
 	}
-	if err := json.Unmarshal(list.raw, &contacts); err != nil {
+	if err := json.Unmarshal(list.Raw, &contacts); err != nil {
 		return nil, fmt.Errorf("developer: list_contacts: %w", err)
 	}
 	tester := ""
@@ -343,25 +326,25 @@ func developerAsk(req *llm.Request) (*llm.Response, error) {
 		}
 	}
 	ref := ""
-	if put := results(req, "put_artifact"); len(put) > 0 {
-		ref = put[len(put)-1].str("ref")
+	if put := script.Results(req, "put_artifact"); len(put) > 0 {
+		ref = put[len(put)-1].Str("ref")
 	}
 	if tester == "" || ref == "" {
 		return nil, fmt.Errorf("developer: tester %q, artifact %q", tester, ref)
 	}
-	return call("send_message", map[string]any{
+	return script.Call("send_message", map[string]any{
 		"to":           tester,
 		"message_type": as.CollaborationRequest,
 		"payload": map[string]any{
 			"text":                "你好，我是 developer（" + req.Agent + "），lead 安排你测试我写的计算器页面。",
 			"subtask_description": "测试计算器页面 " + ref + "：对照约束检查，核对加减乘除",
-			"context":             map[string]any{"artifact": ref, "constraints": briefList(req.System, "constraints")},
+			"context":             map[string]any{"artifact": ref, "constraints": script.BriefList(req.System, "constraints")},
 		},
 	}), nil
 }
 
 func developerReport(req *llm.Request) (*llm.Response, error) {
-	m := turnMessage(req)
+	m := script.TurnMessage(req)
 	var result struct {
 		Artifact string `json:"artifact"`
 		Verdict  string `json:"verdict"`
@@ -374,32 +357,32 @@ func developerReport(req *llm.Request) (*llm.Response, error) {
 		status = as.StatusError
 		text = fmt.Sprintf("计算器页面 %s 未通过测试：tester（%s）回复 %s %v。", result.Artifact, m.From, m.Payload["status"], m.Payload["error_message"])
 	}
-	parent := match(parentRe, req.System)
-	return call("send_message", map[string]any{
+	parent := script.Parent(req.System)
+	return script.Call("send_message", map[string]any{
 		"to": parent, "message_type": as.StatusReport,
 		"payload": map[string]string{"status": status, "text": text},
 	}), nil
 }
 
 func developerSent(req *llm.Request) (*llm.Response, error) {
-	sent, err := lastResult(req)
+	sent, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	if sent.str("message_type") == string(as.CollaborationRequest) {
-		return llmtest.Say("页面已保存，已请 tester " + sent.str("to") + " 测试（request " + sent.str("request_id") + "），等待结论。"), nil
+	if sent.Str("message_type") == string(as.CollaborationRequest) {
+		return llmtest.Say("页面已保存，已请 tester " + sent.Str("to") + " 测试（request " + sent.Str("request_id") + "），等待结论。"), nil
 	}
-	return llmtest.Say("已向 " + sent.str("to") + " 汇报。"), nil
+	return llmtest.Say("已向 " + sent.Str("to") + " 汇报。"), nil
 }
 
 // ---- tester ----
 
 func testerRead(req *llm.Request) (*llm.Response, error) {
-	ref := refIn(turnMessage(req).Content)
+	ref := script.RefIn(script.TurnMessage(req).Content)
 	if ref == "" {
 		return nil, errors.New("tester: the request names no artifact")
 	}
-	return call("get_artifact", map[string]string{"ref": ref}), nil
+	return script.Call("get_artifact", map[string]string{"ref": ref}), nil
 }
 
 // checks are what the tester verifies in a page: the constraints of its
@@ -426,12 +409,12 @@ var checks = []struct {
 }
 
 func testerCheck(req *llm.Request) (*llm.Response, error) {
-	art, err := lastResult(req)
+	art, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	m := turnMessage(req)
-	page := art.str("content")
+	m := script.TurnMessage(req)
+	page := art.Str("content")
 	verdict, done := "pass", []string{}
 	for _, c := range checks {
 		mark := "✓ "
@@ -440,334 +423,49 @@ func testerCheck(req *llm.Request) (*llm.Response, error) {
 		}
 		done = append(done, mark+c.name)
 	}
-	return call("send_message", map[string]any{
+	return script.Call("send_message", map[string]any{
 		"to":           m.From,
 		"message_type": as.CollaborationResponse,
 		"payload": map[string]any{
 			"request_id":  m.Payload["request_id"],
 			"status":      as.StatusCompleted,
-			"result_data": map[string]any{"artifact": art.str("ref"), "verdict": verdict, "checks": done},
+			"result_data": map[string]any{"artifact": art.Str("ref"), "verdict": verdict, "checks": done},
 			"text":        "测试完成，结论：" + verdict,
 		},
 	}), nil
 }
 
 func testerSent(req *llm.Request) (*llm.Response, error) {
-	sent, err := lastResult(req)
+	sent, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	return llmtest.Say("测试结论已回复 " + sent.str("to") + "。"), nil
+	return llmtest.Say("测试结论已回复 " + sent.Str("to") + "。"), nil
 }
 
 // ---- anyone ----
 
 func greetUser(req *llm.Request) (*llm.Response, error) {
-	role := match(roleRe, req.System)
+	role := script.Role(req.System)
 	text := "你好，我是 " + role + "（" + req.Agent + "）。"
-	if goal := briefField(req.System, "objective"); goal != "" {
+	if goal := script.BriefField(req.System, "objective"); goal != "" {
 		text += "我负责：" + goal
 	}
-	return call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": text}}), nil
-}
-
-func toolFailed(req *llm.Request) (*llm.Response, error) {
-	return llmtest.Say("工具调用失败：" + req.Messages[len(req.Messages)-1].Content + "。演示脚本不再重试，本轮到此为止。"), nil
-}
-
-// call is a reply that calls one tool with args encoded as JSON the way
-// models write it: "<" stays "<", where json.Marshal would write \u003c.
-func call(name string, args any) *llm.Response {
-	if args == nil {
-		return llmtest.Call(name, nil)
-	}
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(args); err != nil {
-		panic(fmt.Sprintf("demo: the arguments of %s: %v", name, err))
-	}
-	return llmtest.Call(name, json.RawMessage(strings.TrimSpace(b.String())))
-}
-
-// ---- reading requests ----
-
-var (
-	sourceRe = regexp.MustCompile(`【来自 (.+?)（([^（）]+)）的消息】`)
-	refRe    = regexp.MustCompile(`artifact:[A-Za-z0-9-]+`)
-	roleRe   = regexp.MustCompile(`(?m)^- 岗位：(.+)$`)
-	parentRe = regexp.MustCompile(`(?m)^- 父级：([^（\s]+)`)
-)
-
-func match(re *regexp.Regexp, s string) string {
-	if m := re.FindStringSubmatch(s); m != nil {
-		return m[1]
-	}
-	return ""
-}
-
-func refIn(s string) string { return refRe.FindString(s) }
-
-// turnStart returns the index of the delivered message that opened the
-// current turn: the newest message from the society rather than a tool.
-func turnStart(msgs []llm.Message) int {
-	for i := len(msgs) - 1; i >= 0; i-- {
-		if msgs[i].Role == llm.RoleUser {
-			return i
-		}
-	}
-	return -1
-}
-
-// message is a delivered message as the agent reads it.
-type message struct {
-	Content  string         // as presented (Requirement 10)
-	From     string         // the sender's id from the source line; "user" for the user
-	FromRole string         // the sender's role from the source line
-	Text     string         // the content without the source line and the reply hint
-	Type     string         // message_type, "" for a general message
-	Payload  map[string]any // the structured payload of a typed message, and its text
-}
-
-// turnMessage reads the message that opened the current turn.
-func turnMessage(req *llm.Request) message {
-	i := turnStart(req.Messages)
-	if i < 0 {
-		return message{}
-	}
-	return parseMessage(req.Messages[i].Content)
-}
-
-func parseMessage(content string) message {
-	m := message{Content: content, Payload: map[string]any{}}
-	body := content
-	if rest, ok := strings.CutPrefix(content, "【来自用户的消息】\n"); ok {
-		m.From, m.FromRole, body = as.UserID, as.UserID, rest
-	} else if s := sourceRe.FindStringSubmatchIndex(content); s != nil && s[0] == 0 {
-		m.FromRole, m.From = content[s[2]:s[3]], content[s[4]:s[5]]
-		body = strings.TrimPrefix(content[s[1]:], "\n")
-	}
-	if i := strings.LastIndex(body, "\n如需回复，请使用 send_message("); i >= 0 {
-		body = body[:i]
-	}
-	m.Text = body
-	// A typed message reads "{text}\nmessage_type: {type}\n{payload as JSON}".
-	if i := strings.Index(body, "message_type: "); i >= 0 && (i == 0 || body[i-1] == '\n') {
-		head, rest, _ := strings.Cut(body[i+len("message_type: "):], "\n")
-		m.Type = head
-		json.Unmarshal([]byte(rest), &m.Payload)
-		m.Text = strings.TrimSuffix(body[:i], "\n")
-	}
-	if m.Text != "" {
-		if _, ok := m.Payload["text"]; !ok {
-			m.Payload["text"] = m.Text
-		}
-	}
-	return m
+	return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": text}}), nil
 }
 
 // answeringUser reports whether an agent other than root is in a turn
 // opened by a message from user: root takes such a message as a requirement.
 func answeringUser(req *llm.Request) bool {
-	return !strings.Contains(req.System, rootMark) && turnMessage(req).From == as.UserID
-}
-
-func delivered(req *llm.Request) bool {
-	n := len(req.Messages)
-	return n > 0 && req.Messages[n-1].Role == llm.RoleUser
-}
-
-func fromUser(req *llm.Request) bool { return delivered(req) && turnMessage(req).From == as.UserID }
-
-func fromRole(role string) func(*llm.Request) bool {
-	return func(req *llm.Request) bool { return delivered(req) && turnMessage(req).FromRole == role }
-}
-
-func deliveredType(t as.MessageType) func(*llm.Request) bool {
-	return func(req *llm.Request) bool { return delivered(req) && turnMessage(req).Type == string(t) }
-}
-
-// result is a decoded tool result.
-type result struct {
-	raw    json.RawMessage
-	fields map[string]any
-}
-
-func (r result) str(name string) string {
-	s, _ := r.fields[name].(string)
-	return s
-}
-
-func decodeResult(content string) result {
-	r := result{raw: json.RawMessage(content)}
-	json.Unmarshal(r.raw, &r.fields)
-	return r
-}
-
-// lastResult decodes the tool result that is the request's last message.
-func lastResult(req *llm.Request) (result, error) {
-	n := len(req.Messages)
-	if n == 0 || req.Messages[n-1].Role != llm.RoleTool {
-		return result{}, errors.New("demo: the last message is not a tool result")
-	}
-	return decodeResult(req.Messages[n-1].Content), nil
-}
-
-func lastToolFailed(req *llm.Request) bool {
-	n := len(req.Messages)
-	if n == 0 || req.Messages[n-1].Role != llm.RoleTool {
-		return false
-	}
-	_, failed := decodeResult(req.Messages[n-1].Content).fields["error"]
-	return failed
-}
-
-// results returns the results of the calls to tool in the current turn,
-// oldest first.
-func results(req *llm.Request, tool string) []result {
-	names := map[string]string{}
-	var out []result
-	for _, msg := range req.Messages[max(turnStart(req.Messages), 0):] {
-		switch msg.Role {
-		case llm.RoleAssistant:
-			for _, c := range msg.ToolCalls {
-				names[c.ID] = c.Name
-			}
-		case llm.RoleTool:
-			if names[msg.ToolCallID] == tool {
-				out = append(out, decodeResult(msg.Content))
-			}
-		}
-	}
-	return out
-}
-
-// roleNamed returns the id of the role named name that create_role returned
-// this turn, or "".
-func roleNamed(req *llm.Request, name string) string {
-	for _, r := range results(req, "create_role") {
-		if r.str("name") == name {
-			return r.str("roleId")
-		}
-	}
-	return ""
-}
-
-// spawnedOn returns the id of the agent spawn_agent made on role this turn,
-// or "".
-func spawnedOn(req *llm.Request, role string) string {
-	for _, r := range results(req, "spawn_agent") {
-		if r.str("roleId") == role {
-			return r.str("agentId")
-		}
-	}
-	return ""
-}
-
-// briefSection returns the agent's Task Brief as its system prompt shows it.
-func briefSection(system string) string {
-	_, brief, _ := strings.Cut(system, "## 任务委托书\n")
-	brief, _, _ = strings.Cut(brief, "\n## ")
-	return brief
-}
-
-// briefField returns a one-line field of the agent's brief.
-func briefField(system, name string) string {
-	for line := range strings.SplitSeq(briefSection(system), "\n") {
-		if v, ok := strings.CutPrefix(line, name+": "); ok {
-			return v
-		}
-	}
-	return ""
-}
-
-// briefList returns a list field of the agent's brief: nil when it is
-// absent, empty when the brief says "(none)".
-func briefList(system, name string) []string {
-	var out []string
-	in := false
-	for line := range strings.SplitSeq(briefSection(system), "\n") {
-		switch {
-		case line == name+":":
-			in, out = true, []string{}
-		case !in:
-		case strings.HasPrefix(line, "  - "):
-			out = append(out, strings.TrimPrefix(line, "  - "))
-		case line == "  (none)":
-		default:
-			return out
-		}
-	}
-	return out
+	return !strings.Contains(req.System, rootMark) && script.TurnMessage(req).From == as.UserID
 }
 
 // ownConstraints returns the constraints of the agent's own brief, which it
 // passes down word for word.
 func ownConstraints(req *llm.Request) ([]string, error) {
-	c := briefList(req.System, "constraints")
+	c := script.BriefList(req.System, "constraints")
 	if c == nil {
 		return nil, errors.New("demo: the system prompt shows no constraints")
 	}
 	return c, nil
-}
-
-// ---- shared by the examples ----
-
-// ModelFlag registers the -real flag on fs and returns the function that,
-// once fs is parsed, gives the model an example runs on and whether it is a
-// real one.
-//
-// The model is real, built by openai.New from the environment (see package
-// llm/openai), when -real is given, or when -real is not given and
-// OPENAI_API_KEY or OPENAI_BASE_URL is set; otherwise, and with -real=false,
-// it is a fresh [Model].
-func ModelFlag(fs *flag.FlagSet) func() (model llm.Model, isReal bool, err error) {
-	realFlag := fs.Bool("real", false, "run on a real model through llm/openai (the default when "+
-		openai.EnvAPIKey+" or "+openai.EnvBaseURL+" is set; -real=false forces the offline demo model)")
-	return func() (llm.Model, bool, error) {
-		isReal := os.Getenv(openai.EnvAPIKey) != "" || os.Getenv(openai.EnvBaseURL) != ""
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "real" {
-				isReal = *realFlag
-			}
-		})
-		if !isReal {
-			return Model(), false, nil
-		}
-		m, err := openai.New(openai.Config{})
-		if err != nil {
-			return nil, true, err
-		}
-		return m, true, nil
-	}
-}
-
-// WriteOrg writes the organisation of s to w as a tree under root: each
-// agent with its role name, and the task of each of root's children.
-func WriteOrg(w io.Writer, s *as.Society) error {
-	kids := map[string][]as.Agent{}
-	for _, a := range s.Agents() {
-		kids[a.ParentID] = append(kids[a.ParentID], a)
-	}
-	var b strings.Builder
-	b.WriteString(as.RootID + "\n")
-	var walk func(id, indent string)
-	walk = func(id, indent string) {
-		for i, a := range kids[id] {
-			branch, next := "├─ ", "│  "
-			if i == len(kids[id])-1 {
-				branch, next = "└─ ", "   "
-			}
-			role, _ := s.Role(a.RoleID)
-			fmt.Fprintf(&b, "%s%s%s (%s)", indent, branch, a.ID, role.Name)
-			if id == as.RootID && a.TaskID != "" {
-				b.WriteString(" " + a.TaskID)
-			}
-			b.WriteString("\n")
-			walk(a.ID, indent+next)
-		}
-	}
-	walk(as.RootID, "")
-	_, err := io.WriteString(w, b.String())
-	return err
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	as "agentsociety"
+	"agentsociety/examples/internal/script"
 )
 
 // The script reads what the society shows an agent; these tests pin the
@@ -18,15 +19,15 @@ func TestParseMessage(t *testing.T) {
 		RequestID: "req-1", SubtaskDescription: "check artifact:a-1", Text: "hello",
 		Context: json.RawMessage(`{"artifact":"artifact:a-1"}`),
 	})
-	m := parseMessage(as.FormatMessage(as.Message{From: "agent-3", To: "agent-2", Type: as.CollaborationRequest, Payload: payload, SentAt: time.Now()}, "developer"))
+	m := script.ParseMessage(as.FormatMessage(as.Message{From: "agent-3", To: "agent-2", Type: as.CollaborationRequest, Payload: payload, SentAt: time.Now()}, "developer"))
 	if m.From != "agent-3" || m.FromRole != "developer" || m.Type != "collaboration_request" || m.Text != "hello" {
 		t.Errorf("read %+v", m)
 	}
-	if m.Payload["request_id"] != "req-1" || refIn(m.Content) != "artifact:a-1" {
+	if m.Payload["request_id"] != "req-1" || script.RefIn(m.Content) != "artifact:a-1" {
 		t.Errorf("payload %v", m.Payload)
 	}
 
-	m = parseMessage(as.FormatMessage(as.Message{From: as.UserID, Type: as.General, Payload: as.Text("a calculator")}, as.UserID))
+	m = script.ParseMessage(as.FormatMessage(as.Message{From: as.UserID, Type: as.General, Payload: as.Text("a calculator")}, as.UserID))
 	if m.From != as.UserID || m.Type != "" || m.Text != "a calculator" {
 		t.Errorf("read %+v", m)
 	}
@@ -35,15 +36,15 @@ func TestParseMessage(t *testing.T) {
 func TestBriefList(t *testing.T) {
 	brief := &as.TaskBrief{Objective: "o", Constraints: []string{"HTML + JavaScript", "静态网页，无后端"}, Inputs: "i", Outputs: "o", CompletionCriteria: "c"}
 	system := "base\n\n## 任务委托书\n" + as.FormatBrief(brief) + "\n\n## 联系人\n- agent-1（lead，parent）"
-	if got := briefList(system, "constraints"); !slices.Equal(got, brief.Constraints) {
+	if got := script.BriefList(system, "constraints"); !slices.Equal(got, brief.Constraints) {
 		t.Errorf("constraints %q", got)
 	}
-	if got := briefField(system, "objective"); got != "o" {
+	if got := script.BriefField(system, "objective"); got != "o" {
 		t.Errorf("objective %q", got)
 	}
 	brief.Constraints = []string{}
 	system = "## 任务委托书\n" + as.FormatBrief(brief)
-	if got := briefList(system, "constraints"); got == nil || len(got) != 0 {
+	if got := script.BriefList(system, "constraints"); got == nil || len(got) != 0 {
 		t.Errorf("no constraints read as %q", got)
 	}
 }
