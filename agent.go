@@ -237,17 +237,19 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 	if role.CreatedBy != by {
 		return refuse(&Error{Code: ErrNotRoleOwner, Message: "role " + role.ID + " was created by " + role.CreatedBy + "; spawn only on roles you created"})
 	}
-	if by == RootID {
-		if id, ok := s.rootKids[x.taskID]; ok {
-			return s.agents[id].info.clone(), true, nil
-		}
-	}
+	// The spawn key first: every spawn of a turn counts, whatever answers
+	// it, so that the n-th spawn of a turn handled again is the n-th before.
 	var key string
 	if x.turn != nil {
 		x.turn.spawns++
 		key = x.turn.msgID + "#" + itoa(x.turn.spawns)
 		if id, ok := s.spawnKeys[key]; ok {
 			return s.agents[id].info.clone(), true, nil // this message was handled before a crash
+		}
+	}
+	if by == RootID {
+		if id, ok := s.rootKids[x.taskID]; ok {
+			return s.agents[id].info.clone(), true, nil
 		}
 	}
 	for _, c := range spec.Brief.Collaborators {

@@ -85,3 +85,50 @@ func TestRedeliveryDuplicatesNoSpawn(t *testing.T) {
 		t.Fatalf("%d agents after redelivery, want 3 (the lead and two workers)", n)
 	}
 }
+
+// TestRestoreBehaviorGivesAgentsTheirCodeBack: behaviours are code, so a
+// reopened society asks the host for them, by agent and role.
+func TestRestoreBehaviorGivesAgentsTheirCodeBack(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	got := make(chan string, 1)
+	echo := as.BehaviorFunc(func(_ context.Context, self *as.Actor, m as.Message) error {
+		got <- self.ID() + ":" + m.Text()
+		return nil
+	})
+	s, err := as.New(ctx, as.Config{Logger: quiet, Store: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := s.Actor(as.RootID)
+	role, _, _ := root.WithTask("t").CreateRole(ctx, as.RoleSpec{Name: "echo"})
+	e, _, _ := root.WithTask("t").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: echo})
+	s.Close(ctx)
+
+	var asked []string
+	s, err = as.New(ctx, as.Config{Logger: quiet, Store: mem, RestoreBehavior: func(a as.Agent, r as.Role) as.Behavior {
+		asked = append(asked, a.ID+"/"+r.Name)
+		if r.Name == "echo" {
+			return echo
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if len(asked) != 1 || asked[0] != e.ID+"/echo" {
+		t.Fatalf("RestoreBehavior was asked for %v", asked)
+	}
+	if _, err := s.SendTextToAgent(ctx, e.ID, "again", ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-got:
+		if g != e.ID+":again" {
+			t.Fatalf("got %q", g)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the restored agent has no behaviour")
+	}
+}

@@ -16,6 +16,10 @@ func (s *Society) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("agentsociety: loading the store: %w", err)
 	}
+	// Restoring starts drainers and timers, which take s.mu: they wait
+	// until every pending message is queued, so none is overtaken.
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, r := range st.Roles {
 		spec, err := unmarshalSpec(r.InterfaceSpec)
 		if err != nil {
@@ -38,13 +42,17 @@ func (s *Society) restore(ctx context.Context) error {
 		if role == nil || parent == nil {
 			return fmt.Errorf("agentsociety: agent %s: role %q or parent %q is missing from the store", r.ID, r.RoleID, r.ParentID)
 		}
-		s.addAgent(&agent{
+		a := &agent{
 			info:     Agent{ID: r.ID, RoleID: r.RoleID, ParentID: r.ParentID, TaskID: r.TaskID, Brief: &brief, Status: AgentStatus(r.Status), CreatedAt: r.CreatedAt},
 			roleName: role.Name,
 			spec:     role.InterfaceSpec,
 			depth:    parent.depth + 1,
 			spawnKey: r.SpawnKey,
-		})
+		}
+		if s.cfg.RestoreBehavior != nil {
+			a.behavior = s.cfg.RestoreBehavior(a.info.clone(), role.clone())
+		}
+		s.addAgent(a)
 		s.agentIDs.Observe(r.ID)
 	}
 	// An agent that was terminating when the society stopped had its
@@ -83,12 +91,14 @@ func (s *Society) restore(ctx context.Context) error {
 		s.putState(e)
 	}
 	for _, r := range st.Pending {
+		if r.Seq > s.seq.Load() {
+			s.seq.Store(r.Seq) // before any is queued: new messages come after all of them
+		}
+	}
+	for _, r := range st.Pending {
 		a := s.agents[r.To]
 		if a == nil {
 			return fmt.Errorf("agentsociety: pending message %s is to unknown agent %q", r.ID, r.To)
-		}
-		if r.Seq > s.seq.Load() {
-			s.seq.Store(r.Seq)
 		}
 		m := Message{ID: r.ID, Seq: r.Seq, From: r.From, To: r.To, TaskID: r.TaskID, Type: MessageType(r.Type), Payload: r.Payload, SentAt: r.SentAt}
 		s.enqueue(a, m)

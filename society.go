@@ -53,6 +53,12 @@ type Config struct {
 	// own. Nil means the model (Config.Model); with no model either, such
 	// agents log each message at Warn level and drop it.
 	Default Behavior
+	// RestoreBehavior, when set, gives each agent restored from the store
+	// its Go behaviour again: behaviours are code, not state, so a society
+	// reopened on a store cannot know them. It is called once per restored
+	// agent, during New; nil means Default, as for an agent spawned without
+	// a behaviour.
+	RestoreBehavior func(a Agent, r Role) Behavior
 
 	// ContactPolicy decides whether unknown contacts may be messaged. The
 	// zero value is ContactOpen.
@@ -165,9 +171,9 @@ type hotCounter struct {
 // New starts a society on cfg.Store, restoring what it holds: the
 // organisation, contacts, collaboration requests (their timeouts run on),
 // state, agents' histories, and the messages accepted and never finished,
-// which are delivered again. Restored agents are driven by cfg.Default or
-// the model, as agents spawned without a behaviour are. The context bounds
-// the loading only.
+// which are delivered again. Restored agents are driven by what
+// cfg.RestoreBehavior gives them, else as agents spawned without a behaviour
+// are. The context bounds the loading only.
 func New(ctx context.Context, cfg Config) (*Society, error) {
 	if cfg.Store == nil {
 		cfg.Store = store.NewMemory()
