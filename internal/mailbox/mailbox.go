@@ -44,8 +44,11 @@ func (b *Box[T]) next(stopIfEmpty bool) (v T, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.head == len(b.items) {
+		// Rewind whoever finds the queue empty: a drainer that keeps
+		// going after TryNext would otherwise append past a head that
+		// never comes back, and the buffer would grow without end.
+		b.reset()
 		if stopIfEmpty {
-			b.reset()
 			b.draining = false
 		}
 		return v, false

@@ -115,3 +115,22 @@ func TestBoxTryNextKeepsTheDrainer(t *testing.T) {
 		t.Fatal("after Next found nothing, Push must ask for a drainer")
 	}
 }
+
+// TestBoxBusyDrainerDoesNotGrow: a drainer that keeps going with TryNext
+// must not leave its buffer growing with every item it ever handled.
+func TestBoxBusyDrainerDoesNotGrow(t *testing.T) {
+	var b Box[int]
+	b.Push(0)
+	for i := 1; i < 10_000; i++ {
+		if _, ok := b.TryNext(); !ok {
+			t.Fatal("lost an item")
+		}
+		b.TryNext() // empty: the drainer goes on
+		b.Push(i)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if cap(b.items) > shrinkAbove {
+		t.Fatalf("the buffer grew to %d for a queue that never held more than one item", cap(b.items))
+	}
+}
