@@ -243,8 +243,11 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 	if x.turn != nil {
 		x.turn.spawns++
 		key = x.turn.msgID + "#" + itoa(x.turn.spawns)
-		if id, ok := s.spawnKeys[key]; ok {
-			return s.agents[id].info.clone(), true, nil // this message was handled before a crash
+		// The message was handled before a crash: the child that spawn made
+		// is the answer, if the spawn asks for the same role (a model
+		// handling the message again may not make the same calls).
+		if id, ok := s.spawnKeys[key]; ok && s.agents[id].info.RoleID == spec.RoleID {
+			return s.agents[id].info.clone(), true, nil
 		}
 	}
 	if by == RootID {

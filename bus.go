@@ -139,19 +139,32 @@ func (s *Society) accept(ctx context.Context, from *agent, m Message, f fields, 
 	if p.request != nil {
 		p.request.waiter = waiter
 	}
+	if err := s.acceptLocked(ctx, &p, nil); err != nil {
+		return Message{}, false, err
+	}
+	return p.msg, false, nil
+}
+
+// acceptLocked numbers p's message, records it with the rest of p's change
+// (and the agents in extra, if any), applies p's changes and routes the
+// message. Called with s.mu held, for writing if p changes anything but the
+// queue, and s.closed false. On a store failure nothing has changed.
+func (s *Society) acceptLocked(ctx context.Context, p *pendingSend, extra []store.Agent) *Error {
 	p.msg.Seq = s.seq.Add(1)
 	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
-	if err := s.store.Apply(ctx, p.change()); err != nil {
-		return Message{}, false, storeError(err)
+	ch := p.change()
+	ch.Agents = extra
+	if err := s.store.Apply(ctx, ch); err != nil {
+		return storeError(err)
 	}
-	if write {
-		s.commit(&p)
+	if p.mutates() {
+		s.commit(p)
 	}
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.logMessage(ctx, "message accepted", &p.msg)
 	}
-	s.route(&p)
-	return p.msg, false, nil
+	s.route(p)
+	return nil
 }
 
 // route hands an accepted message to its receiver: to the waiter blocked in

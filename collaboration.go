@@ -48,8 +48,10 @@ func (x *Actor) RequestCollaboration(ctx context.Context, to string, p Collabora
 // collaboration_response that settles the request (the responder's answer,
 // or the society's after timeout). The outcome comes to the caller rather
 // than to the agent's mailbox, so a behaviour may call Collaborate while it
-// handles a message. If ctx ends first, Collaborate returns ctx.Err() and the
-// outcome, when it comes, goes to the agent's mailbox instead.
+// handles a message. If ctx ends first, Collaborate returns ctx.Err(), and if
+// the society closes first, ErrClosed; the outcome, if it comes later, goes
+// to the agent's mailbox instead. A request to an agent that is terminated
+// before it answers is settled with an error.
 func (x *Actor) Collaborate(ctx context.Context, to string, p CollaborationRequestPayload, timeout time.Duration) (Message, error) {
 	s := x.s
 	waiter := make(chan Message, 1)
@@ -57,10 +59,14 @@ func (x *Actor) Collaborate(ctx context.Context, to string, p CollaborationReque
 	if err != nil {
 		return Message{}, err
 	}
+	var why error
 	select {
 	case out := <-waiter:
 		return out, nil
 	case <-ctx.Done():
+		why = ctx.Err()
+	case <-s.done:
+		why = newError(ErrClosed, "the society closed before the request was settled")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -71,7 +77,7 @@ func (x *Actor) Collaborate(ctx context.Context, to string, p CollaborationReque
 	case out := <-waiter: // settled as the caller gave up: better returned than lost
 		return out, nil
 	default:
-		return Message{}, ctx.Err()
+		return Message{}, why
 	}
 }
 
@@ -144,33 +150,46 @@ func (s *Society) expire(id string) {
 		return
 	}
 	r.timer = nil
+	waited := r.deadline.Sub(r.createdAt).Round(time.Millisecond)
+	s.settle(context.Background(), r, StatusTimeout, "timeout: "+r.to+" did not answer within "+waited.String())
+}
+
+// settleRequestsTo settles with an error the pending requests addressed to
+// agents that ended, whose answers can no longer come. Called with s.mu held
+// for writing.
+func (s *Society) settleRequestsTo(ctx context.Context, ended []*agent) {
+	gone := map[string]bool{}
+	for _, a := range ended {
+		gone[a.info.ID] = true
+	}
+	for _, r := range s.requests {
+		if r.status == StatusPending && gone[r.to] && !gone[r.from] {
+			s.settle(ctx, r, StatusError, "terminated: "+r.to+" was terminated before it answered")
+		}
+	}
+}
+
+// settle closes pending request r with status, sending the requester a
+// collaboration_response with status error and message why, from the agent
+// that did not answer. Called with s.mu held for writing.
+func (s *Society) settle(ctx context.Context, r *request, status, why string) {
 	to, from := s.agents[r.from], s.agents[r.to]
 	if to == nil || from == nil {
 		return
 	}
-	waited := r.deadline.Sub(r.createdAt).Round(time.Millisecond)
-	payload, _ := marshal(CollaborationResponsePayload{
-		RequestID: r.id, Status: StatusError,
-		ErrorMessage: "timeout: " + r.to + " did not answer within " + waited.String(),
-	})
-	now := time.Now()
+	payload, _ := marshal(CollaborationResponsePayload{RequestID: r.id, Status: StatusError, ErrorMessage: why})
 	p := pendingSend{
-		msg:      Message{From: r.to, To: r.from, TaskID: r.taskID, Type: CollaborationResponse, Payload: payload, SentAt: now},
+		msg:      Message{From: r.to, To: r.from, TaskID: r.taskID, Type: CollaborationResponse, Payload: payload, SentAt: time.Now()},
 		to:       to,
-		answered: r, status: StatusTimeout, divert: r.waiter,
+		answered: r, status: status, divert: r.waiter,
 	}
-	p.msg.Seq = s.seq.Add(1)
-	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
-	ctx := context.Background()
-	if err := s.store.Apply(ctx, p.change()); err != nil {
-		s.log.LogAttrs(ctx, slog.LevelError, "recording a request's timeout failed; it stays pending",
+	if err := s.acceptLocked(ctx, &p, nil); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelError, "recording a request's end failed; it stays pending",
 			slog.String("request", r.id), slog.String("err", err.Error()))
 		return
 	}
-	s.commit(&p)
-	s.log.LogAttrs(ctx, slog.LevelInfo, "request timed out",
-		slog.String("request", r.id), slog.String("from", r.from), slog.String("to", r.to), slog.String("after", waited.String()))
-	s.route(&p)
+	s.log.LogAttrs(ctx, slog.LevelInfo, "request settled by the society",
+		slog.String("request", r.id), slog.String("from", r.from), slog.String("to", r.to), slog.String("status", status))
 }
 
 // timeoutOf reads a collaboration request's timeout_seconds: zero when it

@@ -154,6 +154,7 @@ type Society struct {
 	// false only costs one more handled message.
 	closed atomic.Bool
 	wg     sync.WaitGroup // drainers and request timers: Close waits for them
+	done   chan struct{}  // closed by Close: wakes whoever waits on the society
 	runCtx context.Context
 	cancel context.CancelFunc
 }
@@ -226,6 +227,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		roleIDs:    ids.NewSequence("role"),
 		agentIDs:   ids.NewSequence("agent"),
 		msgIDs:     ids.NewEpoch("msg"),
+		done:       make(chan struct{}),
 		roles:      make(map[string]*Role),
 		roleKeys:   make(map[roleKey]string),
 		agents:     make(map[string]*agent),
@@ -247,7 +249,15 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	s.contacts.Add(UserID, Contact{ID: RootID, Role: RootID, Source: SourceSystem, AddedAt: now})
 
 	if err := s.restore(ctx); err != nil {
+		// restore may have started drainers and timers before it failed:
+		// stop them, so that nothing outlives the failed New.
+		s.mu.Lock()
+		s.closed.Store(true)
+		s.stopTimeouts()
+		s.mu.Unlock()
+		close(s.done)
 		s.cancel()
+		s.wg.Wait()
 		return nil, err
 	}
 	return s, nil
@@ -268,6 +278,7 @@ func (s *Society) Close(ctx context.Context) error {
 	s.closed.Store(true)
 	s.stopTimeouts()
 	s.mu.Unlock()
+	close(s.done)
 	s.user.close()
 
 	done := make(chan struct{})
@@ -315,18 +326,22 @@ func (s *Society) Agent(id string) (Agent, bool) {
 
 // Agents returns every agent other than root and user, oldest first.
 func (s *Society) Agents() []Agent {
+	type ordered struct {
+		order uint64
+		info  Agent
+	}
 	s.mu.RLock()
-	list := make([]*agent, 0, s.live)
+	list := make([]ordered, 0, len(s.agents))
 	for _, a := range s.agents {
 		if a.info.ID != RootID && a.info.ID != UserID {
-			list = append(list, a)
+			list = append(list, ordered{a.order, a.info.clone()})
 		}
 	}
 	s.mu.RUnlock()
 	sort.Slice(list, func(i, j int) bool { return list[i].order < list[j].order })
 	out := make([]Agent, len(list))
 	for i, a := range list {
-		out[i] = a.info.clone()
+		out[i] = a.info
 	}
 	return out
 }

@@ -72,17 +72,15 @@ func (s *Society) terminate(ctx context.Context, by *agent, id string) error {
 	}
 	payload, _ := marshal(map[string]any{"text": HandoffText, "handoff": true})
 	p := pendingSend{msg: Message{From: from.info.ID, To: id, TaskID: a.info.TaskID, Type: General, Payload: payload, SentAt: time.Now()}, to: a}
-	p.msg.Seq = s.seq.Add(1)
-	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
-	ch := p.change()
-	ch.Agents = []store.Agent{rec}
-	if err := s.store.Apply(ctx, ch); err != nil {
-		return refuse(storeError(err))
-	}
+	// The handoff is queued last: set the status and the handoff id first,
+	// and undo them if the store refuses.
 	a.info.Status = StatusTerminating
+	if err := s.acceptLocked(ctx, &p, []store.Agent{rec}); err != nil {
+		a.info.Status = StatusActive
+		return refuse(err)
+	}
 	a.handoff = p.msg.ID
 	s.log.LogAttrs(ctx, slog.LevelInfo, "agent terminating", slog.String("agent", id), slog.String("by", caller), slog.String("msg", p.msg.ID))
-	s.enqueue(a, p.msg)
 	return nil
 }
 
@@ -108,6 +106,9 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) {
 }
 
 func (s *Society) finishTerminationLocked(ctx context.Context, a *agent) {
+	if a.info.Status != StatusTerminating {
+		return // ended already, with an ancestor whose handoff came first
+	}
 	ended := s.subtree(a)
 	var ch store.Change
 	for _, e := range ended {
@@ -129,6 +130,7 @@ func (s *Society) finishTerminationLocked(ctx context.Context, a *agent) {
 			delete(s.rootKids, e.info.TaskID) // root may start the task afresh
 		}
 	}
+	s.settleRequestsTo(ctx, ended)
 	s.log.LogAttrs(ctx, slog.LevelInfo, "agent terminated", slog.String("agent", a.info.ID), slog.Int("with_descendants", len(ended)-1))
 }
 

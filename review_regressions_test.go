@@ -1,0 +1,165 @@
+package agentsociety_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	as "agentsociety"
+	"agentsociety/store"
+)
+
+// chain spawns root -> a -> b, all driven by b's behaviour for b and none
+// for a, and returns actors for a and b.
+func chain(t *testing.T, s *as.Society, bb as.Behavior) (*as.Actor, *as.Actor) {
+	t.Helper()
+	ctx := context.Background()
+	root, _ := s.Actor(as.RootID)
+	ra, _, _ := root.WithTask("t").CreateRole(ctx, as.RoleSpec{Name: "a"})
+	a, _, err := root.WithTask("t").SpawnAgent(ctx, as.SpawnSpec{RoleID: ra.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aa, _ := s.Actor(a.ID)
+	rb, _, _ := aa.CreateRole(ctx, as.RoleSpec{Name: "b"})
+	b, _, err := aa.SpawnAgent(ctx, as.SpawnSpec{RoleID: rb.ID, Brief: validBrief(), Behavior: bb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ba, _ := s.Actor(b.ID)
+	return aa, ba
+}
+
+// TestNestedTerminationEndsEachAgentOnce: b is being terminated when its
+// parent a is terminated too and ends first, taking b with it; b's own
+// handoff, delivered later, must not end it a second time.
+func TestNestedTerminationEndsEachAgentOnce(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	busy := as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { <-release; return nil })
+	s := newSociety(t, as.Config{MaxAgents: 2})
+	aa, ba := chain(t, s, busy)
+	if _, err := aa.SendText(ctx, ba.ID(), "hold"); err != nil {
+		t.Fatal(err)
+	}
+	if err := aa.Terminate(ctx, ba.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Terminate(ctx, aa.ID()); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a, _ := s.Agent(aa.ID())
+		b, _ := s.Agent(ba.ID())
+		if a.Status == as.StatusTerminated && b.Status == as.StatusTerminated {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a %s, b %s", a.Status, b.Status)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let b's handoff be delivered and dropped
+	if n := len(s.Agents()); n != 2 {
+		t.Fatalf("Agents() = %d agents", n)
+	}
+	// Exactly two slots were freed: two spawns fit under MaxAgents 2, a third does not.
+	root, _ := s.Actor(as.RootID)
+	role, _, _ := root.WithTask("u").CreateRole(ctx, as.RoleSpec{Name: "c"})
+	for i, task := range []string{"u", "v", "w"} {
+		_, _, err := root.WithTask(task).SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+		if i < 2 && err != nil {
+			t.Fatalf("spawn %d: %v", i, err)
+		}
+		if i == 2 && !errors.Is(err, as.ErrTooManyAgents) {
+			t.Fatalf("spawn %d: %v, want ErrTooManyAgents", i, err)
+		}
+	}
+}
+
+// TestCollaborateWithATerminatedResponderIsSettled: a request no one can
+// answer any more is settled with an error, so Collaborate returns.
+func TestCollaborateWithATerminatedResponderIsSettled(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{Default: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
+	aa, ba := chain(t, s, nil)
+	done := make(chan as.Message, 1)
+	go func() {
+		m, err := aa.Collaborate(ctx, ba.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- m
+	}()
+	time.Sleep(10 * time.Millisecond) // the request is pending
+	if err := aa.Terminate(ctx, ba.ID()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-done:
+		var p as.CollaborationResponsePayload
+		json.Unmarshal(m.Payload, &p)
+		if p.Status != as.StatusError || !strings.Contains(p.ErrorMessage, "terminated") {
+			t.Fatalf("outcome %+v", p)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Collaborate never returned")
+	}
+}
+
+func TestCloseWakesCollaborate(t *testing.T) {
+	ctx := context.Background()
+	s, err := as.New(ctx, as.Config{Logger: quiet, Default: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aa, ba := chain(t, s, nil)
+	got := make(chan error, 1)
+	go func() {
+		_, err := aa.Collaborate(ctx, ba.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+		got <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, as.ErrClosed) {
+			t.Fatalf("Collaborate = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Collaborate still waits after Close")
+	}
+}
+
+// TestFailedNewLeavesNothingRunning: a store whose state cannot be restored
+// makes New fail, and the timers and drainers restore started are stopped.
+func TestFailedNewLeavesNothingRunning(t *testing.T) {
+	ctx := context.Background()
+	base := runtime.NumGoroutine()
+	mem := store.NewMemory()
+	past := time.Now().Add(-time.Hour)
+	mem.Apply(ctx, store.Change{
+		Requests:  []store.Request{{ID: "req-1", From: as.UserID, To: as.RootID, Status: as.StatusPending, CreatedAt: past, Deadline: past.Add(time.Second)}},
+		Accepted:  []store.Message{{ID: "m-1", Seq: 1, From: as.UserID, To: as.RootID, Type: "general", Payload: json.RawMessage(`{"text":"x"}`), SentAt: past}},
+		Histories: []store.History{{AgentID: "agent-404", Messages: json.RawMessage(`[]`)}},
+	})
+	if _, err := as.New(ctx, as.Config{Logger: quiet, Store: mem}); err == nil {
+		t.Fatal("New restored the history of an agent that does not exist")
+	}
+	time.Sleep(50 * time.Millisecond)
+	st, _ := mem.Load(ctx)
+	if st.Requests[0].Status != as.StatusPending || len(st.Pending) != 1 {
+		t.Fatalf("the failed New went on working: %+v, %d pending", st.Requests, len(st.Pending))
+	}
+	if n := runtime.NumGoroutine(); n > base {
+		t.Fatalf("%d goroutines after a failed New, %d before", n, base)
+	}
+}
