@@ -158,6 +158,9 @@ func (x *Actor) CreateRole(ctx context.Context, spec RoleSpec) (role Role, reuse
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if x.a.info.Status == StatusTerminated {
+		return Role{}, false, s.refuse("create_role", by, terminatedError(x.a, x.a))
+	}
 	if id, ok := s.roleKeys[roleKey{by, spec.Name}]; ok {
 		return s.roles[id].clone(), true, nil
 	}
@@ -228,7 +231,7 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if x.a.info.Status == StatusTerminated {
-		return refuse(&Error{Code: ErrAgentTerminated, Message: by + " was terminated", AgentID: by})
+		return refuse(terminatedError(x.a, x.a))
 	}
 	role := s.roles[spec.RoleID]
 	if role == nil {

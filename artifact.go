@@ -49,6 +49,9 @@ func (x *Actor) PutArtifact(ctx context.Context, spec ArtifactSpec) (Artifact, e
 	if s.isClosed() {
 		return Artifact{}, newError(ErrClosed, "the society is closed")
 	}
+	if status, _ := s.statusOf(x.a); status == StatusTerminated {
+		return Artifact{}, s.refuse("put_artifact", by, terminatedError(x.a, x.a))
+	}
 	if spec.MediaType == "" {
 		spec.MediaType = "application/octet-stream"
 	}

@@ -48,8 +48,9 @@
 // agent's system prompt (base.txt, then root.txt or the role prompt, then
 // the agent's id, role, parent, task, brief and contacts), its history and
 // the tools: find_role_by_name, create_role, spawn_agent, send_message,
-// put_artifact, get_artifact, console_print, list_contacts, and the host's
-// [Tool]s. Tool calls run in order and their results, or coded errors as
+// request_collaboration, put_artifact, get_artifact, console_print,
+// terminate_agent, list_contacts, and the host's [Tool]s ([DelegationTools]
+// and [StateTools] among them, if the host adds them). Tool calls run in order and their results, or coded errors as
 // JSON, go back to the model, until it answers without a tool call or
 // Config.MaxSteps calls were made. What the model says without a tool call is
 // logged as its thought and reaches nobody: agents reach each other only
@@ -74,8 +75,13 @@
 // # Persistence
 //
 // A society records its organisation, contacts, collaboration requests,
-// accepted messages and artifacts in a [store.Store] given by the host; the
-// default is an in-memory store. Messages are recorded when accepted and
-// marked finished when handled, so a store that survives the process lets a
-// society reopened on it deliver again what was accepted and never finished.
+// project and private state, model-driven agents' histories, accepted
+// messages and artifacts in a [store.Store] given by the host; the default
+// is an in-memory store, and store/filestore keeps them in a directory.
+// Messages are recorded when accepted and marked finished when handled, with
+// the turn's history, so a society reopened on a store that survived its
+// process delivers again what was accepted and never finished (at least
+// once), spawns nothing twice for a message handled again, and runs on the
+// timeouts of pending requests. Go behaviours are code, not state: give them
+// back with Config.RestoreBehavior.
 package agentsociety

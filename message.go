@@ -40,7 +40,7 @@ var MessageTypes = []MessageType{TaskAssignment, StatusReport, IntroductionReque
 // always the society's: a sender cannot set them.
 type Message struct {
 	ID      string
-	Seq     uint64 // order of acceptance within the society
+	Seq     uint64 // order of acceptance within one run of the society; a reopened society numbers on from its pending messages
 	From    string
 	To      string
 	TaskID  string

@@ -88,7 +88,11 @@ func TestNestedTerminationEndsEachAgentOnce(t *testing.T) {
 func TestCollaborateWithATerminatedResponderIsSettled(t *testing.T) {
 	ctx := context.Background()
 	s := newSociety(t, as.Config{Default: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
-	aa, ba := chain(t, s, nil)
+	received := make(chan struct{}, 1)
+	aa, ba := chain(t, s, as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
+		received <- struct{}{} // the request is pending, and never answered
+		return nil
+	}))
 	done := make(chan as.Message, 1)
 	go func() {
 		m, err := aa.Collaborate(ctx, ba.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
@@ -97,7 +101,7 @@ func TestCollaborateWithATerminatedResponderIsSettled(t *testing.T) {
 		}
 		done <- m
 	}()
-	time.Sleep(10 * time.Millisecond) // the request is pending
+	<-received
 	if err := aa.Terminate(ctx, ba.ID()); err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ type StateValue struct {
 	UpdatedAt time.Time
 }
 
-// stateEntry is kept per scope key: "task:<id>" or "agent:<id>".
+// stateKey names a key in a scope: "task:<id>" or "agent:<id>".
 type stateKey struct{ scope, key string }
 
 // GetState reads key in scope: the project state of the handle's task, or
@@ -45,7 +45,8 @@ func (x *Actor) GetState(key string, scope StateScope) (v StateValue, ok bool, e
 }
 
 // SetState sets key in scope to value, encoded as JSON (a json.RawMessage is
-// taken as it is, and must be valid). A nil value deletes the key.
+// taken as it is, and must be valid). An untyped nil deletes the key; a
+// typed nil pointer is stored as JSON null.
 func (x *Actor) SetState(ctx context.Context, key string, value any, scope StateScope) error {
 	s, by := x.s, x.ID()
 	sk, err := x.stateScope(scope)
@@ -73,6 +74,9 @@ func (x *Actor) SetState(ctx context.Context, key string, value any, scope State
 	defer s.mu.Unlock()
 	if s.closed.Load() {
 		return newError(ErrClosed, "the society is closed")
+	}
+	if x.a.info.Status == StatusTerminated {
+		return s.refuse("state_set", by, terminatedError(x.a, x.a))
 	}
 	e := store.StateEntry{Scope: sk, Key: key, Value: raw, Writer: by, UpdatedAt: now}
 	if err := s.store.Apply(ctx, store.Change{States: []store.StateEntry{e}}); err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"slices"
 	"time"
@@ -381,9 +380,7 @@ func toolConsolePrint(ctx context.Context, x *Actor, args json.RawMessage) (any,
 	}
 	s := x.s
 	s.log.LogAttrs(ctx, slog.LevelInfo, "console", slog.String("agent", x.ID()), slog.String("text", a.Text))
-	if s.cfg.UserConsole != nil {
-		io.WriteString(s.cfg.UserConsole, "["+x.ID()+"] "+a.Text+"\n")
-	}
+	s.user.print("[" + x.ID() + "] " + a.Text + "\n")
 	return map[string]any{"ok": true}, nil
 }
 

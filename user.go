@@ -60,10 +60,11 @@ func (s *Society) userActor() *Actor {
 
 // userEndpoint is the behaviour of user: it hands each message to the host.
 type userEndpoint struct {
-	s       *Society
-	self    *agent // user's agent state
-	console io.Writer
-	limit   int
+	s         *Society
+	self      *agent // user's agent state
+	console   io.Writer
+	consoleMu sync.Mutex
+	limit     int
 
 	mu      sync.Mutex
 	subs    []*func(Message)
@@ -88,9 +89,7 @@ func (u *userEndpoint) HandleMessage(ctx context.Context, _ *Actor, m Message) e
 	role := u.s.roleNameOf(m.From)
 	u.s.log.LogAttrs(ctx, slog.LevelInfo, "message to user",
 		slog.String("msg", m.ID), slog.String("from", m.From), slog.String("role", role), slog.String("task", m.TaskID))
-	if u.console != nil {
-		io.WriteString(u.console, formatMessage(m, role, false)+"\n\n")
-	}
+	u.print(formatMessage(m, role, false) + "\n\n")
 	u.mu.Lock()
 	subs := slices.Clone(u.subs)
 	u.mu.Unlock()
@@ -124,6 +123,18 @@ func (u *userEndpoint) call(f func(Message), m Message) {
 		}
 	}()
 	f(m)
+}
+
+// print writes to the user's console, if there is one. Agents print from
+// their own goroutines (console_print), so writes are serialised here and
+// the host's writer need not be safe for concurrent use.
+func (u *userEndpoint) print(text string) {
+	if u.console == nil {
+		return
+	}
+	u.consoleMu.Lock()
+	defer u.consoleMu.Unlock()
+	io.WriteString(u.console, text)
 }
 
 func (u *userEndpoint) subscribe(f func(Message)) func() {
