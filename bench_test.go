@@ -14,6 +14,7 @@ import (
 	"time"
 
 	as "agentsociety"
+	"agentsociety/store"
 )
 
 // benchPairs is the number of agent pairs (or goroutine pairs) that bounce a
@@ -31,8 +32,14 @@ var benchPayloadAny any = benchPayload
 // agents on the default in-memory store: benchPairs pairs of agents each
 // bounce one message until b.N deliveries in all have happened.
 func BenchmarkRoute(b *testing.B) {
+	b.ReportMetric(routePairs(b, nil), "msgs/s") // messages log at Debug: dropped
+}
+
+// routePairs runs BenchmarkRoute's exchange on st (nil: the default
+// in-memory store) and returns the rate of delivered messages.
+func routePairs(b *testing.B, st store.Store) float64 {
 	ctx := context.Background()
-	s := newSociety(b, as.Config{Logger: quiet}) // messages log at Debug: dropped
+	s := newSociety(b, as.Config{Store: st, Logger: quiet})
 	lead, roleID := hostLead(b, s, "route", "pinger")
 
 	var (
@@ -75,8 +82,6 @@ func BenchmarkRoute(b *testing.B) {
 			}
 		}
 	}
-	// Warm up: one message each way makes each pair known to each other
-	// (first contact takes the write lock) and starts the runtime's pools.
 	warm.Add(2 * benchPairs)
 	for i := range benchPairs {
 		if _, err := left[i].Send(ctx, as.Outgoing{To: right[i].ID(), Payload: benchPayloadAny}); err != nil {
@@ -104,7 +109,7 @@ func BenchmarkRoute(b *testing.B) {
 		b.Fatalf("delivered %d of %d messages", count.Load(), b.N)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	return float64(b.N) / b.Elapsed().Seconds()
 }
 
 // benchMsg is what the baseline's goroutines pass around: about what a

@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -404,83 +402,6 @@ func fsStore(sync filestore.SyncMode) func(b *testing.B) store.Store {
 		})
 		return st
 	}
-}
-
-// routePairs runs BenchmarkRoute's exchange on st and returns the rate of
-// delivered messages.
-func routePairs(b *testing.B, st store.Store) float64 {
-	ctx := context.Background()
-	s := newSociety(b, as.Config{Store: st, Logger: quiet})
-	lead, roleID := hostLead(b, s, "route", "pinger")
-
-	var (
-		armed   atomic.Bool
-		warm    sync.WaitGroup
-		count   atomic.Int64
-		budget  = int64(b.N)
-		done    = make(chan struct{})
-		failure = make(chan error, 1)
-	)
-	pong := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
-		if !armed.Load() {
-			warm.Done()
-			return nil
-		}
-		n := count.Add(1)
-		if n == budget {
-			close(done)
-		}
-		if n >= budget {
-			return nil
-		}
-		if _, err := self.Send(ctx, as.Outgoing{To: m.From, Payload: benchPayloadAny}); err != nil {
-			select {
-			case failure <- err:
-			default:
-			}
-		}
-		return nil
-	})
-	var left, right [benchPairs]*as.Actor
-	for i := range benchPairs {
-		for _, side := range []*[benchPairs]*as.Actor{&left, &right} {
-			a, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: roleID, Brief: validBrief(), Behavior: pong})
-			if err != nil {
-				b.Fatal(err)
-			}
-			if side[i], err = s.Actor(a.ID); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
-	warm.Add(2 * benchPairs)
-	for i := range benchPairs {
-		if _, err := left[i].Send(ctx, as.Outgoing{To: right[i].ID(), Payload: benchPayloadAny}); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := right[i].Send(ctx, as.Outgoing{To: left[i].ID(), Payload: benchPayloadAny}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	warm.Wait()
-	armed.Store(true)
-
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range benchPairs {
-		if _, err := left[i].Send(ctx, as.Outgoing{To: right[i].ID(), Payload: benchPayloadAny}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	select {
-	case <-done:
-	case err := <-failure:
-		b.Fatal(err)
-	case <-time.After(5 * time.Minute):
-		b.Fatalf("delivered %d of %d messages", count.Load(), b.N)
-	}
-	b.StopTimer()
-	return float64(b.N) / b.Elapsed().Seconds()
 }
 
 // BenchmarkFileStoreRecovery times filestore.Open on a directory whose
