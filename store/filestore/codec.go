@@ -381,51 +381,36 @@ func (f *orgFile) change() store.Change {
 }
 
 func pendingToFile(st *store.State, lsn uint64) any {
-	f := &pendingFile{fileHeader: header(lsn), Messages: make([]messageJSON, len(st.Pending))}
-	for i, m := range st.Pending {
-		f.Messages[i] = messageToJSON(m)
-	}
-	return f
+	return &pendingFile{fileHeader: header(lsn), Messages: convert(st.Pending, messageToJSON)}
 }
 
 func (f *pendingFile) change() store.Change {
-	c := store.Change{Accepted: make([]store.Message, len(f.Messages))}
-	for i, m := range f.Messages {
-		c.Accepted[i] = messageFromJSON(m)
-	}
-	return c
+	return store.Change{Accepted: convert(f.Messages, messageFromJSON)}
 }
 
 func statesToFile(st *store.State, lsn uint64) any {
-	f := &statesFile{fileHeader: header(lsn), Entries: make([]stateJSON, len(st.States))}
-	for i, e := range st.States {
-		f.Entries[i] = stateToJSON(e)
-	}
-	return f
+	return &statesFile{fileHeader: header(lsn), Entries: convert(st.States, stateToJSON)}
 }
 
 func (f *statesFile) change() store.Change {
-	c := store.Change{States: make([]store.StateEntry, len(f.Entries))}
-	for i, e := range f.Entries {
-		c.States[i] = stateFromJSON(e)
-	}
-	return c
+	return store.Change{States: convert(f.Entries, stateFromJSON)}
 }
 
 func historiesToFile(st *store.State, lsn uint64) any {
-	f := &historiesFile{fileHeader: header(lsn), Histories: make([]historyJSON, len(st.Histories))}
-	for i, h := range st.Histories {
-		f.Histories[i] = historyToJSON(h)
-	}
-	return f
+	return &historiesFile{fileHeader: header(lsn), Histories: convert(st.Histories, historyToJSON)}
 }
 
 func (f *historiesFile) change() store.Change {
-	c := store.Change{Histories: make([]store.History, len(f.Histories))}
-	for i, h := range f.Histories {
-		c.Histories[i] = historyFromJSON(h)
+	return store.Change{Histories: convert(f.Histories, historyFromJSON)}
+}
+
+// convert maps each element of in through f.
+func convert[T, U any](in []T, f func(T) U) []U {
+	out := make([]U, len(in))
+	for i, v := range in {
+		out[i] = f(v)
 	}
-	return c
+	return out
 }
 
 // encoder encodes JSON without escaping HTML, so that nested documents are
