@@ -109,6 +109,9 @@ type Actor struct {
 type turn struct {
 	msgID  string
 	spawns int // guarded by Society.mu
+	// next is the agent the turn holds for its drainer (see drainers.go),
+	// nil while it holds none, or closedTurn once it holds no more.
+	next atomic.Pointer[agent]
 }
 
 // ID returns the id of the agent this handle acts as.

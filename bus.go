@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -30,7 +29,7 @@ import (
 // ErrWrongResponder (not from the agent asked, or not to the requester) or
 // ErrRequestClosed (already answered).
 func (x *Actor) Send(ctx context.Context, out Outgoing) (Message, error) {
-	return x.s.send(ctx, x.a, x.taskID, out)
+	return x.s.send(ctx, x, out)
 }
 
 // SendText sends the payload {"text": text} to agent to, as a general message.
@@ -43,6 +42,7 @@ func (x *Actor) SendText(ctx context.Context, to, text string) (Message, error) 
 type pendingSend struct {
 	msg      Message
 	to       *agent
+	via      *turn // the turn of the handler that sends, if any
 	contacts []ownedContact
 	request  *request // a new request, or nil
 	answered *request // the request a response closes, or nil
@@ -62,14 +62,15 @@ func (p *pendingSend) mutates() bool {
 	return len(p.contacts) > 0 || p.request != nil || p.answered != nil
 }
 
-func (s *Society) send(ctx context.Context, from *agent, taskID string, out Outgoing) (Message, error) {
-	return s.sendWith(ctx, from, taskID, out, nil)
+func (s *Society) send(ctx context.Context, x *Actor, out Outgoing) (Message, error) {
+	return s.sendWith(ctx, x, out, nil)
 }
 
 // sendWith is send; for a collaboration request, waiter, if not nil,
 // receives the request's outcome instead of the sender's mailbox.
-func (s *Society) sendWith(ctx context.Context, from *agent, taskID string, out Outgoing, waiter chan Message) (Message, error) {
-	m, f, err := compose(from, taskID, out)
+func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter chan Message) (Message, error) {
+	from := x.a
+	m, f, err := compose(from, x.taskID, out)
 	if err != nil {
 		return Message{}, s.refuse("send_message", from.info.ID, err)
 	}
@@ -80,7 +81,7 @@ func (s *Society) sendWith(ctx context.Context, from *agent, taskID string, out 
 	// once, so that prepare, which rewrites their payload, runs once.
 	write := changesState(m.Type)
 	for {
-		sent, retry, err := s.accept(ctx, from, m, f, write, waiter)
+		sent, retry, err := s.accept(ctx, x, m, f, write, waiter)
 		switch {
 		case retry:
 			write = true
@@ -118,7 +119,7 @@ func compose(from *agent, taskID string, out Outgoing) (Message, fields, *Error)
 // queues it. Under the read lock it returns retry when accepting m would
 // change the organisation. Checking closed under s.mu orders every accepted
 // message before Close, which sets closed under s.mu held for writing.
-func (s *Society) accept(ctx context.Context, from *agent, m Message, f fields, write bool, waiter chan Message) (sent Message, retry bool, err *Error) {
+func (s *Society) accept(ctx context.Context, x *Actor, m Message, f fields, write bool, waiter chan Message) (sent Message, retry bool, err *Error) {
 	if write {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -129,8 +130,8 @@ func (s *Society) accept(ctx context.Context, from *agent, m Message, f fields, 
 	if s.closed.Load() {
 		return Message{}, false, newError(ErrClosed, "the society is closed")
 	}
-	var p pendingSend
-	if err := s.prepare(&p, from, m, f); err != nil {
+	p := pendingSend{via: x.turn}
+	if err := s.prepare(&p, x.a, m, f); err != nil {
 		return Message{}, false, err
 	}
 	if !write && p.mutates() {
@@ -175,7 +176,7 @@ func (s *Society) route(p *pendingSend) {
 		p.divert <- p.msg // buffered, and each request is settled once
 		return
 	}
-	s.enqueue(p.to, p.msg)
+	s.enqueue(p.to, p.msg, p.via)
 }
 
 // change returns the store record of accepting p.
@@ -348,38 +349,18 @@ func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *
 }
 
 // enqueue queues m for a and gets a's messages drained if nobody drains
-// them. Called with s.mu held and s.closed false, so a new drainer is
-// counted before Close can wait.
-func (s *Society) enqueue(a *agent, m Message) {
-	if a.inbox().Push(m) {
+// them: by the drainer of via, the turn that sends m, if it holds a, else by
+// a new drainer. Called with s.mu held and s.closed false, so a new drainer
+// is counted before Close can wait.
+func (s *Society) enqueue(a *agent, m Message, via *turn) {
+	if a.inbox().Push(m) && !via.hold(a) {
 		s.start(a)
 	}
 }
 
-// drain handles a's messages one at a time until its queue is empty or the
-// society closes. On an empty queue it yields once before it stops: a reply
-// to what a just handled often arrives within that time, and handling it
-// here is far cheaper than ending this goroutine and starting another.
-func (s *Society) drain(a *agent) {
-	box := a.inbox()
-	for {
-		if s.closed.Load() {
-			box.Stop()
-			return
-		}
-		m, ok := box.TryNext()
-		if !ok {
-			runtime.Gosched()
-			if m, ok = box.Next(); !ok {
-				return
-			}
-		}
-		s.deliver(a, m)
-	}
-}
-
-// deliver hands m to a's behaviour and records that its handling ended.
-func (s *Society) deliver(a *agent, m Message) {
+// deliver hands m to a's behaviour, on drainer d, and records that its
+// handling ended. It returns the agent the handler's turn held, if any.
+func (s *Society) deliver(d *drainer, a *agent, m Message) (next *agent) {
 	ctx := s.runCtx
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.logMessage(ctx, "message delivered", &m)
@@ -389,7 +370,7 @@ func (s *Society) deliver(a *agent, m Message) {
 	if status == StatusTerminated {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "message dropped: the agent was terminated", slog.String("msg", m.ID), slog.String("agent", a.info.ID))
 	} else {
-		err = s.handle(ctx, a, m)
+		next, err = s.handle(ctx, d, a, m)
 	}
 	// The turn's history is recorded with the end of its message, so that
 	// after a crash the message is handled again from the history before it.
@@ -407,6 +388,7 @@ func (s *Society) deliver(a *agent, m Message) {
 	if m.ID == handoff {
 		s.finishTermination(ctx, a)
 	}
+	return next
 }
 
 // delivery is a behaviour's handle with its turn, allocated together.
@@ -423,29 +405,33 @@ func (s *Society) statusOf(a *agent) (AgentStatus, string) {
 	return a.info.Status, a.handoff
 }
 
-// handle runs a's behaviour on m, turning a panic into an error.
-func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
+// handle runs a's behaviour on m, on drainer d, turning a panic into an
+// error. It returns the agent the turn held, if any.
+func (s *Society) handle(ctx context.Context, d *drainer, a *agent, m Message) (next *agent, err error) {
 	b := a.behavior
 	if b == nil {
 		b = s.cfg.Default
 	}
-	d := &delivery{turn: turn{msgID: m.ID}}
-	d.actor = Actor{s: s, a: a, taskID: m.TaskID, turn: &d.turn}
-	x := &d.actor
+	dl := &delivery{turn: turn{msgID: m.ID}}
+	dl.actor = Actor{s: s, a: a, taskID: m.TaskID, turn: &dl.turn}
 	if b == nil && s.cfg.Model != nil {
 		b = modelBehavior{s}
+		dl.turn.next.Store(closedTurn) // a model call is slow: hold nothing
 	}
 	if b == nil {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "message dropped: the agent has no behaviour",
 			slog.String("msg", m.ID), slog.String("agent", a.info.ID))
-		return nil
+		return nil, nil
 	}
+	d.turn.Store(&dl.turn)
 	defer func() {
+		d.turn.Store(nil)
+		next = dl.turn.end()
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return b.HandleMessage(ctx, x, m)
+	return nil, b.HandleMessage(ctx, &dl.actor, m)
 }
 
 // reportFailure logs a failed handler and tells the agent's parent (user,
@@ -462,7 +448,7 @@ func (s *Society) reportFailure(a *agent, m Message, err error) {
 		return // user: nobody above to tell
 	}
 	report := StatusReportPayload{Status: StatusError, Text: "handling message " + m.ID + " from " + m.From + " failed: " + firstLine(err.Error())}
-	if _, serr := s.send(s.runCtx, a, m.TaskID, Outgoing{To: parent, Type: StatusReport, Payload: report}); serr != nil {
+	if _, serr := s.send(s.runCtx, &Actor{s: s, a: a, taskID: m.TaskID}, Outgoing{To: parent, Type: StatusReport, Payload: report}); serr != nil {
 		s.log.LogAttrs(s.runCtx, slog.LevelWarn, "reporting a failure failed",
 			slog.String("agent", id), slog.String("to", parent), slog.String("err", serr.Error()))
 	}

@@ -59,6 +59,7 @@ func (x *Actor) Collaborate(ctx context.Context, to string, p CollaborationReque
 	if err != nil {
 		return Message{}, err
 	}
+	s.release(x.turn) // the agent asked may be the one this turn holds
 	var why error
 	select {
 	case out := <-waiter:
@@ -104,7 +105,7 @@ func (s *Society) sendCollaboration(ctx context.Context, x *Actor, to string, p 
 	if timeout > 0 {
 		p.TimeoutSeconds = timeout.Seconds()
 	}
-	return s.sendWith(ctx, x.a, x.taskID, Outgoing{To: to, Type: CollaborationRequest, Payload: p}, waiter)
+	return s.sendWith(ctx, x, Outgoing{To: to, Type: CollaborationRequest, Payload: p}, waiter)
 }
 
 func requestIDOf(m Message) string {

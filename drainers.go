@@ -1,19 +1,208 @@
 package agentsociety
 
-// A drainer is a goroutine that handles one agent's messages until its queue
-// is empty, then exits, so an idle agent holds no goroutine. (Parking
-// drainers for reuse was measured and bought nothing: a handoff to a parked
-// goroutine costs what starting one does.)
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
 
-// start gets a's queue drained by a new drainer. Called with s.mu held and
-// s.closed false, so the drainer is counted before Close can wait.
+// A drainer is a goroutine that handles an agent's messages, one at a time,
+// until the agent's queue is empty, so an idle agent holds no goroutine.
+//
+// A drainer also carries work on. When a handler sends to an idle agent, the
+// receiver does not get a goroutine of its own at once: it is held by the
+// handler's turn, and the drainer takes it up when the handler returns and
+// its own agent's queue is empty. A conversation between two agents then runs
+// on one goroutine, which neither starts, stops nor wakes another; starting
+// a goroutine per message was over a third of the cost of routing one. A
+// handler that blocks after it sends must not keep the receiver waiting, so
+// Collaborate releases the held agent before it waits, model-driven turns
+// hold nothing, and the sweeper releases what any other handler has held for
+// longer than sweepEvery.
+
+// drainer is one drainer goroutine, as the sweeper sees it.
+type drainer struct {
+	turn atomic.Pointer[turn] // the turn being handled, or nil
+	seen *turn                // the turn the sweeper saw last; guarded by scheduler.mu
+}
+
+// scheduler tracks the live drainers for the sweeper.
+type scheduler struct {
+	mu       sync.Mutex
+	drainers map[*drainer]struct{}
+	sweeping bool // a sweeper runs
+}
+
+// sweepEvery bounds how long a handler that blocks keeps an agent it held
+// from being drained: between one and two periods.
+const sweepEvery = time.Millisecond
+
+// closedTurn marks a turn that holds nothing more: it ended, or its handler
+// is model-driven and holds nothing.
+var closedTurn = new(agent)
+
+// hold makes t hold a, an agent whose queue just got a message and which no
+// drainer drains, for t's drainer to take up when t ends. It reports false
+// if t is nil or does not hold a: the caller then starts a drainer for a.
+func (t *turn) hold(a *agent) bool {
+	return t != nil && t.next.CompareAndSwap(nil, a)
+}
+
+// take removes and returns the agent t holds, or nil, and leaves t open.
+func (t *turn) take() *agent {
+	for {
+		a := t.next.Load()
+		if a == nil || a == closedTurn {
+			return nil
+		}
+		if t.next.CompareAndSwap(a, nil) {
+			return a
+		}
+	}
+}
+
+// end closes t and returns the agent it held, or nil.
+func (t *turn) end() *agent {
+	if a := t.next.Swap(closedTurn); a != closedTurn {
+		return a
+	}
+	return nil
+}
+
+// release starts a drainer for the agent t holds, if any, so that it is not
+// kept waiting while t's handler blocks. It is a no-op for a nil t.
+func (s *Society) release(t *turn) {
+	if t == nil {
+		return
+	}
+	if a := t.take(); a != nil {
+		s.start(a)
+	}
+}
+
+// start gets a's queue drained by a new drainer. Called either with s.mu held
+// and s.closed false, or by a goroutine Close waits for, so that the new
+// drainer is counted before Close can stop waiting.
 func (s *Society) start(a *agent) {
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		growStack()
-		s.drain(a)
-	}()
+	go s.run(a)
+}
+
+// run is a drainer's life: it drains a, then each agent the last handler held.
+func (s *Society) run(a *agent) {
+	defer s.wg.Done()
+	growStack()
+	d := &drainer{}
+	s.register(d)
+	defer s.unregister(d)
+	for a != nil {
+		a = s.drain(d, a)
+	}
+}
+
+// drain handles a's messages one at a time until a's queue is empty or the
+// society closes, and returns the agent the last handler held, if any, for
+// d to drain next. If a has messages left when a handler held an agent, the
+// held agent gets a drainer of its own.
+func (s *Society) drain(d *drainer, a *agent) *agent {
+	box := a.inbox()
+	var next *agent
+	for {
+		if s.closed.Load() {
+			box.Stop()
+			if next != nil {
+				next.inbox().Stop()
+			}
+			return nil
+		}
+		m, ok := box.Next()
+		if !ok {
+			return next
+		}
+		if next != nil {
+			s.start(next)
+		}
+		next = s.deliver(d, a, m)
+	}
+}
+
+// register adds d to the drainers the sweeper watches, and starts the
+// sweeper if none runs. Called by a drainer, which Close waits for.
+func (s *Society) register(d *drainer) {
+	s.sched.mu.Lock()
+	defer s.sched.mu.Unlock()
+	if s.sched.drainers == nil {
+		s.sched.drainers = make(map[*drainer]struct{})
+	}
+	s.sched.drainers[d] = struct{}{}
+	if !s.sched.sweeping {
+		s.sched.sweeping = true
+		s.wg.Add(1)
+		go s.sweep()
+	}
+}
+
+func (s *Society) unregister(d *drainer) {
+	s.sched.mu.Lock()
+	delete(s.sched.drainers, d)
+	s.sched.mu.Unlock()
+}
+
+// sweep runs while any drainer does: every sweepEvery it releases the agent
+// held by each turn that was already running at the previous sweep, since
+// that turn's handler is slow or blocked.
+func (s *Society) sweep() {
+	defer s.wg.Done()
+	tick := time.NewTicker(sweepEvery)
+	defer tick.Stop()
+	var (
+		late []*agent
+		ok   bool
+	)
+	for {
+		select {
+		case <-s.done:
+			s.stopSweeping()
+			return
+		case <-tick.C:
+		}
+		late, ok = s.lateAgents(late[:0])
+		for _, a := range late {
+			s.start(a)
+		}
+		clear(late)
+		if !ok {
+			return
+		}
+	}
+}
+
+// lateAgents appends to late the agents held by turns seen at the previous
+// sweep, taking them from their turns. It reports false, and marks the
+// sweeper stopped, if no drainer is left to watch.
+func (s *Society) lateAgents(late []*agent) ([]*agent, bool) {
+	s.sched.mu.Lock()
+	defer s.sched.mu.Unlock()
+	if len(s.sched.drainers) == 0 {
+		s.sched.sweeping = false
+		return late, false
+	}
+	for d := range s.sched.drainers {
+		t := d.turn.Load()
+		if t != nil && t == d.seen {
+			if a := t.take(); a != nil {
+				late = append(late, a)
+			}
+		}
+		d.seen = t
+	}
+	return late, true
+}
+
+func (s *Society) stopSweeping() {
+	s.sched.mu.Lock()
+	s.sched.sweeping = false
+	s.sched.mu.Unlock()
 }
 
 // stackReserve is more than a message's path needs (handler, send, payload

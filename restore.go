@@ -101,7 +101,7 @@ func (s *Society) restore(ctx context.Context) error {
 			return fmt.Errorf("agentsociety: pending message %s is to unknown agent %q", r.ID, r.To)
 		}
 		m := Message{ID: r.ID, Seq: r.Seq, From: r.From, To: r.To, TaskID: r.TaskID, Type: MessageType(r.Type), Payload: r.Payload, SentAt: r.SentAt}
-		s.enqueue(a, m)
+		s.enqueue(a, m, nil)
 	}
 	return nil
 }

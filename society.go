@@ -153,8 +153,9 @@ type Society struct {
 	// Close sees no send half done. It is also read alone where a stale
 	// false only costs one more handled message.
 	closed atomic.Bool
-	wg     sync.WaitGroup // drainers and request timers: Close waits for them
-	done   chan struct{}  // closed by Close: wakes whoever waits on the society
+	wg     sync.WaitGroup // drainers, the sweeper and request timers: Close waits for them
+	sched  scheduler
+	done   chan struct{} // closed by Close: wakes whoever waits on the society
 	runCtx context.Context
 	cancel context.CancelFunc
 }
