@@ -153,9 +153,9 @@ func (s *Society) accept(ctx context.Context, x *Actor, m Message, f fields, wri
 func (s *Society) acceptLocked(ctx context.Context, p *pendingSend, extra []store.Agent) *Error {
 	p.msg.Seq = s.seq.Add(1)
 	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
-	ch := p.change()
+	ch := p.change(!s.volatile)
 	ch.Agents = extra
-	if err := s.store.Apply(ctx, ch); err != nil {
+	if err := s.record(ctx, ch); err != nil {
 		return storeError(err)
 	}
 	if p.mutates() {
@@ -179,11 +179,15 @@ func (s *Society) route(p *pendingSend) {
 	s.enqueue(p.to, p.msg, p.via)
 }
 
-// change returns the store record of accepting p.
-func (p *pendingSend) change() store.Change {
-	ch := store.Change{Accepted: []store.Message{messageRecord(&p.msg)}}
-	if p.divert != nil {
-		ch.Finished = []string{p.msg.ID}
+// change returns the store record of accepting p, with the message itself
+// if withMessage.
+func (p *pendingSend) change(withMessage bool) store.Change {
+	var ch store.Change
+	if withMessage {
+		ch.Accepted = []store.Message{messageRecord(&p.msg)}
+		if p.divert != nil {
+			ch.Finished = []string{p.msg.ID}
+		}
 	}
 	if len(p.contacts) > 0 {
 		ch.Contacts = contactRecords(p.contacts)
@@ -374,11 +378,14 @@ func (s *Society) deliver(d *drainer, a *agent, m Message) (next *agent) {
 	}
 	// The turn's history is recorded with the end of its message, so that
 	// after a crash the message is handled again from the history before it.
-	done := store.Change{Finished: []string{m.ID}}
+	var done store.Change
+	if !s.volatile {
+		done.Finished = []string{m.ID}
+	}
 	if h, ok := a.mind.record(a.info.ID); ok {
 		done.Histories = []store.History{h}
 	}
-	if ferr := s.store.Apply(ctx, done); ferr != nil {
+	if ferr := s.record(ctx, done); ferr != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
 			slog.String("msg", m.ID), slog.String("agent", a.info.ID), slog.String("err", ferr.Error()))
 	}

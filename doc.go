@@ -82,6 +82,8 @@
 // the turn's history, so a society reopened on a store that survived its
 // process delivers again what was accepted and never finished (at least
 // once), spawns nothing twice for a message handled again, and runs on the
-// timeouts of pending requests. Go behaviours are code, not state: give them
-// back with Config.RestoreBehavior.
+// timeouts of pending requests. The in-memory store, which no crash
+// survives, is spared a record per message: it gets the messages still
+// queued when the society closes (see [store.Volatile]). Go behaviours are
+// code, not state: give them back with Config.RestoreBehavior.
 package agentsociety

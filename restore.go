@@ -101,6 +101,9 @@ func (s *Society) restore(ctx context.Context) error {
 			return fmt.Errorf("agentsociety: pending message %s is to unknown agent %q", r.ID, r.To)
 		}
 		m := Message{ID: r.ID, Seq: r.Seq, From: r.From, To: r.To, TaskID: r.TaskID, Type: MessageType(r.Type), Payload: r.Payload, SentAt: r.SentAt}
+		if s.volatile {
+			s.restored[m.ID] = struct{}{}
+		}
 		s.enqueue(a, m, nil)
 	}
 	return nil
@@ -115,4 +118,42 @@ func unmarshalSpec(raw json.RawMessage) (*InterfaceSpec, error) {
 		return nil, fmt.Errorf("interface spec: %w", err)
 	}
 	return &spec, nil
+}
+
+// record applies ch to the store unless it is empty: on a volatile store,
+// accepting or finishing a message alone records nothing.
+func (s *Society) record(ctx context.Context, ch store.Change) error {
+	if len(ch.Roles)+len(ch.Agents)+len(ch.Contacts)+len(ch.Requests)+len(ch.Accepted)+len(ch.Finished)+len(ch.Histories)+len(ch.States) == 0 {
+		return nil
+	}
+	return s.store.Apply(ctx, ch)
+}
+
+// saveQueued brings a volatile store's pending messages up to date when the
+// society closes, since nothing recorded them while it ran: it records the
+// messages still queued, and finishes those the society was opened with and
+// has handled since. Called by Close once every drainer has stopped.
+func (s *Society) saveQueued() error {
+	var ch store.Change
+	s.mu.RLock()
+	queued := make(map[string]bool)
+	for _, a := range s.agents {
+		for _, m := range a.inbox().Items() {
+			if _, ok := s.restored[m.ID]; ok {
+				queued[m.ID] = true // still pending in the store
+				continue
+			}
+			ch.Accepted = append(ch.Accepted, messageRecord(&m))
+		}
+	}
+	for id := range s.restored {
+		if !queued[id] {
+			ch.Finished = append(ch.Finished, id)
+		}
+	}
+	s.mu.RUnlock()
+	if err := s.record(context.Background(), ch); err != nil {
+		return fmt.Errorf("agentsociety: recording the queued messages: %w", err)
+	}
+	return nil
 }

@@ -2,6 +2,7 @@ package agentsociety
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -153,6 +154,12 @@ type Society struct {
 	// Close sees no send half done. It is also read alone where a stale
 	// false only costs one more handled message.
 	closed atomic.Bool
+	// volatile is set for a store.Volatile store: messages are recorded
+	// in it only at Close (see saveQueued), and restored holds the ids of
+	// the pending messages the society was opened with.
+	volatile bool
+	restored map[string]struct{}
+
 	wg     sync.WaitGroup // drainers, the sweeper and request timers: Close waits for them
 	sched  scheduler
 	done   chan struct{} // closed by Close: wakes whoever waits on the society
@@ -239,6 +246,10 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		prompts:    set,
 		modelSlots: semaphore.NewWeighted(int64(cfg.MaxModelCalls)),
 	}
+	if v, ok := cfg.Store.(store.Volatile); ok && v.Volatile() {
+		s.volatile = true
+		s.restored = make(map[string]struct{})
+	}
 	s.user = newUserEndpoint(s, cfg.UserConsole, cfg.UserInbox)
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
 
@@ -268,8 +279,9 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 // after the message it is handling, and waits for those handlers to return.
 // If ctx ends first, the handlers' contexts are cancelled and Close still
 // waits for them, then returns ctx.Err(). Messages accepted and not yet
-// handled stay in the store as pending. After Close no goroutine of the
-// society is left. Closing twice is harmless.
+// handled stay in the store as pending; a [store.Volatile] store gets them
+// now, and an error recording them is returned. After Close no goroutine of
+// the society is left. Closing twice is harmless.
 func (s *Society) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed.Load() {
@@ -296,6 +308,11 @@ func (s *Society) Close(ctx context.Context) error {
 		<-done
 	}
 	s.cancel()
+	if s.volatile {
+		if serr := s.saveQueued(); serr != nil {
+			err = errors.Join(err, serr)
+		}
+	}
 	return err
 }
 

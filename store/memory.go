@@ -18,6 +18,9 @@ import (
 // a Change is validated in full before anything is mutated, under every
 // lock it touches.
 //
+// A Memory is [Volatile]: a society records in it the messages it routes
+// only when it closes.
+//
 // The zero value is not usable; call [NewMemory].
 type Memory struct {
 	mu sync.Mutex
@@ -68,6 +71,9 @@ func NewMemory() *Memory {
 		states:     make(map[string]map[string]StateEntry),
 	}
 }
+
+// Volatile reports true: a Memory's contents are lost with the process.
+func (m *Memory) Volatile() bool { return true }
 
 // Load returns a deep copy of the store's state, so callers may mutate it.
 func (m *Memory) Load(ctx context.Context) (State, error) {
@@ -360,4 +366,7 @@ func cloneMessage(msg Message) Message {
 	return msg
 }
 
-var _ Store = (*Memory)(nil)
+var (
+	_ Store    = (*Memory)(nil)
+	_ Volatile = (*Memory)(nil)
+)

@@ -61,6 +61,20 @@ type Store interface {
 	GetArtifact(ctx context.Context, id string) (Artifact, []byte, error)
 }
 
+// Volatile is implemented by a Store that can say its contents are lost
+// with the process, as [Memory]'s are. A society does not record each
+// message it accepts and finishes in a volatile store: no crash can be
+// recovered from one, so the records would only cost time on every message.
+// It records instead, when it closes, the messages still waiting to be
+// handled, so that a society opened again on the same store in the same
+// process delivers them. While a society runs on a volatile store, Load lists
+// as pending only the messages the society was opened with.
+type Volatile interface {
+	// Volatile reports whether the store's contents are lost with the
+	// process.
+	Volatile() bool
+}
+
 // State is a snapshot of a store, as returned by [Store.Load].
 type State struct {
 	Roles     []Role

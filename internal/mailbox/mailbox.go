@@ -56,6 +56,13 @@ func (b *Box[T]) Stop() {
 	b.mu.Unlock()
 }
 
+// Items returns a copy of the queued items, oldest first.
+func (b *Box[T]) Items() []T {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]T(nil), b.items[b.head:]...)
+}
+
 // Len returns the number of queued items.
 func (b *Box[T]) Len() int {
 	b.mu.Lock()
