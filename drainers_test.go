@@ -3,8 +3,14 @@ package agentsociety_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	as "agentsociety"
 )
@@ -131,4 +137,158 @@ func TestDrainer_FanOutRunsInParallel(t *testing.T) {
 			t.Fatalf("%d of %d children ran while their parent's handler waited", i, n)
 		}
 	}
+}
+
+// hop is one step of a routed message's path: the agent it goes to (an
+// index), and whether its sender then waits until the receiver's handler has
+// started, which a held receiver only does once released.
+type hop struct {
+	To   int  `json:"to"`
+	Wait bool `json:"wait"`
+}
+
+// routed is the payload of TestDrainers_RandomTrafficArrivesOnce's messages.
+type routed struct {
+	Text string `json:"text"`
+	ID   string `json:"id"`
+	Path []hop  `json:"path"` // the hops after this message
+}
+
+// trip is a message the host sends, and the path it is forwarded along.
+type trip struct {
+	first int
+	path  []hop
+}
+
+// Random traffic, in which handlers forward messages along drawn paths and
+// some wait after sending for the receiver to start: every message is
+// handled exactly once, no agent runs two handlers at once, and each
+// sender's messages to a receiver arrive in the order sent. A handler waits
+// only for an agent of higher index, so waits cannot form a cycle.
+func TestDrainers_RandomTrafficArrivesOnce(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(2, 5).Draw(rt, "agents")
+		var trips []trip
+		for range rapid.IntRange(1, 6).Draw(rt, "trips") {
+			tr := trip{first: rapid.IntRange(0, n-1).Draw(rt, "first")}
+			at := tr.first
+			for range rapid.IntRange(0, 5).Draw(rt, "hops") {
+				wait := at < n-1 && rapid.Bool().Draw(rt, "wait")
+				lo := 0
+				if wait {
+					lo = at + 1
+				}
+				from := at
+				at = rapid.IntRange(lo, n-1).Filter(func(k int) bool { return k != from }).Draw(rt, "to")
+				tr.path = append(tr.path, hop{To: at, Wait: wait})
+			}
+			trips = append(trips, tr)
+		}
+		if err := runTraffic(t, n, trips); err != nil {
+			rt.Fatal(err)
+		}
+	})
+}
+
+// runTraffic runs trips on a new society of n agents and checks the
+// delivery guarantees.
+func runTraffic(t *testing.T, n int, trips []trip) error {
+	ctx := context.Background()
+	s, err := as.New(ctx, as.Config{Logger: quiet})
+	if err != nil {
+		return err
+	}
+	defer s.Close(ctx)
+	lead, roleID := hostLead(t, s, "task-traffic", "worker")
+
+	var (
+		mu      sync.Mutex
+		started = map[string]chan struct{}{} // by message id, closed when its handler starts
+		handled = map[string]int{}
+		lastSeq = map[[2]string]uint64{} // by sender and receiver
+		fail    error
+		total   sync.WaitGroup
+	)
+	failf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail == nil {
+			fail = fmt.Errorf(format, args...)
+		}
+	}
+	expect := func(id string) chan struct{} {
+		mu.Lock()
+		defer mu.Unlock()
+		c := make(chan struct{})
+		started[id] = c
+		return c
+	}
+	agents := make([]*as.Actor, n)
+	for i := range n {
+		var busy atomic.Bool
+		agents[i] = spawnWith(t, s, lead, roleID, as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+			defer total.Done()
+			if !busy.CompareAndSwap(false, true) {
+				failf("%s runs two handlers at once", self.ID())
+			}
+			defer busy.Store(false)
+			var p routed
+			if err := m.Decode(&p); err != nil {
+				failf("payload: %v", err)
+				return nil
+			}
+			mu.Lock()
+			close(started[p.ID])
+			handled[p.ID]++
+			pair := [2]string{m.From, m.To}
+			if m.Seq <= lastSeq[pair] {
+				failf("%s got message %d from %s after %d", m.To, m.Seq, m.From, lastSeq[pair])
+			}
+			lastSeq[pair] = m.Seq
+			mu.Unlock()
+			if len(p.Path) == 0 {
+				return nil
+			}
+			h, next := p.Path[0], routed{Text: "hop", ID: p.ID + ">", Path: p.Path[1:]}
+			began := expect(next.ID)
+			if _, err := self.Send(ctx, as.Outgoing{To: agents[h.To].ID(), Payload: next}); err != nil {
+				failf("forwarding %s: %v", next.ID, err)
+				return nil
+			}
+			if h.Wait {
+				select {
+				case <-began:
+				case <-time.After(10 * time.Second):
+					failf("%s never started while %s, which sent it, waited", next.ID, self.ID())
+				}
+			}
+			return nil
+		}))
+	}
+	for i, tr := range trips {
+		total.Add(1 + len(tr.path))
+		m := routed{Text: "trip", ID: strconv.Itoa(i), Path: tr.path}
+		expect(m.ID)
+		if _, err := lead.Send(ctx, as.Outgoing{To: agents[tr.first].ID(), Payload: m}); err != nil {
+			return err
+		}
+	}
+	finished := make(chan struct{})
+	go func() { total.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(30 * time.Second):
+		return errors.New("not every message was handled")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if fail != nil {
+		return fail
+	}
+	for id, c := range handled {
+		if c != 1 {
+			return fmt.Errorf("message %s handled %d times", id, c)
+		}
+	}
+	return nil
 }
