@@ -168,6 +168,16 @@ func (s *Society) acceptLocked(ctx context.Context, p *pendingSend, extra []stor
 	return nil
 }
 
+// record applies ch to the store. An empty change, which is what accepting
+// or finishing a message alone makes on a volatile store, costs nothing but
+// the check of ctx that Apply would have made.
+func (s *Society) record(ctx context.Context, ch store.Change) error {
+	if ch.Empty() {
+		return ctx.Err()
+	}
+	return s.store.Apply(ctx, ch)
+}
+
 // route hands an accepted message to its receiver: to the waiter blocked in
 // Collaborate for the request it settles, if there is one, else to the
 // receiver's mailbox. Called with s.mu held and s.closed false.
@@ -357,7 +367,11 @@ func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *
 // a new drainer. Called with s.mu held and s.closed false, so a new drainer
 // is counted before Close can wait.
 func (s *Society) enqueue(a *agent, m Message, via *turn) {
-	if a.inbox().Push(m) && !via.hold(a) {
+	switch {
+	case !a.inbox().Push(m):
+	case via.hold(a):
+		s.sweepHeld()
+	default:
 		s.start(a)
 	}
 }
@@ -384,6 +398,10 @@ func (s *Society) deliver(d *drainer, a *agent, m Message) (next *agent) {
 	}
 	if h, ok := a.mind.record(a.info.ID); ok {
 		done.Histories = []store.History{h}
+	}
+	if next != nil && !done.Empty() {
+		s.start(next) // rather than keep it waiting for the store
+		next = nil
 	}
 	if ferr := s.record(ctx, done); ferr != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",

@@ -18,7 +18,8 @@ import (
 // handler that blocks after it sends must not keep the receiver waiting, so
 // Collaborate releases the held agent before it waits, model-driven turns
 // hold nothing, and the sweeper releases what any other handler has held for
-// longer than sweepEvery.
+// longer than sweepEvery. The sweeper runs only while some turn holds an
+// agent.
 
 // drainer is one drainer goroutine, as the sweeper sees it.
 type drainer struct {
@@ -30,7 +31,9 @@ type drainer struct {
 type scheduler struct {
 	mu       sync.Mutex
 	drainers map[*drainer]struct{}
-	sweeping bool // a sweeper runs
+	// sweeping is set while a sweeper runs. It is read on every hold and
+	// written only when a sweeper starts or stops, so it stays in cache.
+	sweeping atomic.Bool
 }
 
 // sweepEvery bounds how long a handler that blocks keeps an agent it held
@@ -61,6 +64,12 @@ func (t *turn) take() *agent {
 	}
 }
 
+// holds reports whether t holds an agent.
+func (t *turn) holds() bool {
+	a := t.next.Load()
+	return a != nil && a != closedTurn
+}
+
 // end closes t and returns the agent it held, or nil.
 func (t *turn) end() *agent {
 	if a := t.next.Swap(closedTurn); a != closedTurn {
@@ -70,10 +79,17 @@ func (t *turn) end() *agent {
 }
 
 // release starts a drainer for the agent t holds, if any, so that it is not
-// kept waiting while t's handler blocks. It is a no-op for a nil t.
+// kept waiting while t's handler blocks. It is a no-op for a nil t, and once
+// the society is closed. It may be called from any goroutine, so it holds
+// s.mu to start the drainer, as start requires.
 func (s *Society) release(t *turn) {
 	if t == nil {
 		return
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return // the turn's drainer stops the agent when the turn ends
 	}
 	if a := t.take(); a != nil {
 		s.start(a)
@@ -81,8 +97,9 @@ func (s *Society) release(t *turn) {
 }
 
 // start gets a's queue drained by a new drainer. Called either with s.mu held
-// and s.closed false, or by a goroutine Close waits for, so that the new
-// drainer is counted before Close can stop waiting.
+// and s.closed false, or by a goroutine Close waits for (a drainer or the
+// sweeper), so that the new drainer is counted before Close can stop
+// waiting.
 func (s *Society) start(a *agent) {
 	s.wg.Add(1)
 	go s.run(a)
@@ -126,8 +143,7 @@ func (s *Society) drain(d *drainer, a *agent) *agent {
 	}
 }
 
-// register adds d to the drainers the sweeper watches, and starts the
-// sweeper if none runs. Called by a drainer, which Close waits for.
+// register adds d to the drainers the sweeper watches.
 func (s *Society) register(d *drainer) {
 	s.sched.mu.Lock()
 	defer s.sched.mu.Unlock()
@@ -135,11 +151,6 @@ func (s *Society) register(d *drainer) {
 		s.sched.drainers = make(map[*drainer]struct{})
 	}
 	s.sched.drainers[d] = struct{}{}
-	if !s.sched.sweeping {
-		s.sched.sweeping = true
-		s.wg.Add(1)
-		go s.sweep()
-	}
 }
 
 func (s *Society) unregister(d *drainer) {
@@ -148,45 +159,59 @@ func (s *Society) unregister(d *drainer) {
 	s.sched.mu.Unlock()
 }
 
-// sweep runs while any drainer does: every sweepEvery it releases the agent
-// held by each turn that was already running at the previous sweep, since
-// that turn's handler is slow or blocked.
+// sweepHeld starts a sweeper, after a turn held an agent, unless one runs.
+// Called with s.mu held and s.closed false, so the sweeper is counted before
+// Close can wait.
+func (s *Society) sweepHeld() {
+	if !s.sched.sweeping.Load() && s.sched.sweeping.CompareAndSwap(false, true) {
+		s.wg.Add(1)
+		go s.sweep()
+	}
+}
+
+// sweep runs while some turn holds an agent: every sweepEvery it releases
+// the agent held by each turn that was already running at the previous
+// sweep, since that turn's handler is slow or blocked.
 func (s *Society) sweep() {
 	defer s.wg.Done()
 	tick := time.NewTicker(sweepEvery)
 	defer tick.Stop()
-	var (
-		late []*agent
-		ok   bool
-	)
+	var late []*agent
 	for {
 		select {
 		case <-s.done:
-			s.stopSweeping()
+			s.sched.sweeping.Store(false)
 			return
 		case <-tick.C:
 		}
-		late, ok = s.lateAgents(late[:0])
+		var held bool
+		late, held = s.lateAgents(late[:0])
 		for _, a := range late {
 			s.start(a)
 		}
 		clear(late)
-		if !ok {
+		if !held && !s.keepSweeping() {
 			return
 		}
 	}
 }
 
+// keepSweeping marks the sweeper stopped, then looks once more for a held
+// agent: a turn that held one after lateAgents looked may have seen the
+// sweeper still running and started none. It reports whether this sweeper
+// must go on.
+func (s *Society) keepSweeping() bool {
+	s.sched.sweeping.Store(false)
+	return s.anyHeld() && s.sched.sweeping.CompareAndSwap(false, true)
+}
+
 // lateAgents appends to late the agents held by turns seen at the previous
-// sweep, taking them from their turns. It reports false, and marks the
-// sweeper stopped, if no drainer is left to watch.
+// sweep, taking them from their turns, and reports whether any turn still
+// holds an agent.
 func (s *Society) lateAgents(late []*agent) ([]*agent, bool) {
 	s.sched.mu.Lock()
 	defer s.sched.mu.Unlock()
-	if len(s.sched.drainers) == 0 {
-		s.sched.sweeping = false
-		return late, false
-	}
+	held := false
 	for d := range s.sched.drainers {
 		t := d.turn.Load()
 		if t != nil && t == d.seen {
@@ -195,14 +220,21 @@ func (s *Society) lateAgents(late []*agent) ([]*agent, bool) {
 			}
 		}
 		d.seen = t
+		held = held || (t != nil && t.holds())
 	}
-	return late, true
+	return late, held
 }
 
-func (s *Society) stopSweeping() {
+// anyHeld reports whether any turn holds an agent.
+func (s *Society) anyHeld() bool {
 	s.sched.mu.Lock()
-	s.sched.sweeping = false
-	s.sched.mu.Unlock()
+	defer s.sched.mu.Unlock()
+	for d := range s.sched.drainers {
+		if t := d.turn.Load(); t != nil && t.holds() {
+			return true
+		}
+	}
+	return false
 }
 
 // stackReserve is more than a message's path needs (handler, send, payload

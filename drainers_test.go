@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	as "agentsociety"
+	"agentsociety/store"
 )
 
 // spawnWith spawns a child of lead on roleID driven by b.
@@ -291,4 +293,54 @@ func runTraffic(t *testing.T, n int, trips []trip) error {
 		}
 	}
 	return nil
+}
+
+// blockFinish is a durable store whose record of a given message's end
+// waits until wait is closed, as a slow disk would.
+type blockFinish struct {
+	store.Store
+	id   atomic.Value // string: the message whose finish waits
+	wait chan struct{}
+	late atomic.Bool // the wait gave up
+}
+
+func (b *blockFinish) Apply(ctx context.Context, c store.Change) error {
+	if id, _ := b.id.Load().(string); id != "" && slices.Contains(c.Finished, id) {
+		select {
+		case <-b.wait:
+		case <-time.After(2 * time.Second):
+			b.late.Store(true)
+		}
+	}
+	return b.Store.Apply(ctx, c)
+}
+
+// On a durable store, the agent a turn held does not wait for the record of
+// the turn's end: it is started before the store is written.
+func TestDrainer_HeldAgentDoesNotWaitForTheStore(t *testing.T) {
+	ctx := context.Background()
+	st := &blockFinish{Store: store.NewMemory(), wait: make(chan struct{})}
+	s := newSociety(t, as.Config{Logger: quiet, Store: st})
+	lead, roleID := hostLead(t, s, "task-slow-store", "worker")
+
+	b := spawnWith(t, s, lead, roleID, as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
+		close(st.wait)
+		return nil
+	}))
+	a := spawnWith(t, s, lead, roleID, as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		st.id.Store(m.ID)
+		_, err := self.SendText(ctx, b.ID(), "go")
+		return err
+	}))
+	if _, err := lead.SendText(ctx, a.ID(), "start"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-st.wait:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held agent never ran")
+	}
+	if st.late.Load() {
+		t.Fatal("the held agent waited for the record of its sender's turn")
+	}
 }

@@ -120,15 +120,6 @@ func unmarshalSpec(raw json.RawMessage) (*InterfaceSpec, error) {
 	return &spec, nil
 }
 
-// record applies ch to the store unless it is empty: on a volatile store,
-// accepting or finishing a message alone records nothing.
-func (s *Society) record(ctx context.Context, ch store.Change) error {
-	if len(ch.Roles)+len(ch.Agents)+len(ch.Contacts)+len(ch.Requests)+len(ch.Accepted)+len(ch.Finished)+len(ch.Histories)+len(ch.States) == 0 {
-		return nil
-	}
-	return s.store.Apply(ctx, ch)
-}
-
 // saveQueued brings a volatile store's pending messages up to date when the
 // society closes, since nothing recorded them while it ran: it records the
 // messages still queued, and finishes those the society was opened with and

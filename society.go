@@ -160,11 +160,13 @@ type Society struct {
 	volatile bool
 	restored map[string]struct{}
 
-	wg     sync.WaitGroup // drainers, the sweeper and request timers: Close waits for them
-	sched  scheduler
-	done   chan struct{} // closed by Close: wakes whoever waits on the society
-	runCtx context.Context
-	cancel context.CancelFunc
+	wg    sync.WaitGroup // drainers, the sweeper and request timers: Close waits for them
+	sched scheduler
+	done  chan struct{} // closed by Close: wakes whoever waits on the society
+	// closeDone is closed when the first Close returns.
+	closeDone chan struct{}
+	runCtx    context.Context
+	cancel    context.CancelFunc
 }
 
 type roleKey struct{ creator, name string }
@@ -236,6 +238,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		agentIDs:   ids.NewSequence("agent"),
 		msgIDs:     ids.NewEpoch("msg"),
 		done:       make(chan struct{}),
+		closeDone:  make(chan struct{}),
 		roles:      make(map[string]*Role),
 		roleKeys:   make(map[roleKey]string),
 		agents:     make(map[string]*agent),
@@ -270,6 +273,11 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		close(s.done)
 		s.cancel()
 		s.wg.Wait()
+		if s.volatile {
+			if serr := s.saveQueued(); serr != nil {
+				err = errors.Join(err, serr)
+			}
+		}
 		return nil, err
 	}
 	return s, nil
@@ -281,12 +289,23 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 // waits for them, then returns ctx.Err(). Messages accepted and not yet
 // handled stay in the store as pending; a [store.Volatile] store gets them
 // now, and an error recording them is returned. After Close no goroutine of
-// the society is left. Closing twice is harmless.
+// the society is left. A second Close waits, up to the end of its own ctx,
+// for the first to finish, and returns nil.
 func (s *Society) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed.Load() {
 		s.mu.Unlock()
-		return nil
+		select {
+		case <-s.closeDone:
+			return nil
+		case <-ctx.Done():
+			select {
+			case <-s.closeDone: // both ready: closed is what counts
+				return nil
+			default:
+				return ctx.Err()
+			}
+		}
 	}
 	s.closed.Store(true)
 	s.stopTimeouts()
@@ -313,6 +332,7 @@ func (s *Society) Close(ctx context.Context) error {
 			err = errors.Join(err, serr)
 		}
 	}
+	close(s.closeDone)
 	return err
 }
 

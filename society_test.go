@@ -135,3 +135,40 @@ func TestCloseRefusesAndWakesWaiters(t *testing.T) {
 		t.Fatalf("SubmitRequirement after Close: %v, want ErrClosed", err)
 	}
 }
+
+// A second Close returns only once the first has finished, so that "no
+// goroutine is left" holds for whoever Close returns to; with a context that
+// ends first, it returns that context's error.
+func TestSecondCloseWaitsForTheFirst(t *testing.T) {
+	ctx := context.Background()
+	release, started := make(chan struct{}), make(chan struct{})
+	s, err := as.New(ctx, as.Config{Logger: quiet, Root: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
+		close(started)
+		<-release
+		return nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SubmitRequirement(ctx, "hold root"); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	first := make(chan error)
+	go func() { first <- s.Close(ctx) }()
+	for !errors.Is(func() error { _, err := s.SubmitRequirement(ctx, "x"); return err }(), as.ErrClosed) {
+		time.Sleep(time.Millisecond) // until the first Close has begun
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := s.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("second Close while root's handler runs = %v, want context.DeadlineExceeded", err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatalf("first Close = %v", err)
+	}
+	if err := s.Close(short); err != nil {
+		t.Fatalf("Close after the first returned = %v, want nil", err)
+	}
+}

@@ -2,6 +2,7 @@ package agentsociety_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -189,4 +190,20 @@ func texts(from, to int) []string {
 		out = append(out, strconv.Itoa(i))
 	}
 	return out
+}
+
+// A send with a context already cancelled is refused on a volatile store as
+// on any other, though nothing is written to the store.
+func TestVolatileStore_CancelledSendIsRefused(t *testing.T) {
+	s := newSociety(t, as.Config{Logger: quiet})
+	lead, roleID := hostLead(t, s, "task-cancelled", "worker")
+	kid := spawnWith(t, s, lead, roleID, as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
+		t.Error("a message sent with a cancelled context was delivered")
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := lead.SendText(ctx, kid.ID(), "hi"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("send with a cancelled context = %v, want an error wrapping context.Canceled", err)
+	}
 }

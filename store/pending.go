@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"math/bits"
+	"slices"
 	"sync"
 )
 
@@ -76,20 +77,33 @@ func (p *pendingSet) unlock(mask uint32) {
 // check reports an error wrapping ErrExists if a message id in msgs is
 // already pending or appears twice in msgs. The shards of msgs are locked.
 func (p *pendingSet) check(msgs []Message) error {
+	// Changes mostly carry a message or two, for which a scan beats
+	// allocating a set; a society closing on a volatile store records its
+	// whole queue in one change, for which a scan would be quadratic.
+	var seen map[string]bool
+	if len(msgs) > scanAtMost {
+		seen = make(map[string]bool, len(msgs))
+	}
 	for i, msg := range msgs {
 		if _, ok := p.shard(msg.ID).byID[msg.ID]; ok {
 			return fmt.Errorf("%w: message %q is pending", ErrExists, msg.ID)
 		}
-		// Changes carry a message or two, so a quadratic scan beats
-		// allocating a set on the hot path.
-		for _, prev := range msgs[:i] {
-			if prev.ID == msg.ID {
-				return fmt.Errorf("%w: message %q accepted twice in one change", ErrExists, msg.ID)
-			}
+		twice := seen[msg.ID]
+		if seen != nil {
+			seen[msg.ID] = true
+		} else {
+			twice = slices.ContainsFunc(msgs[:i], func(prev Message) bool { return prev.ID == msg.ID })
+		}
+		if twice {
+			return fmt.Errorf("%w: message %q accepted twice in one change", ErrExists, msg.ID)
 		}
 	}
 	return nil
 }
+
+// scanAtMost is the number of messages in a change up to which check finds
+// duplicates by scanning.
+const scanAtMost = 16
 
 // add makes msg pending. Its shard is locked.
 func (p *pendingSet) add(msg Message) {

@@ -67,8 +67,11 @@ type Store interface {
 // recovered from one, so the records would only cost time on every message.
 // It records instead, when it closes, the messages still waiting to be
 // handled, so that a society opened again on the same store in the same
-// process delivers them. While a society runs on a volatile store, Load lists
-// as pending only the messages the society was opened with.
+// process delivers them. Until then Load lists as pending the messages the
+// society was opened with, handled or not, and none it accepted since; a
+// society dropped without Close leaves its queue unrecorded. Everything
+// else (the organisation, contacts, requests, state, histories) is recorded
+// as in any store.
 type Volatile interface {
 	// Volatile reports whether the store's contents are lost with the
 	// process.
@@ -97,6 +100,11 @@ type Change struct {
 	Finished  []string     // ids of messages whose handling ended
 	Histories []History    // replace by AgentID
 	States    []StateEntry // replace by Scope and Key; an empty Value deletes the key
+}
+
+// Empty reports whether c changes nothing.
+func (c *Change) Empty() bool {
+	return len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests)+len(c.Accepted)+len(c.Finished)+len(c.Histories)+len(c.States) == 0
 }
 
 // Role is a role's record.

@@ -92,3 +92,21 @@ func TestBoxConcurrentExactlyOnce(t *testing.T) {
 		t.Fatalf("drained %d, want %d", drained, producers*each)
 	}
 }
+
+func TestBoxItemsCopiesTheQueue(t *testing.T) {
+	var b Box[int]
+	for i := range 3 {
+		b.Push(i)
+	}
+	if v, ok := b.Next(); !ok || v != 0 {
+		t.Fatalf("Next = %d, %v; want 0, true", v, ok)
+	}
+	items := b.Items()
+	if len(items) != 2 || items[0] != 1 || items[1] != 2 {
+		t.Fatalf("Items = %v, want [1 2]", items)
+	}
+	items[0] = 99
+	if v, _ := b.Next(); v != 1 {
+		t.Fatalf("changing what Items returned changed the queue: Next = %d, want 1", v)
+	}
+}

@@ -254,7 +254,7 @@ func (s *Store) recover() error {
 			return err
 		}
 		if ok {
-			if c := file.change(); !empty(&c) {
+			if c := file.change(); !c.Empty() {
 				if err := applyLoaded(s.mem, &c); err != nil {
 					return fmt.Errorf("filestore: %s: %w", path, err)
 				}
@@ -347,7 +347,7 @@ func (s *Store) Apply(ctx context.Context, c store.Change) error {
 		return err
 	}
 	defer s.closeMu.RUnlock()
-	if empty(&c) {
+	if c.Empty() {
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		return s.err

@@ -170,7 +170,7 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog
 				p.of(&rec.changeJSON, &c)
 			}
 		}
-		if !empty(&c) {
+		if !c.Empty() {
 			if err := applyLoaded(mem, &c); err != nil {
 				return 0, 0, 0, fmt.Errorf("record %d at offset %d: %w", rec.LSN, off, err)
 			}
@@ -207,8 +207,4 @@ func applyLoaded(mem *store.Memory, c *store.Change) error {
 		return err
 	}
 	return mem.Apply(context.Background(), nc)
-}
-
-func empty(c *store.Change) bool {
-	return len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests)+len(c.Accepted)+len(c.Finished)+len(c.States)+len(c.Histories) == 0
 }

@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -59,6 +61,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"FinishUnknown", testFinishUnknown},
 		{"AcceptedAndFinishedInOneChange", testAcceptedAndFinished},
 		{"DuplicatePendingAppliesNothing", testDuplicatePending},
+		{"ManyMessagesInOneChange", testManyMessages},
 		{"ArtifactRoundTrip", testArtifactRoundTrip},
 		{"ArtifactDuplicate", testArtifactDuplicate},
 		{"ArtifactMissing", testArtifactMissing},
@@ -299,6 +302,24 @@ func testPendingSeqOrder(t *testing.T, s store.Store) {
 	checkState(t, s, store.State{Pending: []store.Message{
 		message("m1", 1), message("m3", 3), message("m4", 4), message("m5", 5), message("m9", 9),
 	}})
+}
+
+// testManyMessages applies a change with thousands of messages, as a
+// society closing on a volatile store writes its whole queue, and one with
+// a duplicate far into it, which applies nothing.
+func testManyMessages(t *testing.T, s store.Store) {
+	const n = 5000
+	var msgs []store.Message
+	for i := range n {
+		msgs = append(msgs, message("m"+strconv.Itoa(i), uint64(i+1)))
+	}
+	bad := append(slices.Clone(msgs), message("m4321", n+1))
+	if err := s.Apply(t.Context(), store.Change{Accepted: bad}); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("Apply with message m4321 twice: got error %v, want one wrapping store.ErrExists", err)
+	}
+	checkState(t, s, store.State{})
+	apply(t, s, store.Change{Accepted: msgs})
+	checkState(t, s, store.State{Pending: msgs})
 }
 
 func testFinishedRemoves(t *testing.T, s store.Store) {
