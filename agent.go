@@ -86,6 +86,10 @@ type agent struct {
 	mind     *mind                                // a model-driven agent's history, from its first turn
 	handoff  string                               // the id of the handoff message of an agent being terminated
 	spawnKey string                               // the spawn that made it (see turn), or ""
+	// ending is set, under Society.mu, once info.Status leaves
+	// StatusActive, so that delivery reads the status under the lock only
+	// for agents being terminated.
+	ending atomic.Bool
 }
 
 // Actor is a handle through which code acts as one agent: what it sends, the

@@ -384,7 +384,10 @@ func (s *Society) deliver(d *drainer, a *agent, m Message) (next *agent) {
 		s.logMessage(ctx, "message delivered", &m)
 	}
 	var err error
-	status, handoff := s.statusOf(a)
+	status, handoff := StatusActive, ""
+	if a.ending.Load() {
+		status, handoff = s.statusOf(a)
+	}
 	if status == StatusTerminated {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "message dropped: the agent was terminated", slog.String("msg", m.ID), slog.String("agent", a.info.ID))
 	} else {

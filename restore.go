@@ -49,6 +49,7 @@ func (s *Society) restore(ctx context.Context) error {
 			depth:    parent.depth + 1,
 			spawnKey: r.SpawnKey,
 		}
+		a.ending.Store(a.info.Status != StatusActive)
 		if s.cfg.RestoreBehavior != nil {
 			a.behavior = s.cfg.RestoreBehavior(a.info.clone(), role.clone())
 		}

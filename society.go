@@ -138,6 +138,7 @@ type Society struct {
 	// under mu held for writing so that a change and its store record
 	// happen as one.
 	mu        sync.RWMutex
+	_         [64]byte // every sender writes mu: keep what it guards off its cache line
 	roles     map[string]*Role
 	roleOrder []string
 	roleKeys  map[roleKey]string // (creator, name) -> role id
@@ -176,7 +177,7 @@ type roleKey struct{ creator, name string }
 type hotCounter struct {
 	_ [64]byte
 	atomic.Uint64
-	_ [56]byte
+	_ [64]byte
 }
 
 // New starts a society on cfg.Store, restoring what it holds: the

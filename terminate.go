@@ -75,8 +75,10 @@ func (s *Society) terminate(ctx context.Context, by *agent, id string) error {
 	// The handoff is queued last: set the status and the handoff id first,
 	// and undo them if the store refuses.
 	a.info.Status = StatusTerminating
+	a.ending.Store(true)
 	if err := s.acceptLocked(ctx, &p, []store.Agent{rec}); err != nil {
 		a.info.Status = StatusActive
+		a.ending.Store(false)
 		return refuse(err)
 	}
 	a.handoff = p.msg.ID
@@ -125,6 +127,7 @@ func (s *Society) finishTerminationLocked(ctx context.Context, a *agent) {
 	}
 	for _, e := range ended {
 		e.info.Status = StatusTerminated
+		e.ending.Store(true)
 		s.live--
 		if e.info.ParentID == RootID && s.rootKids[e.info.TaskID] == e.info.ID {
 			delete(s.rootKids, e.info.TaskID) // root may start the task afresh
