@@ -104,9 +104,12 @@ func TestSession(t *testing.T) {
 	say("/org")
 	_, at = out.waitFor(t, at, `root\n└─ `+lead+` \(lead\) `+task+`\n   ├─ agent-\d+ \(tester\)\n   └─ agent-\d+ \(developer\)\n`)
 
+	// The lead may answer before the command line says the message went:
+	// the two lines come in either order.
 	say("@" + lead + " hello")
-	_, at = out.waitFor(t, at, `sent to `+lead+`\n`)
-	_, at = out.waitFor(t, at, `【来自 lead（`+lead+`）的消息】\n你好，我是 lead（`+lead+`）。我负责：`)
+	_, sent := out.waitFor(t, at, `sent to `+lead+`\n`)
+	_, answered := out.waitFor(t, at, `【来自 lead（`+lead+`）的消息】\n你好，我是 lead（`+lead+`）。我负责：`)
+	at = max(sent, answered)
 
 	say("/frobnicate now")
 	_, at = out.waitFor(t, at, `unknown command /frobnicate \(try /help\)\n`)
