@@ -402,10 +402,6 @@ func (s *Society) deliver(d *drainer, a *agent, m Message) (next *agent) {
 	if h, ok := a.mind.record(a.info.ID); ok {
 		done.Histories = []store.History{h}
 	}
-	if next != nil && !done.Empty() {
-		s.start(next) // rather than keep it waiting for the store
-		next = nil
-	}
 	if ferr := s.record(ctx, done); ferr != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
 			slog.String("msg", m.ID), slog.String("agent", a.info.ID), slog.String("err", ferr.Error()))
@@ -442,9 +438,16 @@ func (s *Society) handle(ctx context.Context, d *drainer, a *agent, m Message) (
 	}
 	dl := &delivery{turn: turn{msgID: m.ID}}
 	dl.actor = Actor{s: s, a: a, taskID: m.TaskID, turn: &dl.turn}
+	// A turn holds the agents it sends to only if its drainer can take
+	// them up as soon as it ends: not if its end is written to a durable
+	// store first, nor if it calls a model, which is slow.
+	holds := s.volatile
 	if b == nil && s.cfg.Model != nil {
 		b = modelBehavior{s}
-		dl.turn.next.Store(closedTurn) // a model call is slow: hold nothing
+		holds = false
+	}
+	if !holds {
+		dl.turn.next.Store(closedTurn)
 	}
 	if b == nil {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "message dropped: the agent has no behaviour",

@@ -24,12 +24,12 @@
 // An agent is driven by a [Behavior]: Go code given by the host
 // ([BehaviorFunc]), or the society's default behaviour for agents spawned
 // without one. Each agent handles one message at a time, in arrival order;
-// agents run in parallel; an idle agent costs no goroutine. An idle agent
-// that a Go behaviour sends to is handled on the sender's goroutine once the
-// sender's handler returns, so that a conversation between code-driven
-// agents switches no goroutines; if the handler is still running a
-// millisecond or so later, or waits in Collaborate, the receiver gets a
-// goroutine of its own. A behaviour that fails or panics is reported to its
+// agents run in parallel; an idle agent costs no goroutine. On the
+// in-memory store, an idle agent that a Go behaviour sends to is handled on
+// the sender's goroutine once the sender's handler returns, so that a
+// conversation between code-driven agents switches no goroutines; if the
+// handler is still running a millisecond or so later, or waits in
+// Collaborate, the receiver gets a goroutine of its own. A behaviour that fails or panics is reported to its
 // agent's parent, and the agent goes on.
 //
 // # Quick start

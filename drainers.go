@@ -1,6 +1,7 @@
 package agentsociety
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,9 +17,11 @@ import (
 // on one goroutine, which neither starts, stops nor wakes another; starting
 // a goroutine per message was over a third of the cost of routing one. A
 // handler that blocks after it sends must not keep the receiver waiting, so
-// Collaborate releases the held agent before it waits, model-driven turns
-// hold nothing, and the sweeper releases what any other handler has held for
-// longer than sweepEvery. The sweeper runs only while some turn holds an
+// Collaborate releases the held agent before it waits, and the sweeper
+// releases what any other handler has held for longer than sweepEvery.
+// Turns whose drainer could not take a held agent up at once hold nothing:
+// model-driven turns, and every turn on a durable store, whose end is
+// written to the store first. The sweeper runs only while some turn holds an
 // agent.
 
 // drainer is one drainer goroutine, as the sweeper sees it.
@@ -110,8 +113,10 @@ func (s *Society) run(a *agent) {
 	defer s.wg.Done()
 	growStack()
 	d := &drainer{}
-	s.register(d)
-	defer s.unregister(d)
+	if s.volatile { // elsewhere no turn holds anything, and the sweeper has nothing to watch
+		s.register(d)
+		defer s.unregister(d)
+	}
 	for a != nil {
 		a = s.drain(d, a)
 	}
@@ -132,9 +137,18 @@ func (s *Society) drain(d *drainer, a *agent) *agent {
 			}
 			return nil
 		}
-		m, ok := box.Next()
+		m, ok := box.TryNext()
+		if !ok && next == nil {
+			// Nothing else to do: yield once before giving up the
+			// goroutine, since an answer to what a just handled often
+			// comes meanwhile.
+			runtime.Gosched()
+			m, ok = box.TryNext()
+		}
 		if !ok {
-			return next
+			if m, ok = box.Next(); !ok {
+				return next
+			}
 		}
 		if next != nil {
 			s.start(next)

@@ -315,8 +315,9 @@ func (b *blockFinish) Apply(ctx context.Context, c store.Change) error {
 	return b.Store.Apply(ctx, c)
 }
 
-// On a durable store, the agent a turn held does not wait for the record of
-// the turn's end: it is started before the store is written.
+// On a durable store a turn holds nothing, since the record of its end is
+// written before its drainer could take a held agent up: the receiver does
+// not wait for that record.
 func TestDrainer_HeldAgentDoesNotWaitForTheStore(t *testing.T) {
 	ctx := context.Background()
 	st := &blockFinish{Store: store.NewMemory(), wait: make(chan struct{})}
@@ -338,9 +339,9 @@ func TestDrainer_HeldAgentDoesNotWaitForTheStore(t *testing.T) {
 	select {
 	case <-st.wait:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the held agent never ran")
+		t.Fatal("the receiver never ran")
 	}
 	if st.late.Load() {
-		t.Fatal("the held agent waited for the record of its sender's turn")
+		t.Fatal("the receiver waited for the record of its sender's turn")
 	}
 }

@@ -33,12 +33,24 @@ func (b *Box[T]) Push(v T) (start bool) {
 
 // Next removes and returns the oldest item. When the queue is empty it
 // returns ok false and the drainer must stop: the next Push starts a new one.
-func (b *Box[T]) Next() (v T, ok bool) {
+func (b *Box[T]) Next() (v T, ok bool) { return b.next(true) }
+
+// TryNext is Next without the stop: on an empty queue the caller stays the
+// drainer and must call Next (or TryNext) again, so that a drainer can wait
+// a moment for more work before giving up its goroutine.
+func (b *Box[T]) TryNext() (v T, ok bool) { return b.next(false) }
+
+func (b *Box[T]) next(stopIfEmpty bool) (v T, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.head == len(b.items) {
+		// Rewind whoever finds the queue empty: a drainer that keeps
+		// going after TryNext would otherwise append past a head that
+		// never comes back, and the buffer would grow without end.
 		b.reset()
-		b.draining = false
+		if stopIfEmpty {
+			b.draining = false
+		}
 		return v, false
 	}
 	v = b.items[b.head]
