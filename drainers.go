@@ -35,7 +35,7 @@ type scheduler struct {
 	mu       sync.Mutex
 	drainers map[*drainer]struct{}
 	// sweeping is set while a sweeper runs. It is read on every hold and
-	// written only when a sweeper starts or stops, so it stays in cache.
+	// written only when a sweeper starts or stops.
 	sweeping atomic.Bool
 }
 
@@ -43,8 +43,8 @@ type scheduler struct {
 // from being drained: between one and two periods.
 const sweepEvery = time.Millisecond
 
-// closedTurn marks a turn that holds nothing more: it ended, or its handler
-// is model-driven and holds nothing.
+// closedTurn marks a turn that holds nothing more: it ended, or it never
+// holds anything (see handle).
 var closedTurn = new(agent)
 
 // hold makes t hold a, an agent whose queue just got a message and which no
@@ -86,7 +86,7 @@ func (t *turn) end() *agent {
 // the society is closed. It may be called from any goroutine, so it holds
 // s.mu to start the drainer, as start requires.
 func (s *Society) release(t *turn) {
-	if t == nil {
+	if t == nil || !t.holds() {
 		return
 	}
 	s.mu.RLock()
@@ -138,14 +138,13 @@ func (s *Society) drain(d *drainer, a *agent) *agent {
 			return nil
 		}
 		m, ok := box.TryNext()
-		if !ok && next == nil {
-			// Nothing else to do: yield once before giving up the
-			// goroutine, since an answer to what a just handled often
-			// comes meanwhile.
-			runtime.Gosched()
-			m, ok = box.TryNext()
-		}
 		if !ok {
+			if next == nil {
+				// Nothing else to do: yield once before giving up
+				// the goroutine, since an answer to what a just
+				// handled often comes meanwhile.
+				runtime.Gosched()
+			}
 			if m, ok = box.Next(); !ok {
 				return next
 			}

@@ -16,8 +16,9 @@ func (s *Society) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("agentsociety: loading the store: %w", err)
 	}
-	// Restoring starts drainers and timers, which take s.mu: they wait
-	// until every pending message is queued, so none is overtaken.
+	// Restoring starts drainers and timers. Handlers may start before
+	// every pending message is queued, but whatever they send, and every
+	// timeout, takes s.mu and so waits: no pending message is overtaken.
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, r := range st.Roles {

@@ -291,7 +291,8 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 // handled stay in the store as pending; a [store.Volatile] store gets them
 // now, and an error recording them is returned. After Close no goroutine of
 // the society is left. A second Close waits, up to the end of its own ctx,
-// for the first to finish, and returns nil.
+// for the first to finish, and returns nil. Since Close waits for the
+// behaviours, a behaviour must not call it (it may start it in a goroutine).
 func (s *Society) Close(ctx context.Context) error {
 	s.mu.Lock()
 	if s.closed.Load() {

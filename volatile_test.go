@@ -3,6 +3,7 @@ package agentsociety_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -205,5 +206,34 @@ func TestVolatileStore_CancelledSendIsRefused(t *testing.T) {
 	cancel()
 	if _, err := lead.SendText(ctx, kid.ID(), "hi"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("send with a cancelled context = %v, want an error wrapping context.Canceled", err)
+	}
+}
+
+// A Close that times out cancels the handlers still running; on a volatile
+// store there is nothing to record of their end, so nothing fails to be
+// recorded either.
+func TestVolatileStore_TimedOutCloseLogsNoRecordFailure(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	started := make(chan struct{})
+	s, err := as.New(ctx, as.Config{Logger: slog.New(rec), Root: as.BehaviorFunc(func(ctx context.Context, _ *as.Actor, _ as.Message) error {
+		close(started)
+		<-ctx.Done()
+		return nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SubmitRequirement(ctx, "block"); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if err := s.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want context.DeadlineExceeded", err)
+	}
+	if rec.find("recording a handled message failed", nil) {
+		t.Fatal("a volatile store's empty record was reported as failed")
 	}
 }
