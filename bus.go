@@ -402,12 +402,11 @@ func (s *Society) deliver(d *drainer, a *agent, m Message) (next *agent) {
 	if h, ok := a.mind.record(a.info.ID); ok {
 		done.Histories = []store.History{h}
 	}
-	if done.Empty() {
-		// A volatile store: nothing to record, and no reason to complain
-		// of a cancelled context.
-	} else if ferr := s.store.Apply(ctx, done); ferr != nil {
-		s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
-			slog.String("msg", m.ID), slog.String("agent", a.info.ID), slog.String("err", ferr.Error()))
+	if !done.Empty() { // on a volatile store a code-driven turn records nothing
+		if ferr := s.store.Apply(ctx, done); ferr != nil {
+			s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
+				slog.String("msg", m.ID), slog.String("agent", a.info.ID), slog.String("err", ferr.Error()))
+		}
 	}
 	if err != nil {
 		s.reportFailure(a, m, err)
