@@ -3,6 +3,7 @@ package agentsociety
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -123,10 +124,15 @@ func unmarshalSpec(raw json.RawMessage) (*InterfaceSpec, error) {
 }
 
 // saveQueued brings a volatile store's pending messages up to date when the
-// society closes, since nothing recorded them while it ran: it records the
+// society stops, since nothing recorded them while it ran: it records the
 // messages still queued, and finishes those the society was opened with and
-// has handled since. Called by Close once every drainer has stopped.
-func (s *Society) saveQueued() error {
+// has handled since. It returns err, joined with its own error if any, and
+// does nothing on a durable store. Called by Close, and by a failed New,
+// once every drainer has stopped.
+func (s *Society) saveQueued(err error) error {
+	if !s.volatile {
+		return err
+	}
 	var ch store.Change
 	s.mu.RLock()
 	queued := make(map[string]bool)
@@ -145,8 +151,8 @@ func (s *Society) saveQueued() error {
 		}
 	}
 	s.mu.RUnlock()
-	if err := s.record(context.Background(), ch); err != nil {
-		return fmt.Errorf("agentsociety: recording the queued messages: %w", err)
+	if serr := s.record(context.Background(), ch); serr != nil {
+		return errors.Join(err, fmt.Errorf("agentsociety: recording the queued messages: %w", serr))
 	}
-	return nil
+	return err
 }

@@ -2,7 +2,6 @@ package agentsociety
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -274,12 +273,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		close(s.done)
 		s.cancel()
 		s.wg.Wait()
-		if s.volatile {
-			if serr := s.saveQueued(); serr != nil {
-				err = errors.Join(err, serr)
-			}
-		}
-		return nil, err
+		return nil, s.saveQueued(err)
 	}
 	return s, nil
 }
@@ -329,11 +323,7 @@ func (s *Society) Close(ctx context.Context) error {
 		<-done
 	}
 	s.cancel()
-	if s.volatile {
-		if serr := s.saveQueued(); serr != nil {
-			err = errors.Join(err, serr)
-		}
-	}
+	err = s.saveQueued(err)
 	close(s.closeDone)
 	return err
 }
