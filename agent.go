@@ -2,7 +2,6 @@ package agentsociety
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -86,10 +85,6 @@ type agent struct {
 	mind     *mind                                // a model-driven agent's history, from its first turn
 	handoff  string                               // the id of the handoff message of an agent being terminated
 	spawnKey string                               // the spawn that made it (see turn), or ""
-	// ending is set, under Society.mu, once info.Status leaves
-	// StatusActive, so that delivery reads the status under the lock only
-	// for agents being terminated.
-	ending atomic.Bool
 }
 
 // Actor is a handle through which code acts as one agent: what it sends, the
@@ -112,10 +107,16 @@ type Actor struct {
 // twice: the n-th spawn returns the child the n-th spawn made before.
 type turn struct {
 	msgID  string
-	spawns int // guarded by Society.mu
-	// next is the agent the turn holds for its drainer (see drainers.go),
-	// nil while it holds none, or closedTurn once it holds no more.
-	next atomic.Pointer[agent]
+	spawns atomic.Int32
+}
+
+// spawnKey numbers the next spawn of t and returns its key; "" for a nil
+// t (an Actor acting outside a delivery).
+func (t *turn) spawnKey() string {
+	if t == nil {
+		return ""
+	}
+	return t.msgID + "#" + itoa(int(t.spawns.Add(1)))
 }
 
 // ID returns the id of the agent this handle acts as.
@@ -160,32 +161,36 @@ func (x *Actor) CreateRole(ctx context.Context, spec RoleSpec) (role Role, reuse
 	if by == UserID {
 		return Role{}, false, s.refuse("create_role", by, newError(ErrForbidden, "the user endpoint does not create roles"))
 	}
-	if s.isClosed() {
-		return Role{}, false, newError(ErrClosed, "the society is closed")
+	var r *Role
+	if err := s.apply(ctx, func() (*change, *Error) {
+		if x.a.info.Status == StatusTerminated {
+			return nil, terminatedError(x.a, x.a)
+		}
+		if id, ok := s.roleKeys[roleKey{by, spec.Name}]; ok {
+			r, reused = s.roles[id], true
+			return nil, nil
+		}
+		r = &Role{
+			ID:            s.roleIDs.Next(),
+			Name:          spec.Name,
+			Prompt:        spec.Prompt,
+			InterfaceSpec: spec.InterfaceSpec.clone(),
+			CreatedBy:     by,
+			CreatedAt:     time.Now(),
+		}
+		return &change{
+			claims: []string{by},
+			record: store.Change{Roles: []store.Role{roleRecord(r)}},
+			commit: func() { s.addRole(r) },
+		}, nil
+	}); err != nil {
+		return Role{}, false, s.refuse("create_role", by, err)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if x.a.info.Status == StatusTerminated {
-		return Role{}, false, s.refuse("create_role", by, terminatedError(x.a, x.a))
+	if !reused {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "role created",
+			slog.String("role", r.ID), slog.String("name", r.Name), slog.String("by", by))
 	}
-	if id, ok := s.roleKeys[roleKey{by, spec.Name}]; ok {
-		return s.roles[id].clone(), true, nil
-	}
-	r := &Role{
-		ID:            s.roleIDs.Next(),
-		Name:          spec.Name,
-		Prompt:        spec.Prompt,
-		InterfaceSpec: spec.InterfaceSpec.clone(),
-		CreatedBy:     by,
-		CreatedAt:     time.Now(),
-	}
-	if err := s.store.Apply(ctx, store.Change{Roles: []store.Role{roleRecord(r)}}); err != nil {
-		return Role{}, false, s.refuse("create_role", by, storeError(err))
-	}
-	s.addRole(r)
-	s.log.LogAttrs(ctx, slog.LevelInfo, "role created",
-		slog.String("role", r.ID), slog.String("name", r.Name), slog.String("by", by))
-	return r.clone(), false, nil
+	return r.clone(), reused, nil
 }
 
 func (s *Society) addRole(r *Role) {
@@ -201,7 +206,7 @@ type SpawnSpec struct {
 	// ParentID may be left empty: the parent is always the spawning agent,
 	// and a different ParentID is refused with ErrParentMismatch.
 	ParentID string
-	// Behavior drives the new agent. Nil means the society's Config.Default.
+	// Behavior drives the new agent. Nil means the society's Config.DefaultBehavior.
 	Behavior Behavior
 }
 
@@ -231,54 +236,85 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 			return refuse(&Error{Code: ErrInvalidTaskBrief, Message: "collaborators[" + itoa(i) + "] needs an agentId", MissingFields: []string{"collaborators.agentId"}})
 		}
 	}
-	if s.isClosed() {
-		return Agent{}, false, newError(ErrClosed, "the society is closed")
-	}
+	// Every spawn of a turn that gets this far counts, whatever answers it,
+	// so that the n-th spawn of a turn handled again is the n-th before.
+	key := x.turn.spawnKey()
 
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	if err := s.apply(ctx, func() (*change, *Error) {
+		c, found, e := s.checkSpawn(x, spec, key)
+		if e != nil {
+			return nil, e
+		}
+		if found {
+			child, reused = c.info.clone(), true
+			return nil, nil
+		}
+		entries := s.birthContacts(x.a, c, c.info.CreatedAt)
+		rec, e := agentRecord(c, c.info.Status)
+		if e != nil {
+			return nil, &Error{Code: ErrInvalidTaskBrief, Message: "the brief does not encode", Err: e.Err}
+		}
+		return &change{
+			claims: []string{by},
+			agents: 1,
+			record: store.Change{Agents: []store.Agent{rec}, Contacts: contactRecords(entries)},
+			commit: func() {
+				s.addAgent(c)
+				for _, e := range entries {
+					s.contacts.Add(e.owner, e.c)
+				}
+				child = c.info.clone()
+			},
+		}, nil
+	}); err != nil {
+		return refuse(err)
+	}
+	if !reused {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "agent spawned",
+			slog.String("agent", child.ID), slog.String("role", child.RoleID), slog.String("parent", by), slog.String("task", child.TaskID))
+	}
+	return child, reused, nil
+}
+
+// checkSpawn checks a spawn by x against the organisation. It returns the
+// existing child, with reused true, when the spawn was made before (key) or
+// root already has a child for the task; else the new child. Called with
+// s.mu held.
+func (s *Society) checkSpawn(x *Actor, spec SpawnSpec, key string) (*agent, bool, *Error) {
+	by := x.a.info.ID
 	if x.a.info.Status == StatusTerminated {
-		return refuse(terminatedError(x.a, x.a))
+		return nil, false, terminatedError(x.a, x.a)
 	}
 	role := s.roles[spec.RoleID]
 	if role == nil {
-		return refuse(&Error{Code: ErrRoleNotFound, Message: "no role " + strconvQuote(spec.RoleID)})
+		return nil, false, &Error{Code: ErrRoleNotFound, Message: "no role " + strconvQuote(spec.RoleID)}
 	}
 	if role.CreatedBy != by {
-		return refuse(&Error{Code: ErrNotRoleOwner, Message: "role " + role.ID + " was created by " + role.CreatedBy + "; spawn only on roles you created"})
+		return nil, false, &Error{Code: ErrNotRoleOwner, Message: "role " + role.ID + " was created by " + role.CreatedBy + "; spawn only on roles you created"}
 	}
-	// The spawn key first: every spawn of a turn counts, whatever answers
-	// it, so that the n-th spawn of a turn handled again is the n-th before.
-	var key string
-	if x.turn != nil {
-		x.turn.spawns++
-		key = x.turn.msgID + "#" + itoa(x.turn.spawns)
-		// The message was handled before a crash: the child that spawn made
-		// is the answer, if the spawn asks for the same role (a model
-		// handling the message again may not make the same calls).
-		if id, ok := s.spawnKeys[key]; ok && s.agents[id].info.RoleID == spec.RoleID {
-			return s.agents[id].info.clone(), true, nil
-		}
+	// The message was handled before a crash: the child that spawn made is
+	// the answer, if the spawn asks for the same role (a model handling the
+	// message again may not make the same calls).
+	if id, ok := s.spawnKeys[key]; ok && key != "" && s.agents[id].info.RoleID == spec.RoleID {
+		return s.agents[id], true, nil
 	}
 	if by == RootID {
 		if id, ok := s.rootKids[x.taskID]; ok {
-			return s.agents[id].info.clone(), true, nil
+			return s.agents[id], true, nil
 		}
 	}
 	for _, c := range spec.Brief.Collaborators {
 		if s.agents[c.AgentID] == nil {
-			return refuse(&Error{Code: ErrAgentNotFound, Message: "collaborator " + strconvQuote(c.AgentID) + " does not exist", AgentID: c.AgentID})
+			return nil, false, &Error{Code: ErrAgentNotFound, Message: "collaborator " + strconvQuote(c.AgentID) + " does not exist", AgentID: c.AgentID}
 		}
 	}
-	if s.live >= s.cfg.MaxAgents {
-		return refuse(newError(ErrTooManyAgents, "the society has its maximum of "+itoa(s.cfg.MaxAgents)+" agents"))
+	if s.live+s.adding >= s.cfg.MaxAgents {
+		return nil, false, newError(ErrTooManyAgents, "the society has its maximum of "+itoa(s.cfg.MaxAgents)+" agents")
 	}
 	if x.a.depth+1 > s.cfg.MaxDepth {
-		return refuse(newError(ErrMaxDepth, "a child here would be deeper than the maximum depth of "+itoa(s.cfg.MaxDepth)))
+		return nil, false, newError(ErrMaxDepth, "a child here would be deeper than the maximum depth of "+itoa(s.cfg.MaxDepth))
 	}
-
-	now := time.Now()
-	c := &agent{
+	return &agent{
 		info: Agent{
 			ID:        s.agentIDs.Next(),
 			RoleID:    role.ID,
@@ -286,29 +322,14 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 			TaskID:    x.taskID,
 			Brief:     spec.Brief.clone(),
 			Status:    StatusActive,
-			CreatedAt: now,
+			CreatedAt: time.Now(),
 		},
 		roleName: role.Name,
 		spec:     role.InterfaceSpec,
 		depth:    x.a.depth + 1,
 		behavior: spec.Behavior,
 		spawnKey: key,
-	}
-	entries := s.birthContacts(x.a, c, now)
-	rec, err := agentRecord(c, c.info.Status)
-	if err != nil {
-		return refuse(&Error{Code: ErrInvalidTaskBrief, Message: "the brief does not encode: " + err.Error()})
-	}
-	if err := s.store.Apply(ctx, store.Change{Agents: []store.Agent{rec}, Contacts: contactRecords(entries)}); err != nil {
-		return refuse(storeError(err))
-	}
-	s.addAgent(c)
-	for _, e := range entries {
-		s.contacts.Add(e.owner, e.c)
-	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "agent spawned",
-		slog.String("agent", c.info.ID), slog.String("role", role.ID), slog.String("parent", by), slog.String("task", c.info.TaskID))
-	return c.info.clone(), false, nil
+	}, false, nil
 }
 
 // ownedContact is a contact entry with its owner.
@@ -356,40 +377,6 @@ func (s *Society) addAgent(c *agent) {
 	if c.spawnKey != "" {
 		s.spawnKeys[c.spawnKey] = c.info.ID
 	}
-}
-
-func roleRecord(r *Role) store.Role {
-	return store.Role{ID: r.ID, Name: r.Name, Prompt: r.Prompt, InterfaceSpec: marshalSpec(r.InterfaceSpec), CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
-}
-
-// agentRecord returns a's store record with the given status.
-func agentRecord(a *agent, status AgentStatus) (store.Agent, error) {
-	i := &a.info
-	brief, err := json.Marshal(i.Brief)
-	if err != nil {
-		return store.Agent{}, err
-	}
-	return store.Agent{ID: i.ID, RoleID: i.RoleID, ParentID: i.ParentID, TaskID: i.TaskID, Brief: brief, Status: string(status), CreatedAt: i.CreatedAt, SpawnKey: a.spawnKey}, nil
-}
-
-func contactRecords(entries []ownedContact) []store.ContactEntry {
-	out := make([]store.ContactEntry, len(entries))
-	for i, e := range entries {
-		c := e.c
-		out[i] = store.ContactEntry{Owner: e.owner, Contact: store.Contact{
-			ID: c.ID, Role: c.Role, InterfaceSpec: marshalSpec(c.InterfaceSpec), Source: string(c.Source),
-			IntroducedBy: c.IntroducedBy, Note: c.Note, AddedAt: c.AddedAt,
-		}}
-	}
-	return out
-}
-
-func marshalSpec(spec *InterfaceSpec) json.RawMessage {
-	if spec == nil {
-		return nil
-	}
-	b, _ := json.Marshal(spec) // strings only: always encodes
-	return b
 }
 
 // inbox returns a's mailbox, making it on first use.

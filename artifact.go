@@ -49,7 +49,7 @@ func (x *Actor) PutArtifact(ctx context.Context, spec ArtifactSpec) (Artifact, e
 	if s.isClosed() {
 		return Artifact{}, newError(ErrClosed, "the society is closed")
 	}
-	if status, _ := s.statusOf(x.a); status == StatusTerminated {
+	if x.Agent().Status == StatusTerminated {
 		return Artifact{}, s.refuse("put_artifact", by, terminatedError(x.a, x.a))
 	}
 	if spec.MediaType == "" {

@@ -2,9 +2,7 @@ package agentsociety
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"agentsociety/internal/ids"
@@ -42,24 +40,16 @@ func (x *Actor) SendText(ctx context.Context, to, text string) (Message, error) 
 type pendingSend struct {
 	msg      Message
 	to       *agent
-	via      *turn // the turn of the handler that sends, if any
 	contacts []ownedContact
 	request  *request // a new request, or nil
 	answered *request // the request a response closes, or nil
-	status   string   // the answered request's new status
-	// divert is the waiter of the answered request: the message goes to it,
-	// not to the mailbox, and so is finished as soon as it is accepted.
-	divert chan Message
+	status   RequestStatus
 }
 
 // changesState reports whether accepting a message of type t always changes
 // the organisation (requests, or the receiver's contacts).
 func changesState(t MessageType) bool {
 	return t == IntroductionResponse || t == CollaborationRequest || t == CollaborationResponse
-}
-
-func (p *pendingSend) mutates() bool {
-	return len(p.contacts) > 0 || p.request != nil || p.answered != nil
 }
 
 func (s *Society) send(ctx context.Context, x *Actor, out Outgoing) (Message, error) {
@@ -74,23 +64,21 @@ func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter c
 	if err != nil {
 		return Message{}, s.refuse("send_message", from.info.ID, err)
 	}
-	// Most messages go between agents that know each other and change
-	// nothing but the queue: accept them under the read lock, and take the
-	// write lock only when accepting the message changes the organisation.
-	// The types whose acceptance always changes it take the write lock at
-	// once, so that prepare, which rewrites their payload, runs once.
-	write := changesState(m.Type)
-	for {
-		sent, retry, err := s.accept(ctx, x, m, f, write, waiter)
-		switch {
-		case retry:
-			write = true
-		case err != nil:
-			return Message{}, s.refuse("send_message", from.info.ID, err)
-		default:
-			return sent, nil
+	var p pendingSend
+	if err := s.apply(ctx, func() (*change, *Error) {
+		p = pendingSend{}
+		if err := s.prepare(&p, from, m, f); err != nil {
+			return nil, err
 		}
+		if p.request != nil {
+			p.request.waiter = waiter
+		}
+		return s.accepting(&p), nil
+	}); err != nil {
+		return Message{}, s.refuse("send_message", from.info.ID, err)
 	}
+	s.logMessage(ctx, "message accepted", &p.msg)
+	return p.msg, nil
 }
 
 // compose builds the message an agent's Outgoing describes and checks its
@@ -115,129 +103,69 @@ func compose(from *agent, taskID string, out Outgoing) (Message, fields, *Error)
 	return Message{From: from.info.ID, To: out.To, TaskID: out.TaskID, Type: out.Type, Payload: payload, SentAt: time.Now()}, f, nil
 }
 
-// accept checks m under s.mu, held for writing if write, and records and
-// queues it. Under the read lock it returns retry when accepting m would
-// change the organisation. Checking closed under s.mu orders every accepted
-// message before Close, which sets closed under s.mu held for writing.
-func (s *Society) accept(ctx context.Context, x *Actor, m Message, f fields, write bool, waiter chan Message) (sent Message, retry bool, err *Error) {
-	if write {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-	} else {
-		s.mu.RLock()
-		defer s.mu.RUnlock()
-	}
-	if s.closed.Load() {
-		return Message{}, false, newError(ErrClosed, "the society is closed")
-	}
-	p := pendingSend{via: x.turn}
-	if err := s.prepare(&p, x.a, m, f); err != nil {
-		return Message{}, false, err
-	}
-	if !write && p.mutates() {
-		return Message{}, true, nil
-	}
-	if p.request != nil {
-		p.request.waiter = waiter
-	}
-	if err := s.acceptLocked(ctx, &p, nil); err != nil {
-		return Message{}, false, err
-	}
-	return p.msg, false, nil
-}
-
-// acceptLocked numbers p's message, records it with the rest of p's change
-// (and the agents in extra, if any), applies p's changes and routes the
-// message. Called with s.mu held, for writing if p changes anything but the
-// queue, and s.closed false. On a store failure nothing has changed.
-func (s *Society) acceptLocked(ctx context.Context, p *pendingSend, extra []store.Agent) *Error {
-	p.msg.Seq = s.seq.Add(1)
+// accepting numbers p's message and returns the change accepting it makes:
+// the message recorded (on a durable store) with p's other changes, and, on
+// commit, those changes made in memory and the message routed. The change
+// claims the receiver, so that messages to one agent are queued in the
+// order they are numbered. Called with s.mu held.
+func (s *Society) accepting(p *pendingSend) *change {
+	s.seq++
+	p.msg.Seq = s.seq
 	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
-	ch := p.change(!s.volatile)
-	ch.Agents = extra
-	if err := s.record(ctx, ch); err != nil {
-		return storeError(err)
-	}
-	if p.mutates() {
-		s.commit(p)
-	}
-	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.logMessage(ctx, "message accepted", &p.msg)
-	}
-	s.route(p)
-	return nil
-}
-
-// record applies ch to the store. An empty change, which is what accepting
-// or finishing a message alone makes on a volatile store, costs nothing but
-// the check of ctx that Apply would have made.
-func (s *Society) record(ctx context.Context, ch store.Change) error {
-	if ch.Empty() {
-		return ctx.Err()
-	}
-	return s.store.Apply(ctx, ch)
-}
-
-// route hands an accepted message to its receiver: to the waiter blocked in
-// Collaborate for the request it settles, if there is one, else to the
-// receiver's mailbox. Called with s.mu held and s.closed false.
-func (s *Society) route(p *pendingSend) {
-	if p.divert != nil {
-		p.divert <- p.msg // buffered, and each request is settled once
-		return
-	}
-	s.enqueue(p.to, p.msg, p.via)
-}
-
-// change returns the store record of accepting p, with the message itself
-// if withMessage.
-func (p *pendingSend) change(withMessage bool) store.Change {
-	var ch store.Change
-	if withMessage {
-		ch.Accepted = []store.Message{messageRecord(&p.msg)}
-		if p.divert != nil {
-			ch.Finished = []string{p.msg.ID}
-		}
+	c := &change{claims: []string{p.msg.To}}
+	if !s.volatile {
+		c.record.Accepted = []store.Message{messageRecord(&p.msg)}
 	}
 	if len(p.contacts) > 0 {
-		ch.Contacts = contactRecords(p.contacts)
+		c.record.Contacts = contactRecords(p.contacts)
 	}
-	if p.request != nil {
-		ch.Requests = append(ch.Requests, p.request.record())
+	if r := p.request; r != nil {
+		c.record.Requests = append(c.record.Requests, r.record())
+		if len(r.id) > 0 {
+			c.claims = append(c.claims, claimRequest(r.id))
+		}
 	}
 	if p.answered != nil {
 		r := *p.answered
 		r.status = p.status
-		ch.Requests = append(ch.Requests, r.record())
+		c.record.Requests = append(c.record.Requests, r.record())
 	}
-	return ch
+	c.commit = func() { s.commitSend(p) }
+	return c
 }
 
-// commit applies p's changes to the organisation. Called with s.mu held for
-// writing, after the store recorded them.
-func (s *Society) commit(p *pendingSend) {
+// commitSend applies p's changes to the organisation and routes its message:
+// to the waiter blocked in Collaborate for the request it settles, if there
+// is one, else to the receiver's mailbox. Called with s.mu held for writing,
+// after the store recorded them.
+func (s *Society) commitSend(p *pendingSend) {
 	for _, e := range p.contacts {
 		s.contacts.Add(e.owner, e.c)
 	}
-	if p.request != nil {
-		s.requests[p.request.id] = p.request
-		s.armTimeout(p.request)
+	if r := p.request; r != nil {
+		s.requests[r.id] = r
+		s.armTimeout(r)
 	}
 	if r := p.answered; r != nil {
-		r.status, r.waiter = p.status, nil
+		r.status = p.status
 		if r.timer != nil && r.timer.Stop() {
 			s.wg.Done()
 		}
 		r.timer = nil
+		if r.waiter != nil {
+			r.waiter <- p.msg // buffered, and each request is settled once
+			r.waiter = nil
+			return
+		}
 	}
+	s.enqueue(p.to, p.msg)
 }
 
-// logMessage records a step of m's journey at Debug level. It is a function
-// of its own so that its attributes take no room on the message path's stack
-// when Debug is off.
-//
-//go:noinline
+// logMessage records a step of m's journey at Debug level.
 func (s *Society) logMessage(ctx context.Context, what string, m *Message) {
+	if !s.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
 	s.log.LogAttrs(ctx, slog.LevelDebug, what,
 		slog.String("msg", m.ID), slog.String("from", m.From), slog.String("to", m.To),
 		slog.String("type", string(m.Type)), slog.String("task", m.TaskID))
@@ -313,9 +241,9 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 		case r.to != by || r.from != m.To:
 			return &Error{Code: ErrWrongResponder, Message: "request " + id + " was sent by " + r.from + " to " + r.to + "; only " + r.to + " answers it, to " + r.from}
 		case r.status != StatusPending:
-			return &Error{Code: ErrRequestClosed, Message: "request " + id + " is already " + r.status}
+			return &Error{Code: ErrRequestClosed, Message: "request " + id + " is already " + string(r.status)}
 		}
-		p.answered, p.status, p.divert = r, f.text("status"), r.waiter
+		p.answered, p.status = r, RequestStatus(f.text("status"))
 	}
 	return nil
 }
@@ -360,133 +288,4 @@ func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *
 		}})
 	}
 	return nil
-}
-
-// enqueue queues m for a and gets a's messages drained if nobody drains
-// them: by the drainer of via, the turn that sends m, if it holds a, else by
-// a new drainer. Called with s.mu held and s.closed false, so a new drainer
-// is counted before Close can wait.
-func (s *Society) enqueue(a *agent, m Message, via *turn) {
-	switch {
-	case !a.inbox().Push(m):
-	case via.hold(a):
-		s.sweepHeld()
-	default:
-		s.start(a)
-	}
-}
-
-// deliver hands m to a's behaviour, on drainer d, and records that its
-// handling ended. It returns the agent the handler's turn held, if any.
-func (s *Society) deliver(d *drainer, a *agent, m Message) (next *agent) {
-	ctx := s.runCtx
-	if s.log.Enabled(ctx, slog.LevelDebug) {
-		s.logMessage(ctx, "message delivered", &m)
-	}
-	var err error
-	status, handoff := StatusActive, ""
-	if a.ending.Load() {
-		status, handoff = s.statusOf(a)
-	}
-	if status == StatusTerminated {
-		s.log.LogAttrs(ctx, slog.LevelInfo, "message dropped: the agent was terminated", slog.String("msg", m.ID), slog.String("agent", a.info.ID))
-	} else {
-		next, err = s.handle(ctx, d, a, m)
-	}
-	// The turn's history is recorded with the end of its message, so that
-	// after a crash the message is handled again from the history before it.
-	var done store.Change
-	if !s.volatile {
-		done.Finished = []string{m.ID}
-	}
-	if h, ok := a.mind.record(a.info.ID); ok {
-		done.Histories = []store.History{h}
-	}
-	if !done.Empty() { // on a volatile store a code-driven turn records nothing
-		if ferr := s.store.Apply(ctx, done); ferr != nil {
-			s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
-				slog.String("msg", m.ID), slog.String("agent", a.info.ID), slog.String("err", ferr.Error()))
-		}
-	}
-	if err != nil {
-		s.reportFailure(a, m, err)
-	}
-	if m.ID == handoff {
-		s.finishTermination(ctx, a)
-	}
-	return next
-}
-
-// delivery is a behaviour's handle with its turn, allocated together.
-type delivery struct {
-	actor Actor
-	turn  turn
-}
-
-// statusOf returns a's status and the id of its handoff message, if it is
-// being terminated.
-func (s *Society) statusOf(a *agent) (AgentStatus, string) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return a.info.Status, a.handoff
-}
-
-// handle runs a's behaviour on m, on drainer d, turning a panic into an
-// error. It returns the agent the turn held, if any.
-func (s *Society) handle(ctx context.Context, d *drainer, a *agent, m Message) (next *agent, err error) {
-	b := a.behavior
-	if b == nil {
-		b = s.cfg.Default
-	}
-	dl := &delivery{turn: turn{msgID: m.ID}}
-	dl.actor = Actor{s: s, a: a, taskID: m.TaskID, turn: &dl.turn}
-	// A turn holds the agents it sends to only if its drainer can take
-	// them up as soon as it ends: not if its end is written to a durable
-	// store first, nor if it calls a model, which is slow.
-	holds := s.volatile
-	if b == nil && s.cfg.Model != nil {
-		b = modelBehavior{s}
-		holds = false
-	}
-	if !holds {
-		dl.turn.next.Store(closedTurn)
-	}
-	if b == nil {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "message dropped: the agent has no behaviour",
-			slog.String("msg", m.ID), slog.String("agent", a.info.ID))
-		return nil, nil
-	}
-	d.turn.Store(&dl.turn)
-	defer func() {
-		d.turn.Store(nil)
-		next = dl.turn.end()
-		if r := recover(); r != nil {
-			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-		}
-	}()
-	return nil, b.HandleMessage(ctx, &dl.actor, m)
-}
-
-// reportFailure logs a failed handler and tells the agent's parent (user,
-// for root) with a status_report from the agent, so the failure is not lost.
-func (s *Society) reportFailure(a *agent, m Message, err error) {
-	id := a.info.ID
-	s.log.LogAttrs(s.runCtx, slog.LevelError, "handler failed",
-		slog.String("agent", id), slog.String("msg", m.ID), slog.String("err", err.Error()))
-	parent := a.info.ParentID
-	if id == RootID {
-		parent = UserID
-	}
-	if parent == "" {
-		return // user: nobody above to tell
-	}
-	report := StatusReportPayload{Status: StatusError, Text: "handling message " + m.ID + " from " + m.From + " failed: " + firstLine(err.Error())}
-	if _, serr := s.send(s.runCtx, &Actor{s: s, a: a, taskID: m.TaskID}, Outgoing{To: parent, Type: StatusReport, Payload: report}); serr != nil {
-		s.log.LogAttrs(s.runCtx, slog.LevelWarn, "reporting a failure failed",
-			slog.String("agent", id), slog.String("to", parent), slog.String("err", serr.Error()))
-	}
-}
-
-func messageRecord(m *Message) store.Message {
-	return store.Message{ID: m.ID, Seq: m.Seq, From: m.From, To: m.To, TaskID: m.TaskID, Type: string(m.Type), Payload: m.Payload, SentAt: m.SentAt}
 }

@@ -2,6 +2,7 @@ package agentsociety
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"time"
@@ -9,26 +10,16 @@ import (
 	"agentsociety/store"
 )
 
-// StatusTimeout is the status of a collaboration request whose responder did
-// not answer within its timeout. The requester receives a
-// collaboration_response with StatusError whose error_message names the
-// timeout, and a later answer is refused with ErrRequestClosed.
-const StatusTimeout = "timeout"
-
 // request is a collaboration request's state. Guarded by Society.mu.
 type request struct {
 	id, from, to, taskID string
-	status               string
+	status               RequestStatus
 	createdAt            time.Time
 	deadline             time.Time   // zero without a timeout
 	timer                *time.Timer // fires at deadline while the request is pending
 	// waiter, when set, receives the request's outcome instead of the
 	// requester's mailbox: the requester is blocked in Collaborate.
 	waiter chan Message
-}
-
-func (r *request) record() store.Request {
-	return store.Request{ID: r.id, From: r.from, To: r.to, TaskID: r.taskID, Status: r.status, CreatedAt: r.createdAt, Deadline: r.deadline}
 }
 
 // RequestCollaboration asks agent to for help with a subtask: it sends a
@@ -59,27 +50,40 @@ func (x *Actor) Collaborate(ctx context.Context, to string, p CollaborationReque
 	if err != nil {
 		return Message{}, err
 	}
-	s.release(x.turn) // the agent asked may be the one this turn holds
 	var why error
 	select {
 	case out := <-waiter:
-		return out, nil
+		return s.received(ctx, out), nil
 	case <-ctx.Done():
 		why = ctx.Err()
 	case <-s.done:
 		why = newError(ErrClosed, "the society closed before the request was settled")
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r := s.requests[requestIDOf(m)]; r != nil {
-		r.waiter = nil
+	if r := s.requests[requestIDOf(m)]; r != nil && r.waiter == waiter {
+		r.waiter = nil // the outcome goes to the mailbox
 	}
+	s.mu.Unlock()
 	select {
 	case out := <-waiter: // settled as the caller gave up: better returned than lost
-		return out, nil
+		return s.received(ctx, out), nil
 	default:
 		return Message{}, why
 	}
+}
+
+// received records that m, a request's outcome handed to the requester
+// blocked in Collaborate rather than to its mailbox, was taken, and returns
+// it. Until then m is pending in the store, so that a crash before the
+// requester had it delivers it again.
+func (s *Society) received(ctx context.Context, m Message) Message {
+	if !s.volatile {
+		if err := s.record(context.WithoutCancel(ctx), store.Change{Finished: []string{m.ID}}); err != nil {
+			s.log.LogAttrs(ctx, slog.LevelError, "recording a received outcome failed; it is delivered again on reopening",
+				slog.String("msg", m.ID), slog.String("err", err.Error()))
+		}
+	}
+	return m
 }
 
 // Respond answers collaboration request requestID, which must have been sent
@@ -144,53 +148,62 @@ func (s *Society) stopTimeouts() {
 // requester gets a collaboration_response with status error from the agent
 // that did not answer.
 func (s *Society) expire(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	r := s.requests[id]
-	if s.closed.Load() || r == nil || r.status != StatusPending {
-		return
-	}
-	r.timer = nil
-	waited := r.deadline.Sub(r.createdAt).Round(time.Millisecond)
-	s.settle(context.Background(), r, StatusTimeout, "timeout: "+r.to+" did not answer within "+waited.String())
+	s.settle(context.Background(), id, StatusTimeout)
 }
 
 // settleRequestsTo settles with an error the pending requests addressed to
-// agents that ended, whose answers can no longer come. Called with s.mu held
-// for writing.
+// agents that ended, whose answers can no longer come.
 func (s *Society) settleRequestsTo(ctx context.Context, ended []*agent) {
 	gone := map[string]bool{}
 	for _, a := range ended {
 		gone[a.info.ID] = true
 	}
+	var ids []string
+	s.mu.RLock()
 	for _, r := range s.requests {
 		if r.status == StatusPending && gone[r.to] && !gone[r.from] {
-			s.settle(ctx, r, StatusError, "terminated: "+r.to+" was terminated before it answered")
+			ids = append(ids, r.id)
 		}
+	}
+	s.mu.RUnlock()
+	for _, id := range ids {
+		s.settle(ctx, id, StatusError)
 	}
 }
 
-// settle closes pending request r with status, sending the requester a
-// collaboration_response with status error and message why, from the agent
-// that did not answer. Called with s.mu held for writing.
-func (s *Society) settle(ctx context.Context, r *request, status, why string) {
-	to, from := s.agents[r.from], s.agents[r.to]
-	if to == nil || from == nil {
-		return
-	}
-	payload, _ := marshal(CollaborationResponsePayload{RequestID: r.id, Status: StatusError, ErrorMessage: why})
-	p := pendingSend{
-		msg:      Message{From: r.to, To: r.from, TaskID: r.taskID, Type: CollaborationResponse, Payload: payload, SentAt: time.Now()},
-		to:       to,
-		answered: r, status: status, divert: r.waiter,
-	}
-	if err := s.acceptLocked(ctx, &p, nil); err != nil {
+// settle closes request id, if it is still pending, with status: the
+// requester gets a collaboration_response with status error, from the agent
+// that did not answer, whose error_message says why: StatusTimeout for a
+// request whose timeout passed, StatusError for one whose responder ended.
+func (s *Society) settle(ctx context.Context, id string, status RequestStatus) {
+	var p pendingSend
+	err := s.apply(ctx, func() (*change, *Error) {
+		p = pendingSend{}
+		r := s.requests[id]
+		if r == nil || r.status != StatusPending || s.agents[r.from] == nil || s.agents[r.to] == nil {
+			return nil, nil
+		}
+		why := "terminated: " + r.to + " was terminated before it answered"
+		if status == StatusTimeout {
+			why = "timeout: " + r.to + " did not answer within " + r.deadline.Sub(r.createdAt).Round(time.Millisecond).String()
+		}
+		payload, _ := marshal(CollaborationResponsePayload{RequestID: r.id, Status: StatusError, ErrorMessage: why})
+		p = pendingSend{
+			msg:      Message{From: r.to, To: r.from, TaskID: r.taskID, Type: CollaborationResponse, Payload: payload, SentAt: time.Now()},
+			to:       s.agents[r.from],
+			answered: r, status: status,
+		}
+		return s.accepting(&p), nil
+	})
+	switch {
+	case err != nil && !errors.Is(err, ErrClosed):
 		s.log.LogAttrs(ctx, slog.LevelError, "recording a request's end failed; it stays pending",
-			slog.String("request", r.id), slog.String("err", err.Error()))
-		return
+			slog.String("request", id), slog.String("err", err.Error()))
+	case err == nil && p.answered != nil:
+		s.logMessage(ctx, "message accepted", &p.msg)
+		s.log.LogAttrs(ctx, slog.LevelInfo, "request settled by the society",
+			slog.String("request", id), slog.String("from", p.msg.To), slog.String("to", p.msg.From), slog.String("status", string(status)))
 	}
-	s.log.LogAttrs(ctx, slog.LevelInfo, "request settled by the society",
-		slog.String("request", r.id), slog.String("from", r.from), slog.String("to", r.to), slog.String("status", status))
 }
 
 // timeoutOf reads a collaboration request's timeout_seconds: zero when it

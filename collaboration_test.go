@@ -52,7 +52,7 @@ func (in *inbox) next(t rapid.TB) as.Message {
 func twoAgents(t testing.TB, in *inbox) (*as.Society, *as.Actor, *as.Actor) {
 	t.Helper()
 	ctx := context.Background()
-	s := newSociety(t, as.Config{Default: in.behavior()})
+	s := newSociety(t, as.Config{DefaultBehavior: in.behavior()})
 	root, _ := s.Actor(as.RootID)
 	root = root.WithTask("t")
 	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
@@ -70,7 +70,7 @@ func twoAgents(t testing.TB, in *inbox) (*as.Society, *as.Actor, *as.Actor) {
 	return s, la, ha
 }
 
-func answer(t rapid.TB, from *as.Actor, to, id, status string) error {
+func answer(t rapid.TB, from *as.Actor, to, id string, status as.RequestStatus) error {
 	t.Helper()
 	p := as.CollaborationResponsePayload{RequestID: id, Status: status}
 	if status == as.StatusCompleted {
@@ -153,7 +153,7 @@ func TestCollaborateGivingUpSendsTheOutcomeToTheMailbox(t *testing.T) {
 func TestCloseStopsRequestTimers(t *testing.T) {
 	base := runtime.NumGoroutine()
 	in := newInbox()
-	s, err := as.New(context.Background(), as.Config{Logger: quiet, Default: in.behavior()})
+	s, err := as.New(context.Background(), as.Config{Logger: quiet, DefaultBehavior: in.behavior()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestProperty_CollaborationOutcomesExactlyOnce(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		ctx := context.Background()
 		in := newInbox()
-		s, err := as.New(ctx, as.Config{Logger: quiet, Default: in.behavior()})
+		s, err := as.New(ctx, as.Config{Logger: quiet, DefaultBehavior: in.behavior()})
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -221,7 +221,7 @@ func TestProperty_CollaborationOutcomesExactlyOnce(t *testing.T) {
 				continue
 			}
 			r := rapid.SampledFrom(reqs).Draw(rt, "answer")
-			status := rapid.SampledFrom([]string{as.StatusCompleted, as.StatusError, as.StatusRejected}).Draw(rt, "status")
+			status := rapid.SampledFrom([]as.RequestStatus{as.StatusCompleted, as.StatusError, as.StatusRejected}).Draw(rt, "status")
 			err := answer(rt, r.helper, lead.ID(), r.id, status)
 			switch {
 			case err == nil:
@@ -289,7 +289,7 @@ func TestRequestCollaborationTool(t *testing.T) {
 		step++
 		return call("c1", "request_collaboration", `{"to":"agent-2","subtask_description":"review","context":"artifact:a-1","timeout_seconds":0.02}`), nil
 	})
-	s := newSociety(t, as.Config{Model: model, Default: nil})
+	s := newSociety(t, as.Config{Model: model, DefaultBehavior: nil})
 	root, _ := s.Actor(as.RootID)
 	root = root.WithTask("t")
 	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})

@@ -66,6 +66,9 @@ const (
 	ErrClosed Code = "society_closed"
 	// ErrStore: the store failed; the operation took no effect (see Unwrap).
 	ErrStore Code = "store_error"
+	// ErrCanceled: the caller's context ended before the operation was
+	// made; it took no effect (see Unwrap).
+	ErrCanceled Code = "canceled"
 	// ErrAgentTerminated: the agent was terminated, or is being terminated
 	// and takes no more messages.
 	ErrAgentTerminated Code = "agent_terminated"

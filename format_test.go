@@ -15,7 +15,7 @@ import (
 func TestRewrittenPayloadsKeepHTMLReadable(t *testing.T) {
 	ctx := context.Background()
 	got := make(chan as.Message, 1)
-	s := newSociety(t, as.Config{Default: as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
+	s := newSociety(t, as.Config{DefaultBehavior: as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
 		got <- m
 		return nil
 	})})

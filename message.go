@@ -32,9 +32,12 @@ const (
 	CollaborationResponse MessageType = "collaboration_response"
 )
 
-// MessageTypes lists every message type, in the order of Requirement 8.
-var MessageTypes = []MessageType{TaskAssignment, StatusReport, IntroductionRequest,
-	IntroductionResponse, CollaborationRequest, CollaborationResponse, General}
+// MessageTypes returns every message type, in the order of Requirement 8.
+// The slice is new at each call.
+func MessageTypes() []MessageType {
+	return []MessageType{TaskAssignment, StatusReport, IntroductionRequest,
+		IntroductionResponse, CollaborationRequest, CollaborationResponse, General}
+}
 
 // Message is a message the society accepted. Its From, ID, Seq and SentAt are
 // always the society's: a sender cannot set them.
@@ -131,12 +134,21 @@ type CollaborationRequestPayload struct {
 	Text           string  `json:"text,omitempty"`
 }
 
-// The statuses of a collaboration response, and of the request it answers.
+// RequestStatus is the status of a collaboration request, and of the
+// collaboration_response that settles it. It is distinct from AgentStatus,
+// an agent's lifecycle state.
+type RequestStatus string
+
+// The statuses of a collaboration request. A request is StatusPending until
+// a response settles it; a response carries StatusCompleted, StatusError or
+// StatusRejected; a request the society settled after its timeout is
+// StatusTimeout, and its requester is told with a StatusError response.
 const (
-	StatusCompleted = "completed"
-	StatusError     = "error"
-	StatusRejected  = "rejected"
-	StatusPending   = "pending"
+	StatusPending   RequestStatus = "pending"
+	StatusCompleted RequestStatus = "completed"
+	StatusError     RequestStatus = "error"
+	StatusRejected  RequestStatus = "rejected"
+	StatusTimeout   RequestStatus = "timeout"
 )
 
 // CollaborationResponsePayload is the payload of a [CollaborationResponse].
@@ -144,7 +156,7 @@ const (
 // with ErrorMessage.
 type CollaborationResponsePayload struct {
 	RequestID    string          `json:"request_id"`
-	Status       string          `json:"status"`
+	Status       RequestStatus   `json:"status"`
 	ResultData   json.RawMessage `json:"result_data,omitempty"`
 	ErrorMessage string          `json:"error_message,omitempty"`
 	Text         string          `json:"text,omitempty"`
@@ -224,15 +236,15 @@ func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 		}
 	case CollaborationResponse:
 		need("request_id", "status")
-		switch status := f.text("status"); {
+		switch status := RequestStatus(f.text("status")); {
 		case status == StatusCompleted:
 			if v, ok := f["result_data"]; !ok || bytes.Equal(v, []byte("null")) {
 				missing = append(missing, "result_data")
 			}
 		case status == StatusError || status == StatusRejected:
 			need("error_message")
-		case !blank(status):
-			return nil, formatError(t, `status must be "completed", "error" or "rejected", not `+strconvQuote(status), missing)
+		case !blank(string(status)):
+			return nil, formatError(t, `status must be "completed", "error" or "rejected", not `+strconvQuote(string(status)), missing)
 		}
 	default:
 		return nil, formatError(t, "unknown message_type "+strconvQuote(string(t)), nil)

@@ -38,7 +38,7 @@ func TestStepLimitReportsToParentAndTheAgentGoesOn(t *testing.T) {
 	}
 	var p as.StatusReportPayload
 	if err := report.Decode(&p); err != nil || report.Type != as.StatusReport || report.From != worker.ID || report.TaskID != "t1" ||
-		p.Status != as.StatusError || !strings.Contains(p.Text, string(as.ErrStepLimit)) || !strings.Contains(p.Text, first.ID) {
+		p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrStepLimit)) || !strings.Contains(p.Text, first.ID) {
 		t.Fatalf("root got %+v (%s), want a status_report from %s with status error naming step_limit and message %s", report, report.Payload, worker.ID, first.ID)
 	}
 
@@ -153,7 +153,7 @@ func TestModelFailureIsReported(t *testing.T) {
 			}
 			if c.reported {
 				p := statusReportTo(t, m, as.RootID)
-				if p.Status != as.StatusError || !strings.Contains(p.Text, string(as.ErrModel)) {
+				if p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrModel)) {
 					t.Fatalf("user got %+v, want a model_error report", p)
 				}
 				if n := model.Calls(); n != c.calls {
@@ -227,7 +227,7 @@ func TestFailingModelDoesNotStallOtherAgents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := statusReportTo(t, report, as.RootID); p.Status != as.StatusError || !strings.Contains(p.Text, string(as.ErrModel)) {
+	if p := statusReportTo(t, report, as.RootID); p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrModel)) {
 		t.Fatalf("user got %+v, want a model_error report", p)
 	}
 	if n := len(model.RequestsFor(as.RootID)); n != 3 {

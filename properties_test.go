@@ -959,7 +959,7 @@ func TestProperty9_MessagePresentation(t *testing.T) {
 		}
 
 		// A typed message without a text shows its structured fields.
-		typ := rapid.SampledFrom(as.MessageTypes[:len(as.MessageTypes)-1]).Draw(t, "type")
+		typ := rapid.SampledFrom(as.MessageTypes()[:len(as.MessageTypes())-1]).Draw(t, "type")
 		keys := rapid.SliceOfNDistinct(rapid.SampledFrom([]string{"reason", "required_capability", "status", "subtask_description", "request_id", "advice", "target_agent_id", "error_message"}), 1, 4, rapid.ID[string]).Draw(t, "keys")
 		fields := map[string]string{}
 		for _, k := range keys {
@@ -1141,9 +1141,9 @@ func ptDrawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID fu
 			return c.request
 		})
 		need("request_id", ridOK)
-		statuses := []string{"", "blank", "wrong", as.StatusCompleted, as.StatusError, as.StatusRejected, "done", "COMPLETED"}
+		statuses := []as.RequestStatus{"", "blank", "wrong", as.StatusCompleted, as.StatusError, as.StatusRejected, "done", "COMPLETED"}
 		if wantValid {
-			statuses = []string{as.StatusCompleted, as.StatusError, as.StatusRejected}
+			statuses = []as.RequestStatus{as.StatusCompleted, as.StatusError, as.StatusRejected}
 		}
 		status := rapid.SampledFrom(statuses).Draw(t, "status")
 		bogus := false
@@ -1192,7 +1192,7 @@ func ptDrawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID fu
 func TestProperty10_MessageTypeValidation(t *testing.T) {
 	type tally struct{ valid, invalid int }
 	counts := map[as.MessageType]*tally{}
-	for _, typ := range as.MessageTypes {
+	for _, typ := range as.MessageTypes() {
 		counts[typ] = &tally{}
 	}
 	rapid.Check(t, func(t *rapid.T) {
@@ -1228,7 +1228,7 @@ func TestProperty10_MessageTypeValidation(t *testing.T) {
 
 		var accepted []string
 		for range rapid.IntRange(1, 8).Draw(t, "messages") {
-			typ := rapid.SampledFrom(as.MessageTypes).Draw(t, "type")
+			typ := rapid.SampledFrom(as.MessageTypes()).Draw(t, "type")
 			pc := ptDrawP10(t, typ, targets, newRequestID)
 			if pc.request != "" {
 				if _, err := receiver.Send(ctx, as.Outgoing{To: a, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: pc.request, SubtaskDescription: "做个子任务"}}); err != nil {
@@ -1273,7 +1273,7 @@ func TestProperty10_MessageTypeValidation(t *testing.T) {
 		}
 		rec.expect(t, c, append(accepted, marker.ID)...)
 	})
-	for _, typ := range as.MessageTypes {
+	for _, typ := range as.MessageTypes() {
 		if c := counts[typ]; c.valid == 0 || c.invalid == 0 {
 			t.Errorf("type %s: the generator made %d valid and %d invalid payloads; want both", typ, c.valid, c.invalid)
 		}

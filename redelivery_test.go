@@ -44,7 +44,7 @@ func TestRedeliveryDuplicatesNoSpawn(t *testing.T) {
 		return nil
 	})
 	open := func(st store.Store) *as.Society {
-		s, err := as.New(ctx, as.Config{Logger: quiet, Store: st, Default: lead})
+		s, err := as.New(ctx, as.Config{Logger: quiet, Store: st, DefaultBehavior: lead})
 		if err != nil {
 			t.Fatal(err)
 		}

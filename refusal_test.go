@@ -823,7 +823,7 @@ func TestRefusals_CollaborationRequestLifecycle(t *testing.T) {
 	}
 	_, err := respond(f.g, a, as.CollaborationResponsePayload{RequestID: first, Status: as.StatusCompleted, ResultData: json.RawMessage(`1`)})
 	ptWantCode(t, err, as.ErrWrongResponder)
-	_, err = respond(f.b, a, map[string]string{"request_id": first, "status": as.StatusError})
+	_, err = respond(f.b, a, map[string]string{"request_id": first, "status": string(as.StatusError)})
 	e := ptWantCode(t, err, as.ErrInvalidMessageFormat)
 	if diff := cmp.Diff([]string{"error_message"}, e.MissingFields); diff != "" {
 		t.Fatalf("MissingFields (-want +got):\n%s", diff)

@@ -2,131 +2,177 @@ package agentsociety
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"sort"
+	"log/slog"
 
 	"agentsociety/store"
 )
 
-// restore loads what the store holds into a new society and queues the
-// messages that were accepted and never finished.
+// restore loads what the store holds into a new society, settles the
+// terminations the last run left unfinished, and delivers the messages that
+// were accepted and never finished.
 func (s *Society) restore(ctx context.Context) error {
 	st, err := s.store.Load(ctx)
 	if err != nil {
 		return fmt.Errorf("agentsociety: loading the store: %w", err)
 	}
-	// Restoring starts drainers and timers. Handlers may start before
-	// every pending message is queued, but whatever they send, and every
-	// timeout, takes s.mu and so waits: no pending message is overtaken.
+	s.mu.Lock()
+	waiting, ending, err := s.load(st)
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("agentsociety: %w", err)
+	}
+	// An agent that was terminating when the society stopped had its
+	// handoff turn cut short: it ends now, with its descendants, and the
+	// requests to them are settled. The messages this sends are numbered
+	// after the pending ones and queued behind them.
+	for _, a := range ending {
+		s.finishTermination(ctx, a)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return errClosed()
+	}
+	for _, a := range waiting {
+		s.goFunc(func() { s.drain(a) })
+	}
+	for _, r := range s.requests {
+		s.armTimeout(r) // a deadline that passed while the society was down fires at once
+	}
+	return nil
+}
+
+// load builds the society's memory from st and queues its pending
+// messages, in order, without starting their drainers. It returns the
+// agents that have messages waiting, and those that were terminating.
+// Called with s.mu held, on a new society.
+func (s *Society) load(st store.State) (waiting, ending []*agent, err error) {
 	for _, r := range st.Roles {
-		spec, err := unmarshalSpec(r.InterfaceSpec)
+		role, err := roleFromRecord(r)
 		if err != nil {
-			return fmt.Errorf("agentsociety: role %s: %w", r.ID, err)
+			return nil, nil, err
 		}
-		s.addRole(&Role{ID: r.ID, Name: r.Name, Prompt: r.Prompt, InterfaceSpec: spec, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt})
+		s.addRole(role)
 		s.roleIDs.Observe(r.ID)
 	}
-	// Parents come before children in creation order, which is what depth
-	// needs; sort to be independent of the store's order.
-	agents := append([]store.Agent(nil), st.Agents...)
-	sort.SliceStable(agents, func(i, j int) bool { return agents[i].CreatedAt.Before(agents[j].CreatedAt) })
+	agents, err := parentsFirst(st.Agents)
+	if err != nil {
+		return nil, nil, err
+	}
 	for _, r := range agents {
-		var brief TaskBrief
-		if err := json.Unmarshal(r.Brief, &brief); err != nil {
-			return fmt.Errorf("agentsociety: agent %s: brief: %w", r.ID, err)
-		}
 		role := s.roles[r.RoleID]
-		parent := s.agents[r.ParentID]
-		if role == nil || parent == nil {
-			return fmt.Errorf("agentsociety: agent %s: role %q or parent %q is missing from the store", r.ID, r.RoleID, r.ParentID)
+		if role == nil {
+			return nil, nil, fmt.Errorf("agent %s: role %q is missing from the store", r.ID, r.RoleID)
 		}
-		a := &agent{
-			info:     Agent{ID: r.ID, RoleID: r.RoleID, ParentID: r.ParentID, TaskID: r.TaskID, Brief: &brief, Status: AgentStatus(r.Status), CreatedAt: r.CreatedAt},
-			roleName: role.Name,
-			spec:     role.InterfaceSpec,
-			depth:    parent.depth + 1,
-			spawnKey: r.SpawnKey,
+		a, err := agentFromRecord(r, role, s.agents[r.ParentID])
+		if err != nil {
+			return nil, nil, err
 		}
-		a.ending.Store(a.info.Status != StatusActive)
 		if s.cfg.RestoreBehavior != nil {
 			a.behavior = s.cfg.RestoreBehavior(a.info.clone(), role.clone())
 		}
 		s.addAgent(a)
 		s.agentIDs.Observe(r.ID)
-	}
-	// An agent that was terminating when the society stopped had its
-	// handoff turn cut short: it ends now, and with it its descendants.
-	for _, a := range s.agents {
 		if a.info.Status == StatusTerminating {
-			s.finishTerminationLocked(ctx, a)
+			ending = append(ending, a)
 		}
 	}
 	for owner, list := range st.Contacts {
-		for _, c := range list {
-			spec, err := unmarshalSpec(c.InterfaceSpec)
+		for _, rec := range list {
+			c, err := contactFromRecord(owner, rec)
 			if err != nil {
-				return fmt.Errorf("agentsociety: contact %s of %s: %w", c.ID, owner, err)
+				return nil, nil, err
 			}
-			s.contacts.Add(owner, Contact{ID: c.ID, Role: c.Role, InterfaceSpec: spec, Source: ContactSource(c.Source), IntroducedBy: c.IntroducedBy, Note: c.Note, AddedAt: c.AddedAt})
+			s.contacts.Add(owner, c)
 		}
 	}
 	for _, r := range st.Requests {
-		req := &request{id: r.ID, from: r.From, to: r.To, taskID: r.TaskID, status: r.Status, createdAt: r.CreatedAt, deadline: r.Deadline}
-		s.requests[r.ID] = req
-		s.armTimeout(req) // a deadline that passed while the society was down fires at once
+		s.requests[r.ID] = requestFromRecord(r)
 	}
 	for _, h := range st.Histories {
 		a := s.agents[h.AgentID]
 		if a == nil {
-			return fmt.Errorf("agentsociety: the history of unknown agent %q", h.AgentID)
+			return nil, nil, fmt.Errorf("the history of unknown agent %q", h.AgentID)
 		}
-		mem, err := restoreMind(h)
-		if err != nil {
-			return fmt.Errorf("agentsociety: the history of %s: %w", h.AgentID, err)
+		if a.mind, err = restoreMind(h); err != nil {
+			return nil, nil, fmt.Errorf("the history of %s: %w", h.AgentID, err)
 		}
-		a.mind = mem
 	}
 	for _, e := range st.States {
-		s.putState(e)
+		s.putState(stateFromRecord(e))
 	}
 	for _, r := range st.Pending {
-		if r.Seq > s.seq.Load() {
-			s.seq.Store(r.Seq) // before any is queued: new messages come after all of them
-		}
+		s.seq = max(s.seq, r.Seq) // new messages come after all of them
 	}
 	for _, r := range st.Pending {
 		a := s.agents[r.To]
 		if a == nil {
-			return fmt.Errorf("agentsociety: pending message %s is to unknown agent %q", r.ID, r.To)
+			return nil, nil, fmt.Errorf("pending message %s is to unknown agent %q", r.ID, r.To)
 		}
-		m := Message{ID: r.ID, Seq: r.Seq, From: r.From, To: r.To, TaskID: r.TaskID, Type: MessageType(r.Type), Payload: r.Payload, SentAt: r.SentAt}
 		if s.volatile {
-			s.restored[m.ID] = struct{}{}
+			s.restored[r.ID] = struct{}{}
 		}
-		s.enqueue(a, m, nil)
+		if a.inbox().Push(messageFromRecord(r)) {
+			waiting = append(waiting, a)
+		}
 	}
-	return nil
+	return waiting, ending, nil
 }
 
-func unmarshalSpec(raw json.RawMessage) (*InterfaceSpec, error) {
-	if len(raw) == 0 {
-		return nil, nil
+// parentsFirst orders agent records so that each comes after its parent,
+// by walking ParentID, whatever their CreatedAt says (a store written
+// across a backwards step of the clock still opens). Root's children and
+// their subtrees keep the store's order. A record whose parent is neither
+// root nor in the store is an error, and so is a cycle.
+func parentsFirst(recs []store.Agent) ([]store.Agent, error) {
+	byID := make(map[string]int, len(recs))
+	for i, r := range recs {
+		byID[r.ID] = i
 	}
-	var spec InterfaceSpec
-	if err := json.Unmarshal(raw, &spec); err != nil {
-		return nil, fmt.Errorf("interface spec: %w", err)
+	const (
+		unseen = iota
+		visiting
+		placed
+	)
+	mark := make([]int, len(recs))
+	out := make([]store.Agent, 0, len(recs))
+	var place func(i int) error
+	place = func(i int) error {
+		switch mark[i] {
+		case placed:
+			return nil
+		case visiting:
+			return fmt.Errorf("agent %s is its own ancestor", recs[i].ID)
+		}
+		mark[i] = visiting
+		if p := recs[i].ParentID; p != RootID {
+			j, ok := byID[p]
+			if !ok {
+				return fmt.Errorf("agent %s: parent %q is missing from the store", recs[i].ID, p)
+			}
+			if err := place(j); err != nil {
+				return err
+			}
+		}
+		mark[i] = placed
+		out = append(out, recs[i])
+		return nil
 	}
-	return &spec, nil
+	for i := range recs {
+		if err := place(i); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // saveQueued brings a volatile store's pending messages up to date when the
 // society stops, since nothing recorded them while it ran: it records the
-// messages still queued, and finishes those the society was opened with and
-// has handled since. It returns err, joined with its own error if any, and
+// messages still queued (for user, those the host has not taken), and
+// finishes those the society was opened with and has handled since. It
+// returns err, joined with its own error if any, which it also logs, and
 // does nothing on a durable store. Called by Close, and by a failed New,
 // once every drainer has stopped.
 func (s *Society) saveQueued(err error) error {
@@ -134,25 +180,33 @@ func (s *Society) saveQueued(err error) error {
 		return err
 	}
 	var ch store.Change
-	s.mu.RLock()
 	queued := make(map[string]bool)
+	keep := func(m Message) {
+		if _, ok := s.restored[m.ID]; ok {
+			queued[m.ID] = true // still pending in the store
+			return
+		}
+		ch.Accepted = append(ch.Accepted, messageRecord(&m))
+	}
+	s.mu.RLock()
 	for _, a := range s.agents {
 		for _, m := range a.inbox().Items() {
-			if _, ok := s.restored[m.ID]; ok {
-				queued[m.ID] = true // still pending in the store
-				continue
-			}
-			ch.Accepted = append(ch.Accepted, messageRecord(&m))
+			keep(m)
 		}
+	}
+	s.mu.RUnlock()
+	for _, m := range s.user.unclaimed() {
+		keep(m)
 	}
 	for id := range s.restored {
 		if !queued[id] {
 			ch.Finished = append(ch.Finished, id)
 		}
 	}
-	s.mu.RUnlock()
 	if serr := s.record(context.Background(), ch); serr != nil {
-		return errors.Join(err, fmt.Errorf("agentsociety: recording the queued messages: %w", serr))
+		serr = fmt.Errorf("agentsociety: recording the queued messages: %w", serr)
+		s.log.LogAttrs(context.Background(), slog.LevelError, "closing the society failed", slog.String("err", serr.Error()))
+		return errors.Join(err, serr)
 	}
 	return err
 }

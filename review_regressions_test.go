@@ -87,7 +87,7 @@ func TestNestedTerminationEndsEachAgentOnce(t *testing.T) {
 // answer any more is settled with an error, so Collaborate returns.
 func TestCollaborateWithATerminatedResponderIsSettled(t *testing.T) {
 	ctx := context.Background()
-	s := newSociety(t, as.Config{Default: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
+	s := newSociety(t, as.Config{DefaultBehavior: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
 	received := make(chan struct{}, 1)
 	aa, ba := chain(t, s, as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
 		received <- struct{}{} // the request is pending, and never answered
@@ -119,7 +119,7 @@ func TestCollaborateWithATerminatedResponderIsSettled(t *testing.T) {
 
 func TestCloseWakesCollaborate(t *testing.T) {
 	ctx := context.Background()
-	s, err := as.New(ctx, as.Config{Logger: quiet, Default: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
+	s, err := as.New(ctx, as.Config{Logger: quiet, DefaultBehavior: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestFailedNewLeavesNothingRunning(t *testing.T) {
 	mem := store.NewMemory()
 	past := time.Now().Add(-time.Hour)
 	mem.Apply(ctx, store.Change{
-		Requests:  []store.Request{{ID: "req-1", From: as.UserID, To: as.RootID, Status: as.StatusPending, CreatedAt: past, Deadline: past.Add(time.Second)}},
+		Requests:  []store.Request{{ID: "req-1", From: as.UserID, To: as.RootID, Status: string(as.StatusPending), CreatedAt: past, Deadline: past.Add(time.Second)}},
 		Accepted:  []store.Message{{ID: "m-1", Seq: 1, From: as.UserID, To: as.RootID, Type: "general", Payload: json.RawMessage(`{"text":"x"}`), SentAt: past}},
 		Histories: []store.History{{AgentID: "agent-404", Messages: json.RawMessage(`[]`)}},
 	})
@@ -160,7 +160,7 @@ func TestFailedNewLeavesNothingRunning(t *testing.T) {
 	}
 	time.Sleep(50 * time.Millisecond)
 	st, _ := mem.Load(ctx)
-	if st.Requests[0].Status != as.StatusPending || len(st.Pending) != 1 {
+	if st.Requests[0].Status != string(as.StatusPending) || len(st.Pending) != 1 {
 		t.Fatalf("the failed New went on working: %+v, %d pending", st.Requests, len(st.Pending))
 	}
 	if n := runtime.NumGoroutine(); n > base {

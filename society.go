@@ -47,16 +47,16 @@ type Config struct {
 	// Logger receives the society's records. Nil means slog.Default().
 	Logger *slog.Logger
 
-	// Root drives the root agent. Nil means Default.
+	// Root drives the root agent. Nil means DefaultBehavior.
 	Root Behavior
-	// Default drives every agent that was spawned without a behaviour of its
-	// own. Nil means the model (Config.Model); with no model either, such
-	// agents log each message at Warn level and drop it.
-	Default Behavior
+	// DefaultBehavior drives every agent that was spawned without a
+	// behaviour of its own. Nil means the model (Config.Model); with no
+	// model either, such agents log each message at Warn level and drop it.
+	DefaultBehavior Behavior
 	// RestoreBehavior, when set, gives each agent restored from the store
 	// its Go behaviour again: behaviours are code, not state, so a society
 	// reopened on a store cannot know them. It is called once per restored
-	// agent, during New; nil means Default, as for an agent spawned without
+	// agent, during New; nil means DefaultBehavior, as for an agent spawned without
 	// a behaviour.
 	RestoreBehavior func(a Agent, r Role) Behavior
 
@@ -73,7 +73,7 @@ type Config struct {
 	MaxArtifactBytes int64
 
 	// Model drives every agent that has no Go behaviour (neither its own nor
-	// Root or Default): see the package documentation on model-driven agents.
+	// Root or DefaultBehavior): see the package documentation on model-driven agents.
 	Model llm.Model
 	// MaxSteps caps the model calls of one turn (one delivered message).
 	// Zero means DefaultMaxSteps.
@@ -119,6 +119,15 @@ type Config struct {
 // user, the host's endpoint. Everything else is created by agents (or by the
 // host acting as an agent through [Society.Actor]).
 type Society struct {
+	// Locks, in the order they are taken: mu, then a ContactRegistry's
+	// lock or a mailbox's. The user endpoint's locks are never held with
+	// mu. No store call, model call or log handler runs with mu held:
+	// every change goes through apply (change.go), which records it with
+	// mu released.
+	//
+	// Goroutines: every drainer starts in goFunc, and every request timer
+	// in armTimeout, both with mu held and closed false; wg counts them and
+	// the changes being recorded, and Close waits for wg.
 	cfg   Config
 	store store.Store
 	log   *slog.Logger
@@ -130,14 +139,13 @@ type Society struct {
 	roleIDs  *ids.Sequence
 	agentIDs *ids.Sequence
 	msgIDs   ids.Epoch
-	seq      hotCounter // numbers accepted messages; a message's id is made from its number
 
 	// mu guards the organisation: roles, agents and their status, root's
-	// children, requests, state. Contacts have their own lock; they change
-	// under mu held for writing so that a change and its store record
-	// happen as one.
+	// children, requests, state, the message counter and the claims of
+	// changes in flight. Contacts have their own lock; they change under
+	// mu held for writing.
 	mu        sync.RWMutex
-	_         [64]byte // every sender writes mu: keep what it guards off its cache line
+	seq       uint64 // numbers accepted messages; a message's id is made from its number
 	roles     map[string]*Role
 	roleOrder []string
 	roleKeys  map[roleKey]string // (creator, name) -> role id
@@ -147,12 +155,13 @@ type Society struct {
 	requests  map[string]*request
 	state     map[stateKey]StateValue
 	live      int // agents other than root and user
+	adding    int // agents being added by changes in flight
+	claims    map[string]chan struct{}
 	contacts  ContactRegistry
 
-	// closed is set under mu held for writing; a sender checks it under mu
-	// and keeps mu until its message is queued and its drainer counted, so
-	// Close sees no send half done. It is also read alone where a stale
-	// false only costs one more handled message.
+	// closed is set under mu held for writing; apply checks it under mu, so
+	// no change is checked after Close began. Drainers read it alone: a
+	// stale false only costs one more handled message.
 	closed atomic.Bool
 	// volatile is set for a store.Volatile store: messages are recorded
 	// in it only at Close (see saveQueued), and restored holds the ids of
@@ -160,24 +169,16 @@ type Society struct {
 	volatile bool
 	restored map[string]struct{}
 
-	wg    sync.WaitGroup // drainers, the sweeper and request timers: Close waits for them
-	sched scheduler
-	done  chan struct{} // closed by Close: wakes whoever waits on the society
-	// closeDone is closed when the first Close returns.
+	wg   sync.WaitGroup // drainers, request timers and changes in flight: Close waits for them
+	done chan struct{}  // closed by Close: wakes whoever waits on the society
+	// closeDone is closed when the first Close has finished, in time or not.
 	closeDone chan struct{}
+	closeErr  error // set before closeDone is closed
 	runCtx    context.Context
 	cancel    context.CancelFunc
 }
 
 type roleKey struct{ creator, name string }
-
-// hotCounter is an atomic counter alone on its cache line: it is written for
-// every message, and neighbours sharing its line would be slowed by it.
-type hotCounter struct {
-	_ [64]byte
-	atomic.Uint64
-	_ [64]byte
-}
 
 // New starts a society on cfg.Store, restoring what it holds: the
 // organisation, contacts, collaboration requests (their timeouts run on),
@@ -245,6 +246,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		rootKids:   make(map[string]string),
 		spawnKeys:  make(map[string]string),
 		requests:   make(map[string]*request),
+		claims:     make(map[string]chan struct{}),
 		state:      make(map[stateKey]StateValue),
 		prompts:    set,
 		modelSlots: semaphore.NewWeighted(int64(cfg.MaxModelCalls)),
@@ -266,11 +268,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	if err := s.restore(ctx); err != nil {
 		// restore may have started drainers and timers before it failed:
 		// stop them, so that nothing outlives the failed New.
-		s.mu.Lock()
-		s.closed.Store(true)
-		s.stopTimeouts()
-		s.mu.Unlock()
-		close(s.done)
+		s.stop()
 		s.cancel()
 		s.wg.Wait()
 		return nil, s.saveQueued(err)
@@ -278,54 +276,65 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	return s, nil
 }
 
-// Close stops the society. It refuses new messages at once, stops each agent
-// after the message it is handling, and waits for those handlers to return.
-// If ctx ends first, the handlers' contexts are cancelled and Close still
-// waits for them, then returns ctx.Err(). Messages accepted and not yet
-// handled stay in the store as pending; a [store.Volatile] store gets them
-// now, and an error recording them is returned. After Close no goroutine of
-// the society is left. A second Close waits, up to the end of its own ctx,
-// for the first to finish, and returns nil. Since Close waits for the
-// behaviours, a behaviour must not call it (it may start it in a goroutine).
+// Close stops the society. It refuses new messages and changes at once,
+// stops each agent after the message it is handling, and waits for those
+// handlers, and for changes being recorded, to return. Messages accepted and
+// not yet handled stay in the store as pending; a [store.Volatile] store
+// gets them now, and an error recording them is returned.
+//
+// If ctx ends first, Close cancels the handlers' contexts and returns
+// ctx.Err() at once, whatever a handler, the model, the store or a log
+// handler is doing; the society's goroutines end as soon as those return,
+// and a volatile store's queue is recorded then (a failure is logged at
+// Error level). A second Close waits, up to the end of its own ctx, for
+// the society to have stopped, and returns the error recording the queue,
+// if any: Close(ctx) then Close(context.Background()) gives up waiting at
+// ctx's deadline, then waits for the rest. Since Close waits for the
+// behaviours, a behaviour must not call it (it may start it in a
+// goroutine).
 func (s *Society) Close(ctx context.Context) error {
-	s.mu.Lock()
-	if s.closed.Load() {
-		s.mu.Unlock()
+	if !s.stop() {
 		select {
 		case <-s.closeDone:
-			return nil
+			return s.closeErr
 		case <-ctx.Done():
 			select {
 			case <-s.closeDone: // both ready: closed is what counts
-				return nil
+				return s.closeErr
 			default:
 				return ctx.Err()
 			}
 		}
 	}
+	s.user.close()
+	go func() { // not counted in wg: it is what waits for wg
+		s.wg.Wait()
+		s.cancel()
+		s.closeErr = s.saveQueued(nil)
+		close(s.closeDone)
+	}()
+	select {
+	case <-s.closeDone:
+		return s.closeErr
+	case <-ctx.Done():
+		s.cancel()
+		return ctx.Err()
+	}
+}
+
+// stop marks the society closed, stops the request timers and wakes
+// whoever waits on it. It reports false if the society was closed already.
+func (s *Society) stop() bool {
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
+		return false
+	}
 	s.closed.Store(true)
 	s.stopTimeouts()
 	s.mu.Unlock()
 	close(s.done)
-	s.user.close()
-
-	done := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(done)
-	}()
-	var err error
-	select {
-	case <-done:
-	case <-ctx.Done():
-		err = ctx.Err()
-		s.cancel()
-		<-done
-	}
-	s.cancel()
-	err = s.saveQueued(err)
-	close(s.closeDone)
-	return err
+	return true
 }
 
 func (s *Society) isClosed() bool { return s.closed.Load() }

@@ -102,7 +102,7 @@ func TestHandlerPanicIsReportedToParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	var p as.StatusReportPayload
-	if err := m.Decode(&p); err != nil || m.Type != as.StatusReport || p.Status != as.StatusError || m.From != as.RootID {
+	if err := m.Decode(&p); err != nil || m.Type != as.StatusReport || p.Status != string(as.StatusError) || m.From != as.RootID {
 		t.Fatalf("got %+v (%v), want an error status_report from root", m, err)
 	}
 	// The agent goes on: a second message is handled (and fails) again.

@@ -70,31 +70,32 @@ func (x *Actor) SetState(ctx context.Context, key string, value any, scope State
 		}
 	}
 	now := time.Now()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return newError(ErrClosed, "the society is closed")
+	sk2 := stateKey{sk, key}
+	if err := s.apply(ctx, func() (*change, *Error) {
+		if x.a.info.Status == StatusTerminated {
+			return nil, terminatedError(x.a, x.a)
+		}
+		v := StateValue{Value: raw, Writer: by, UpdatedAt: now}
+		return &change{
+			claims: []string{claimState(sk, key)},
+			record: store.Change{States: []store.StateEntry{stateRecord(sk2, v)}},
+			commit: func() { s.putState(sk2, v) },
+		}, nil
+	}); err != nil {
+		return s.refuse("state_set", by, err)
 	}
-	if x.a.info.Status == StatusTerminated {
-		return s.refuse("state_set", by, terminatedError(x.a, x.a))
-	}
-	e := store.StateEntry{Scope: sk, Key: key, Value: raw, Writer: by, UpdatedAt: now}
-	if err := s.store.Apply(ctx, store.Change{States: []store.StateEntry{e}}); err != nil {
-		return s.refuse("state_set", by, storeError(err))
-	}
-	s.putState(e)
 	s.log.LogAttrs(ctx, slog.LevelInfo, "state set", slog.String("scope", sk), slog.String("key", key), slog.String("by", by))
 	return nil
 }
 
-// putState applies a state entry in memory. Called with s.mu held for writing.
-func (s *Society) putState(e store.StateEntry) {
-	k := stateKey{e.Scope, e.Key}
-	if len(e.Value) == 0 {
+// putState sets key k to v in memory; an empty value deletes k. Called with
+// s.mu held for writing.
+func (s *Society) putState(k stateKey, v StateValue) {
+	if len(v.Value) == 0 {
 		delete(s.state, k)
 		return
 	}
-	s.state[k] = StateValue{Value: e.Value, Writer: e.Writer, UpdatedAt: e.UpdatedAt}
+	s.state[k] = v
 }
 
 func (x *Actor) stateScope(scope StateScope) (string, error) {

@@ -44,7 +44,10 @@ type modelContact struct {
 	ID, Role, Source, IntroducedBy string
 }
 
-type modelRequest struct{ from, to, status string }
+type modelRequest struct {
+	from, to string
+	status   as.RequestStatus
+}
 
 func newOrgModel(policy as.ContactPolicy, maxAgents, maxDepth int) *orgModel {
 	m := &orgModel{
@@ -257,7 +260,7 @@ func (sm *orgMachine) send(t *rapid.T) {
 		return
 	}
 	to := sm.pickAgent(t, "to")
-	typ := rapid.SampledFrom(as.MessageTypes).Draw(t, "type")
+	typ := rapid.SampledFrom(as.MessageTypes()).Draw(t, "type")
 	valid := rapid.IntRange(0, 4).Draw(t, "payloadOK") > 0
 	payload, missing := map[string]any{}, as.Code("")
 	if !valid {
@@ -406,7 +409,7 @@ func TestStateMachine_Organisation(t *testing.T) {
 		maxAgents := rapid.IntRange(2, 12).Draw(t, "maxAgents")
 		maxDepth := rapid.IntRange(1, 4).Draw(t, "maxDepth")
 		s, err := as.New(context.Background(), as.Config{
-			Logger: quiet, Root: noop, Default: noop, ContactPolicy: policy, MaxAgents: maxAgents, MaxDepth: maxDepth,
+			Logger: quiet, Root: noop, DefaultBehavior: noop, ContactPolicy: policy, MaxAgents: maxAgents, MaxDepth: maxDepth,
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -39,50 +39,46 @@ func (s *Society) Terminate(ctx context.Context, id string) error {
 	return s.terminate(ctx, nil, id)
 }
 
-// terminate begins ending agent id on behalf of by (nil: the host).
+// terminate begins ending agent id on behalf of by (nil: the host): it
+// marks id terminating and queues its handoff message last.
 func (s *Society) terminate(ctx context.Context, by *agent, id string) error {
-	caller := "host"
+	caller, from := "host", s.user.self
 	if by != nil {
-		caller = by.info.ID
+		caller, from = by.info.ID, by
 	}
-	refuse := func(e *Error) error { return s.refuse("terminate_agent", caller, e) }
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return newError(ErrClosed, "the society is closed")
+	var handoff string
+	if err := s.apply(ctx, func() (*change, *Error) {
+		a := s.agents[id]
+		switch {
+		case a == nil:
+			return nil, &Error{Code: ErrAgentNotFound, Message: "no agent " + strconvQuote(id), AgentID: id}
+		case id == RootID || id == UserID:
+			return nil, &Error{Code: ErrForbidden, Message: id + " cannot be terminated", AgentID: id}
+		case a.info.Status != StatusActive:
+			return nil, &Error{Code: ErrAgentTerminated, Message: id + " is already " + string(a.info.Status), AgentID: id}
+		case by != nil && !s.isAncestor(by.info.ID, a):
+			return nil, &Error{Code: ErrNotAncestor, Message: "an agent may terminate only its own descendants; " + id + " is not one of " + by.info.ID + "'s", AgentID: id}
+		}
+		rec, err := agentRecord(a, StatusTerminating)
+		if err != nil {
+			return nil, err
+		}
+		payload, _ := marshal(map[string]any{"text": HandoffText, "handoff": true})
+		p := &pendingSend{msg: Message{From: from.info.ID, To: id, TaskID: a.info.TaskID, Type: General, Payload: payload, SentAt: time.Now()}, to: a}
+		c := s.accepting(p) // claims a
+		c.record.Agents = []store.Agent{rec}
+		handoff = p.msg.ID
+		c.commit = func() {
+			// The status first, so that the handoff is the last message
+			// a gets.
+			a.info.Status, a.handoff = StatusTerminating, p.msg.ID
+			s.commitSend(p)
+		}
+		return c, nil
+	}); err != nil {
+		return s.refuse("terminate_agent", caller, err)
 	}
-	a := s.agents[id]
-	switch {
-	case a == nil:
-		return refuse(&Error{Code: ErrAgentNotFound, Message: "no agent " + strconvQuote(id), AgentID: id})
-	case id == RootID || id == UserID:
-		return refuse(&Error{Code: ErrForbidden, Message: id + " cannot be terminated", AgentID: id})
-	case a.info.Status != StatusActive:
-		return refuse(&Error{Code: ErrAgentTerminated, Message: id + " is already " + string(a.info.Status), AgentID: id})
-	case by != nil && !s.isAncestor(by.info.ID, a):
-		return refuse(&Error{Code: ErrNotAncestor, Message: "an agent may terminate only its own descendants; " + id + " is not one of " + by.info.ID + "'s", AgentID: id})
-	}
-	from := s.user.self
-	if by != nil {
-		from = by
-	}
-	rec, err := s.statusRecord(a, StatusTerminating)
-	if err != nil {
-		return refuse(err)
-	}
-	payload, _ := marshal(map[string]any{"text": HandoffText, "handoff": true})
-	p := pendingSend{msg: Message{From: from.info.ID, To: id, TaskID: a.info.TaskID, Type: General, Payload: payload, SentAt: time.Now()}, to: a}
-	// The handoff is queued last: set the status and the handoff id first,
-	// and undo them if the store refuses.
-	a.info.Status = StatusTerminating
-	a.ending.Store(true)
-	if err := s.acceptLocked(ctx, &p, []store.Agent{rec}); err != nil {
-		a.info.Status = StatusActive
-		a.ending.Store(false)
-		return refuse(err)
-	}
-	a.handoff = p.msg.ID
-	s.log.LogAttrs(ctx, slog.LevelInfo, "agent terminating", slog.String("agent", id), slog.String("by", caller), slog.String("msg", p.msg.ID))
+	s.log.LogAttrs(ctx, slog.LevelInfo, "agent terminating", slog.String("agent", id), slog.String("by", caller), slog.String("msg", handoff))
 	return nil
 }
 
@@ -100,38 +96,44 @@ func (s *Society) isAncestor(ancestor string, a *agent) bool {
 	return false
 }
 
-// finishTermination ends a and its descendants, after a's handoff turn.
+// finishTermination ends a and its descendants, after a's handoff turn, and
+// settles the requests to them that are still pending.
 func (s *Society) finishTermination(ctx context.Context, a *agent) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.finishTerminationLocked(ctx, a)
-}
-
-func (s *Society) finishTerminationLocked(ctx context.Context, a *agent) {
-	if a.info.Status != StatusTerminating {
-		return // ended already, with an ancestor whose handoff came first
-	}
-	ended := s.subtree(a)
-	var ch store.Change
-	for _, e := range ended {
-		rec, err := s.statusRecord(e, StatusTerminated)
-		if err != nil {
-			continue // an agent whose brief encoded when it was spawned encodes now
+	var ended []*agent
+	err := s.apply(ctx, func() (*change, *Error) {
+		ended = nil
+		if a.info.Status != StatusTerminating {
+			return nil, nil // ended already, with an ancestor whose handoff came first
 		}
-		ch.Agents = append(ch.Agents, rec)
-	}
-	if err := s.store.Apply(ctx, ch); err != nil {
+		list := s.subtree(a)
+		c := &change{}
+		for _, e := range list {
+			rec, err := agentRecord(e, StatusTerminated)
+			if err != nil {
+				continue // an agent whose brief encoded when it was spawned encodes now
+			}
+			c.claims = append(c.claims, e.info.ID)
+			c.record.Agents = append(c.record.Agents, rec)
+		}
+		c.commit = func() {
+			ended = list
+			for _, e := range list {
+				e.info.Status = StatusTerminated
+				s.live--
+				if e.info.ParentID == RootID && s.rootKids[e.info.TaskID] == e.info.ID {
+					delete(s.rootKids, e.info.TaskID) // root may start the task afresh
+				}
+			}
+		}
+		return c, nil
+	})
+	if err != nil {
 		s.log.LogAttrs(ctx, slog.LevelError, "recording a termination failed; the agents stay terminating",
 			slog.String("agent", a.info.ID), slog.String("err", err.Error()))
 		return
 	}
-	for _, e := range ended {
-		e.info.Status = StatusTerminated
-		e.ending.Store(true)
-		s.live--
-		if e.info.ParentID == RootID && s.rootKids[e.info.TaskID] == e.info.ID {
-			delete(s.rootKids, e.info.TaskID) // root may start the task afresh
-		}
+	if ended == nil {
+		return
 	}
 	s.settleRequestsTo(ctx, ended)
 	s.log.LogAttrs(ctx, slog.LevelInfo, "agent terminated", slog.String("agent", a.info.ID), slog.Int("with_descendants", len(ended)-1))
@@ -151,12 +153,4 @@ func (s *Society) subtree(a *agent) []*agent {
 		out = append(out, children[out[i].info.ID]...)
 	}
 	return out
-}
-
-func (s *Society) statusRecord(a *agent, status AgentStatus) (store.Agent, *Error) {
-	rec, err := agentRecord(a, status)
-	if err != nil {
-		return store.Agent{}, &Error{Code: ErrStore, Message: "the agent's record does not encode", Err: err}
-	}
-	return rec, nil
 }

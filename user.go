@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"agentsociety/internal/ids"
+	"agentsociety/store"
 )
 
 // SubmitRequirement submits a requirement in natural language: it makes a
@@ -40,6 +42,11 @@ func (s *Society) SendTextToAgent(ctx context.Context, agentID, text, taskID str
 // OnUserMessage registers f to be called with every message sent to user,
 // in arrival order, from the user endpoint's goroutine: f should return
 // quickly. It returns a function that unregisters f.
+//
+// On a durable store a message to user stays pending until the host has it:
+// until it was written to Config.UserConsole, a callback has run with it, or
+// a WaitForUserMessage has returned it.
+// A society reopened on the store delivers again those the host never had.
 func (s *Society) OnUserMessage(f func(Message)) (unregister func()) {
 	return s.user.subscribe(f)
 }
@@ -50,28 +57,47 @@ func (s *Society) OnUserMessage(f func(Message)) (unregister func()) {
 // call. It returns ctx.Err() when ctx ends first, and ErrClosed when the
 // society closes. filter runs under the endpoint's lock and must not call
 // the society.
+//
+// Unclaimed messages wait in an inbox of Config.UserInbox messages; when it
+// is full the oldest is dropped, logged at Error level and counted by
+// [Society.DroppedUserMessages].
 func (s *Society) WaitForUserMessage(ctx context.Context, filter func(Message) bool) (Message, error) {
 	return s.user.wait(ctx, filter)
 }
+
+// DroppedUserMessages returns how many messages to user were dropped
+// unclaimed because the inbox of WaitForUserMessage was full.
+func (s *Society) DroppedUserMessages() int64 { return s.user.dropped.Load() }
 
 func (s *Society) userActor() *Actor {
 	return &Actor{s: s, a: s.user.self}
 }
 
-// userEndpoint is the behaviour of user: it hands each message to the host.
+// userEndpoint is the behaviour of user: it hands each message to the
+// host, and records that the message ended once the host has it (see
+// OnUserMessage). Its locks are never held with Society.mu, nor across a
+// store call.
 type userEndpoint struct {
 	s         *Society
 	self      *agent // user's agent state
 	console   io.Writer
 	consoleMu sync.Mutex
 	limit     int
+	dropped   atomic.Int64
 
 	mu      sync.Mutex
 	subs    []*func(Message)
-	inbox   []Message // unclaimed, oldest first
+	inbox   []userMessage // unclaimed, oldest first
 	waiters []*waiter
 	closed  bool
 	done    chan struct{} // closed on close
+}
+
+// userMessage is a message in the user inbox; had is set when callbacks
+// had it, so that its end is recorded already.
+type userMessage struct {
+	Message
+	had bool
 }
 
 type waiter struct {
@@ -96,22 +122,63 @@ func (u *userEndpoint) HandleMessage(ctx context.Context, _ *Actor, m Message) e
 	for _, f := range subs {
 		u.call(*f, m)
 	}
+	had := len(subs) > 0 || u.console != nil
 
+	var ended []string // messages the host has, or that were dropped
+	var drop *userMessage
 	u.mu.Lock()
-	defer u.mu.Unlock()
-	for i, w := range u.waiters {
-		if w.filter == nil || w.filter(m) {
-			w.ch <- m
-			u.waiters = append(u.waiters[:i], u.waiters[i+1:]...)
-			return nil
+	i := slices.IndexFunc(u.waiters, func(w *waiter) bool { return w.filter == nil || w.filter(m) })
+	if i >= 0 {
+		u.waiters[i].ch <- m
+		u.waiters = slices.Delete(u.waiters, i, i+1)
+		had = true
+	} else {
+		if len(u.inbox) >= u.limit {
+			drop = &userMessage{}
+			*drop, u.inbox = u.inbox[0], u.inbox[1:]
+		}
+		u.inbox = append(u.inbox, userMessage{m, had})
+	}
+	u.mu.Unlock()
+	if had {
+		ended = append(ended, m.ID)
+	}
+	if drop != nil {
+		n := u.dropped.Add(1)
+		u.s.log.LogAttrs(ctx, slog.LevelError, "user inbox full: dropped the oldest unclaimed message",
+			slog.String("msg", drop.ID), slog.String("from", drop.From), slog.Int64("dropped", n))
+		if !drop.had {
+			ended = append(ended, drop.ID)
 		}
 	}
-	if len(u.inbox) >= u.limit {
-		u.s.log.LogAttrs(ctx, slog.LevelWarn, "user inbox full: dropping the oldest unclaimed message", slog.String("msg", u.inbox[0].ID))
-		u.inbox = u.inbox[1:]
-	}
-	u.inbox = append(u.inbox, m)
+	u.ended(ctx, ended...)
 	return nil
+}
+
+// ended records that the messages ids ended: the host has them, or they
+// were dropped. Nothing is recorded on a volatile store, whose queue Close
+// records (see unclaimed).
+func (u *userEndpoint) ended(ctx context.Context, ids ...string) {
+	if len(ids) == 0 || u.s.volatile {
+		return
+	}
+	if err := u.s.record(context.WithoutCancel(ctx), store.Change{Finished: ids}); err != nil {
+		u.s.log.LogAttrs(ctx, slog.LevelError, "recording that the host has a message failed; it is delivered again on reopening",
+			slog.String("msg", ids[0]), slog.String("err", err.Error()))
+	}
+}
+
+// unclaimed returns the messages in the inbox that the host never had.
+func (u *userEndpoint) unclaimed() []Message {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	var out []Message
+	for _, m := range u.inbox {
+		if !m.had {
+			out = append(out, m.Message)
+		}
+	}
+	return out
 }
 
 // call runs a host callback; a panic in it is the host's bug, logged and
@@ -157,15 +224,18 @@ func (u *userEndpoint) subscribe(f func(Message)) func() {
 func (u *userEndpoint) wait(ctx context.Context, filter func(Message) bool) (Message, error) {
 	u.mu.Lock()
 	for i, m := range u.inbox {
-		if filter == nil || filter(m) {
-			u.inbox = append(u.inbox[:i], u.inbox[i+1:]...)
+		if filter == nil || filter(m.Message) {
+			u.inbox = slices.Delete(u.inbox, i, i+1)
 			u.mu.Unlock()
-			return m, nil
+			if !m.had {
+				u.ended(ctx, m.ID)
+			}
+			return m.Message, nil
 		}
 	}
 	if u.closed {
 		u.mu.Unlock()
-		return Message{}, newError(ErrClosed, "the society is closed")
+		return Message{}, errClosed()
 	}
 	w := &waiter{filter: filter, ch: make(chan Message, 1)}
 	u.waiters = append(u.waiters, w)
@@ -178,15 +248,13 @@ func (u *userEndpoint) wait(ctx context.Context, filter func(Message) bool) (Mes
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-u.done:
-		err = newError(ErrClosed, "the society is closed")
+		err = errClosed()
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for i, x := range u.waiters {
-		if x == w {
-			u.waiters = append(u.waiters[:i], u.waiters[i+1:]...)
-			return Message{}, err
-		}
+	if i := slices.Index(u.waiters, w); i >= 0 {
+		u.waiters = slices.Delete(u.waiters, i, i+1)
+		return Message{}, err
 	}
 	// A message was handed to w just as it gave up: return it rather than
 	// lose it.

@@ -98,7 +98,7 @@ func TestVolatileStore_QueuedMessagesOutliveClose(t *testing.T) {
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
 
-	s, err := as.New(ctx, as.Config{Logger: quiet, Store: mem, Default: hold})
+	s, err := as.New(ctx, as.Config{Logger: quiet, Store: mem, DefaultBehavior: hold})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +118,9 @@ func TestVolatileStore_QueuedMessagesOutliveClose(t *testing.T) {
 		t.Fatalf("%d messages recorded in a volatile store while the society runs", len(st.Pending))
 	}
 	s.Close(cancelled) // x's first message was being handled: it ends there
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close after a timed-out Close = %v, want nil", err)
+	}
 	want := texts(1, n)
 	if got := pendingTexts(t, mem); !slices.Equal(got, want) {
 		t.Fatalf("pending after Close: %v, want %v", got, want)
@@ -125,13 +128,16 @@ func TestVolatileStore_QueuedMessagesOutliveClose(t *testing.T) {
 
 	// Reopened with x holding again: x takes the first restored message,
 	// the others stay queued, and the second Close records each once.
-	s, err = as.New(ctx, as.Config{Logger: quiet, Store: mem, Default: hold})
+	s, err = as.New(ctx, as.Config{Logger: quiet, Store: mem, DefaultBehavior: hold})
 	if err != nil {
 		t.Fatal(err)
 	}
 	durRecv(t, started, 10*time.Second, "x's first restored message")
 	if err := s.Close(cancelled); err != context.Canceled {
-		t.Fatalf("Close = %v, want context.Canceled and no store error", err)
+		t.Fatalf("Close = %v, want context.Canceled", err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close after a timed-out Close = %v, want no store error", err)
 	}
 	want = texts(2, n)
 	if got := pendingTexts(t, mem); !slices.Equal(got, want) {
@@ -153,7 +159,7 @@ func TestVolatileStore_QueuedMessagesOutliveClose(t *testing.T) {
 		}
 		return nil
 	})
-	s, err = as.New(ctx, as.Config{Logger: quiet, Store: mem, Default: record})
+	s, err = as.New(ctx, as.Config{Logger: quiet, Store: mem, DefaultBehavior: record})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,6 +238,9 @@ func TestVolatileStore_TimedOutCloseLogsNoRecordFailure(t *testing.T) {
 	defer cancel()
 	if err := s.Close(short); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Close = %v, want context.DeadlineExceeded", err)
+	}
+	if err := s.Close(ctx); err != nil { // wait for the society to stop
+		t.Fatalf("Close after a timed-out Close = %v, want nil", err)
 	}
 	if rec.find("recording a handled message failed", nil) {
 		t.Fatal("a volatile store's empty record was reported as failed")

@@ -149,7 +149,7 @@ func TestThesisPR(t *testing.T) {
 		outcomes = append(outcomes, r.From+"→"+r.To+" "+r.Status)
 	}
 	slices.Sort(outcomes)
-	want := []string{ap.ID + "→" + lit.ID + " " + as.StatusCompleted, ap.ID + "→" + prm.ID + " " + as.StatusError}
+	want := []string{ap.ID + "→" + lit.ID + " " + string(as.StatusCompleted), ap.ID + "→" + prm.ID + " " + string(as.StatusError)}
 	slices.Sort(want)
 	if !slices.Equal(outcomes, want) {
 		t.Errorf("requests %q, want %q", outcomes, want)
@@ -168,9 +168,9 @@ func TestThesisPR(t *testing.T) {
 	var completed, failed []script.Message
 	for _, m := range seen {
 		switch m.Payload["status"] {
-		case as.StatusCompleted:
+		case string(as.StatusCompleted):
 			completed = append(completed, m)
-		case as.StatusError:
+		case string(as.StatusError):
 			failed = append(failed, m)
 		default:
 			t.Errorf("the Academic Partner got a %v response", m.Payload["status"])

@@ -201,11 +201,11 @@ func partnerKind(m script.Message) string {
 	switch {
 	case m.FromRole == as.RootID:
 		return "requirement"
-	case m.Type == string(as.CollaborationResponse) && m.Payload["status"] == as.StatusCompleted:
+	case m.Type == string(as.CollaborationResponse) && m.Payload["status"] == string(as.StatusCompleted):
 		return "notes"
 	case m.Type == string(as.CollaborationResponse):
 		return "escalation"
-	case m.Type == string(as.StatusReport) && m.Payload["status"] == as.StatusCompleted && script.RefIn(m.Text) != "":
+	case m.Type == string(as.StatusReport) && m.Payload["status"] == string(as.StatusCompleted) && script.RefIn(m.Text) != "":
 		return "archived"
 	}
 	return ""
@@ -766,7 +766,7 @@ func archivistReport(req *llm.Request) (*llm.Response, error) {
 		return nil, fmt.Errorf("archivist: parent %q, %d files created", parent, len(files))
 	}
 	return script.Call("send_message", map[string]any{"to": parent, "message_type": as.StatusReport, "payload": map[string]string{
-		"status": as.StatusCompleted,
+		"status": string(as.StatusCompleted),
 		"text":   "PR 文件已归档：" + put.Str("ref") + "（" + files[0].Str("path") + "，已同步 " + indexPath + "）。",
 	}}), nil
 }

@@ -284,7 +284,7 @@ func leadReport(req *llm.Request) (*llm.Response, error) {
 	text := m.Text
 	ref := script.RefIn(text)
 	reply := "开发遇到问题，汇报如下：" + text
-	if ref != "" && m.Payload["status"] == as.StatusCompleted {
+	if ref != "" && m.Payload["status"] == string(as.StatusCompleted) {
 		reply = "您的计算器已完成并通过测试：" + ref + "（calculator.html：静态网页，HTML + JavaScript，用浏览器直接打开即可）。开发汇报：" + text
 	}
 	return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": reply}}), nil
@@ -353,8 +353,8 @@ func developerReport(req *llm.Request) (*llm.Response, error) {
 	json.Unmarshal(data, &result)
 	status, _ := m.Payload["status"].(string)
 	text := fmt.Sprintf("计算器页面 %s 已完成；tester（%s）结论：%s。", result.Artifact, m.From, result.Verdict)
-	if status != as.StatusCompleted || result.Verdict != "pass" {
-		status = as.StatusError
+	if status != string(as.StatusCompleted) || result.Verdict != "pass" {
+		status = string(as.StatusError)
 		text = fmt.Sprintf("计算器页面 %s 未通过测试：tester（%s）回复 %s %v。", result.Artifact, m.From, m.Payload["status"], m.Payload["error_message"])
 	}
 	parent := script.Parent(req.System)

@@ -1,0 +1,141 @@
+package agentsociety
+
+import (
+	"context"
+
+	"agentsociety/store"
+)
+
+// Every change to the society (a role, a spawn, a message accepted, a
+// request settled, a state key, a termination) goes one way, through apply:
+//
+//  1. check, under s.mu: validate the operation against the current state
+//     and work out what it changes, as a change;
+//  2. record, with no lock held: the change's store.Change goes to the store;
+//  3. commit, under s.mu: the change is applied to memory;
+//  4. log, with no lock held: the caller logs what happened.
+//
+// While a change is being recorded, its claims keep any other change that
+// claims the same thing from being checked: that one waits until the first
+// is committed (or failed), then checks again against the new state. A
+// claim is an agent (changes that read or write its status, its inbox, its
+// roles or its children claim it: so messages to one agent are queued in
+// the order they were numbered) or a key written by the change (a state
+// key, a request id). A backend that shares state between processes would
+// turn the record into a compare-and-set on the claimed keys.
+
+// A change is what checking an operation found it changes.
+type change struct {
+	// claims name what the check read to decide and the commit writes.
+	claims []string
+	// agents is the number of agents the change adds: counted against
+	// Config.MaxAgents while the change is in flight.
+	agents int
+	// record is what the store keeps of the change.
+	record store.Change
+	// commit applies the change to memory, after the store recorded it.
+	// Called with s.mu held for writing; nil when memory does not change.
+	commit func()
+}
+
+// Claim keys. Agents are claimed by id; other keys carry a prefix that no
+// agent id has.
+func claimState(scope, key string) string { return "state:" + scope + "\x00" + key }
+func claimRequest(id string) string       { return "request:" + id }
+
+// apply runs one operation the way every change goes (see above). check runs
+// with s.mu held for writing; it only reads, and may run more than once,
+// since apply checks again after waiting for a change in flight that claims
+// what check's change claims. A nil change from check means there is
+// nothing to change (the operation found its result already there). A
+// change whose record is empty (a message on a volatile store) is committed
+// in the same hold of s.mu as its check.
+//
+// apply refuses with ErrClosed once the society is closed. A change being
+// recorded when Close begins is still committed; Close waits for it, within
+// its own deadline.
+func (s *Society) apply(ctx context.Context, check func() (*change, *Error)) *Error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return &Error{Code: ErrCanceled, Message: "the context ended before the change was made", Err: err}
+		}
+		s.mu.Lock()
+		if s.closed.Load() {
+			s.mu.Unlock()
+			return errClosed()
+		}
+		c, err := check()
+		if err != nil || c == nil {
+			s.mu.Unlock()
+			return err
+		}
+		if busy := s.claimed(c.claims); busy != nil {
+			s.mu.Unlock()
+			select {
+			case <-busy:
+			case <-s.done: // the next round sees closed
+			case <-ctx.Done():
+				return &Error{Code: ErrCanceled, Message: "gave up waiting for a change in flight", Err: ctx.Err()}
+			}
+			continue
+		}
+		if c.record.Empty() {
+			if c.commit != nil {
+				c.commit()
+			}
+			s.mu.Unlock()
+			return nil
+		}
+		done := make(chan struct{})
+		for _, k := range c.claims {
+			s.claims[k] = done
+		}
+		s.adding += c.agents
+		s.wg.Add(1) // Close waits for the commit
+		s.mu.Unlock()
+
+		rerr := s.store.Apply(ctx, c.record)
+
+		s.mu.Lock()
+		for _, k := range c.claims {
+			delete(s.claims, k)
+		}
+		s.adding -= c.agents
+		if rerr == nil && c.commit != nil {
+			c.commit()
+		}
+		s.mu.Unlock()
+		close(done)
+		s.wg.Done()
+		if rerr != nil {
+			return storeError(rerr)
+		}
+		return nil
+	}
+}
+
+// claimed returns the done channel of a change in flight that claims one of
+// keys, or nil. Called with s.mu held.
+func (s *Society) claimed(keys []string) chan struct{} {
+	if len(s.claims) == 0 {
+		return nil
+	}
+	for _, k := range keys {
+		if done := s.claims[k]; done != nil {
+			return done
+		}
+	}
+	return nil
+}
+
+// record writes ch to the store outside the change path, for records that
+// change nothing in memory: the end of a message's handling, an agent's
+// history. An empty change costs nothing.
+func (s *Society) record(ctx context.Context, ch store.Change) error {
+	if ch.Empty() {
+		return nil
+	}
+	return s.store.Apply(ctx, ch)
+}
+
+func errClosed() *Error { return newError(ErrClosed, "the society is closed") }

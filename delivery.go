@@ -1,0 +1,129 @@
+package agentsociety
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+
+	"agentsociety/store"
+)
+
+// Delivery: each agent with messages queued has one drainer goroutine,
+// which hands them to the agent's behaviour one at a time, in the order
+// they were queued, and stops when the queue is empty. An idle agent has no
+// goroutine. The mailbox knows whether a drainer runs (see
+// internal/mailbox), so the send that finds none starts one.
+
+// enqueue queues m for a and starts a drainer for a if none runs. Called
+// with s.mu held, by a change's commit; once the society is closed the
+// message stays queued and no drainer starts (a durable store keeps it
+// pending; Close records a volatile store's queue).
+func (s *Society) enqueue(a *agent, m Message) {
+	if a.inbox().Push(m) && !s.closed.Load() {
+		s.goFunc(func() { s.drain(a) })
+	}
+}
+
+// goFunc runs f in a new goroutine that Close waits for. Every goroutine of
+// the society starts here or in armTimeout, and always with s.mu held and
+// s.closed false, so that it is counted before Close can wait.
+func (s *Society) goFunc(f func()) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+}
+
+// drain handles a's messages one at a time until a's queue is empty or the
+// society closes.
+func (s *Society) drain(a *agent) {
+	box := a.inbox()
+	for !s.closed.Load() {
+		m, ok := box.Next()
+		if !ok {
+			return
+		}
+		s.deliver(a, m)
+	}
+	box.Stop()
+}
+
+// deliver hands m to a's behaviour and records that its handling ended,
+// with the history of a model-driven agent's turn, so that after a crash the
+// message is handled again from the history before it. The user endpoint
+// records the end of its messages itself, when the host has them (see
+// userEndpoint).
+func (s *Society) deliver(a *agent, m Message) {
+	ctx := s.runCtx
+	s.logMessage(ctx, "message delivered", &m)
+	s.mu.RLock()
+	status, handoff := a.info.Status, a.handoff
+	s.mu.RUnlock()
+	var err error
+	if status == StatusTerminated {
+		s.log.LogAttrs(ctx, slog.LevelInfo, "message dropped: the agent was terminated", slog.String("msg", m.ID), slog.String("agent", a.info.ID))
+	} else {
+		err = s.handle(ctx, a, m)
+	}
+	var done store.Change
+	if !s.volatile && a != s.user.self {
+		done.Finished = []string{m.ID}
+	}
+	if h, ok := a.mind.record(a.info.ID); ok {
+		done.Histories = []store.History{h}
+	}
+	if ferr := s.record(ctx, done); ferr != nil {
+		s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
+			slog.String("msg", m.ID), slog.String("agent", a.info.ID), slog.String("err", ferr.Error()))
+	}
+	if err != nil {
+		s.reportFailure(a, m, err)
+	}
+	if m.ID == handoff {
+		s.finishTermination(ctx, a)
+	}
+}
+
+// handle runs a's behaviour on m, turning a panic into an error.
+func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
+	b := a.behavior
+	if b == nil {
+		b = s.cfg.DefaultBehavior
+	}
+	if b == nil && s.cfg.Model != nil {
+		b = modelBehavior{s}
+	}
+	if b == nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "message dropped: the agent has no behaviour",
+			slog.String("msg", m.ID), slog.String("agent", a.info.ID))
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		}
+	}()
+	return b.HandleMessage(ctx, &Actor{s: s, a: a, taskID: m.TaskID, turn: &turn{msgID: m.ID}}, m)
+}
+
+// reportFailure logs a failed handler and tells the agent's parent (user,
+// for root) with a status_report from the agent, so the failure is not lost.
+func (s *Society) reportFailure(a *agent, m Message, err error) {
+	id := a.info.ID
+	s.log.LogAttrs(s.runCtx, slog.LevelError, "handler failed",
+		slog.String("agent", id), slog.String("msg", m.ID), slog.String("err", err.Error()))
+	parent := a.info.ParentID
+	if id == RootID {
+		parent = UserID
+	}
+	if parent == "" {
+		return // user: nobody above to tell
+	}
+	report := StatusReportPayload{Status: string(StatusError), Text: "handling message " + m.ID + " from " + m.From + " failed: " + firstLine(err.Error())}
+	if _, serr := s.send(s.runCtx, &Actor{s: s, a: a, taskID: m.TaskID}, Outgoing{To: parent, Type: StatusReport, Payload: report}); serr != nil {
+		s.log.LogAttrs(s.runCtx, slog.LevelWarn, "reporting a failure failed",
+			slog.String("agent", id), slog.String("to", parent), slog.String("err", serr.Error()))
+	}
+}

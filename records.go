@@ -1,0 +1,111 @@
+package agentsociety
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"agentsociety/store"
+)
+
+// This file holds every mapping between the society's types and the store's
+// records, both ways.
+
+func roleRecord(r *Role) store.Role {
+	return store.Role{ID: r.ID, Name: r.Name, Prompt: r.Prompt, InterfaceSpec: marshalSpec(r.InterfaceSpec), CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}
+}
+
+func roleFromRecord(r store.Role) (*Role, error) {
+	spec, err := unmarshalSpec(r.InterfaceSpec)
+	if err != nil {
+		return nil, fmt.Errorf("role %s: %w", r.ID, err)
+	}
+	return &Role{ID: r.ID, Name: r.Name, Prompt: r.Prompt, InterfaceSpec: spec, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}, nil
+}
+
+// agentRecord returns a's store record with the given status.
+func agentRecord(a *agent, status AgentStatus) (store.Agent, *Error) {
+	i := &a.info
+	brief, err := json.Marshal(i.Brief)
+	if err != nil {
+		return store.Agent{}, &Error{Code: ErrStore, Message: "the agent's record does not encode", Err: err}
+	}
+	return store.Agent{ID: i.ID, RoleID: i.RoleID, ParentID: i.ParentID, TaskID: i.TaskID, Brief: brief, Status: string(status), CreatedAt: i.CreatedAt, SpawnKey: a.spawnKey}, nil
+}
+
+// agentFromRecord returns the agent r records, as a child of parent on role.
+func agentFromRecord(r store.Agent, role *Role, parent *agent) (*agent, error) {
+	var brief TaskBrief
+	if err := json.Unmarshal(r.Brief, &brief); err != nil {
+		return nil, fmt.Errorf("agent %s: brief: %w", r.ID, err)
+	}
+	return &agent{
+		info:     Agent{ID: r.ID, RoleID: r.RoleID, ParentID: r.ParentID, TaskID: r.TaskID, Brief: &brief, Status: AgentStatus(r.Status), CreatedAt: r.CreatedAt},
+		roleName: role.Name,
+		spec:     role.InterfaceSpec,
+		depth:    parent.depth + 1,
+		spawnKey: r.SpawnKey,
+	}, nil
+}
+
+func contactRecords(entries []ownedContact) []store.ContactEntry {
+	out := make([]store.ContactEntry, len(entries))
+	for i, e := range entries {
+		c := e.c
+		out[i] = store.ContactEntry{Owner: e.owner, Contact: store.Contact{
+			ID: c.ID, Role: c.Role, InterfaceSpec: marshalSpec(c.InterfaceSpec), Source: string(c.Source),
+			IntroducedBy: c.IntroducedBy, Note: c.Note, AddedAt: c.AddedAt,
+		}}
+	}
+	return out
+}
+
+func contactFromRecord(owner string, c store.Contact) (Contact, error) {
+	spec, err := unmarshalSpec(c.InterfaceSpec)
+	if err != nil {
+		return Contact{}, fmt.Errorf("contact %s of %s: %w", c.ID, owner, err)
+	}
+	return Contact{ID: c.ID, Role: c.Role, InterfaceSpec: spec, Source: ContactSource(c.Source), IntroducedBy: c.IntroducedBy, Note: c.Note, AddedAt: c.AddedAt}, nil
+}
+
+func (r *request) record() store.Request {
+	return store.Request{ID: r.id, From: r.from, To: r.to, TaskID: r.taskID, Status: string(r.status), CreatedAt: r.createdAt, Deadline: r.deadline}
+}
+
+func requestFromRecord(r store.Request) *request {
+	return &request{id: r.ID, from: r.From, to: r.To, taskID: r.TaskID, status: RequestStatus(r.Status), createdAt: r.CreatedAt, deadline: r.Deadline}
+}
+
+func messageRecord(m *Message) store.Message {
+	return store.Message{ID: m.ID, Seq: m.Seq, From: m.From, To: m.To, TaskID: m.TaskID, Type: string(m.Type), Payload: m.Payload, SentAt: m.SentAt}
+}
+
+func messageFromRecord(r store.Message) Message {
+	return Message{ID: r.ID, Seq: r.Seq, From: r.From, To: r.To, TaskID: r.TaskID, Type: MessageType(r.Type), Payload: r.Payload, SentAt: r.SentAt}
+}
+
+func stateRecord(k stateKey, v StateValue) store.StateEntry {
+	return store.StateEntry{Scope: k.scope, Key: k.key, Value: v.Value, Writer: v.Writer, UpdatedAt: v.UpdatedAt}
+}
+
+func stateFromRecord(e store.StateEntry) (stateKey, StateValue) {
+	return stateKey{e.Scope, e.Key}, StateValue{Value: e.Value, Writer: e.Writer, UpdatedAt: e.UpdatedAt}
+}
+
+func marshalSpec(spec *InterfaceSpec) json.RawMessage {
+	if spec == nil {
+		return nil
+	}
+	b, _ := json.Marshal(spec) // strings only: always encodes
+	return b
+}
+
+func unmarshalSpec(raw json.RawMessage) (*InterfaceSpec, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	var spec InterfaceSpec
+	if err := json.Unmarshal(raw, &spec); err != nil {
+		return nil, fmt.Errorf("interface spec: %w", err)
+	}
+	return &spec, nil
+}
