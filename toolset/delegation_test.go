@@ -1,4 +1,4 @@
-package agentsociety_test
+package toolset_test
 
 import (
 	"bytes"
@@ -10,13 +10,14 @@ import (
 
 	as "agentsociety"
 	"agentsociety/llm"
+	"agentsociety/toolset"
 )
 
-// TestDelegationTools plays seed 004's delegation with model-driven agents:
+// TestDelegation plays seed 004's delegation with model-driven agents:
 // the delegator delegates three tasks; the assignee completes one and fails
 // one (escalation), and lets the third time out. The delegator is told of
 // each outcome by one collaboration_response.
-func TestDelegationTools(t *testing.T) {
+func TestDelegation(t *testing.T) {
 	ctx := context.Background()
 	outcomes := make(chan as.CollaborationResponsePayload, 8)
 	var delegator, assignee string
@@ -57,7 +58,7 @@ func TestDelegationTools(t *testing.T) {
 		}
 		return say(""), nil
 	})
-	tools := as.DelegationTools()
+	tools := toolset.Delegation()
 	for i := range tools {
 		tools[i].Roles = []string{"partner", "librarian"}
 	}
@@ -108,26 +109,5 @@ func TestDelegationTools(t *testing.T) {
 	}
 	if completed != 1 || failed != 1 || timedOut != 1 {
 		t.Fatalf("completed %d, failed %d, timed out %d; want one each", completed, failed, timedOut)
-	}
-}
-
-func TestRespondFindsTheRequester(t *testing.T) {
-	ctx := context.Background()
-	in := newInbox()
-	_, lead, helper := twoAgents(t, in)
-	id, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	in.next(t)
-	if _, err := lead.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`1`)}); err == nil {
-		t.Fatal("the requester answered its own request")
-	}
-	if _, err := helper.Respond(ctx, "req-unknown", as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"}); err == nil {
-		t.Fatal("answered an unknown request")
-	}
-	m, err := helper.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`1`)})
-	if err != nil || m.To != lead.ID() {
-		t.Fatalf("Respond = %+v, %v", m, err)
 	}
 }
