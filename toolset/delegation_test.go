@@ -111,3 +111,34 @@ func TestDelegation(t *testing.T) {
 		t.Fatalf("completed %d, failed %d, timed out %d; want one each", completed, failed, timedOut)
 	}
 }
+
+// TestDelegationRefusals: the delegation tools' refusals reach the model as
+// coded results it can act on, and a valid delegation still works after
+// them.
+func TestDelegationRefusals(t *testing.T) {
+	_, w, results := runCalls(t, toolset.Delegation(), []*llm.Response{
+		call("1", "delegate_task", `{"assignee":"agent-404","description":"x"}`),
+		call("2", "delegate_task", `{"assignee":7,"description":"x"}`),
+		call("3", "complete_task", `{"task_id":"req-404","result":{}}`),
+		call("4", "fail_task", `{"task_id":"req-404","error_message":"no"}`),
+		call("5", "fail_task", `{"task_id":"req-404","error_message":"no","details":[1]}`),
+		call("6", "delegate_task", `{"assignee":"root","description":"x","timeout_seconds":"soon"}`),
+		call("7", "delegate_task", `{"assignee":"root","description":"x","payload":{"n":1}}`),
+	})
+	want := [][]string{
+		{`"error":"agent_not_found"`, `"agent_id":"agent-404"`},
+		{`"error":"invalid_argument"`, `bad arguments for delegate_task: \"assignee\" holds a number where a string is expected`},
+		{`"error":"unknown_request"`},
+		{`"error":"unknown_request"`},
+		{`"error":"unknown_request"`},
+		{`"error":"invalid_argument"`, `\"timeout_seconds\" holds a string where a number is expected`},
+		{`"status":"pending"`, `"task_id":"`},
+	}
+	for i, r := range results {
+		for _, part := range want[i] {
+			if !strings.Contains(r, part) {
+				t.Errorf("call %d by %s: result %s lacks %s", i+1, w.ID(), r, part)
+			}
+		}
+	}
+}
