@@ -17,7 +17,8 @@ import (
 )
 
 // Tool is a host tool: a Go function that model-driven agents may call like
-// a built-in one.
+// a built-in one. [NewTool] makes one whose arguments are decoded into a Go
+// type; package agentsociety/toolset has ready-made ones.
 type Tool struct {
 	// Name is what the model calls: 1 to 64 ASCII letters, digits, '_' or
 	// '-', and not the name of a built-in tool.
