@@ -55,16 +55,17 @@
 // the agent's id, role, parent, task, brief and contacts), its history and
 // the tools: find_role_by_name, create_role, spawn_agent, send_message,
 // request_collaboration, put_artifact, get_artifact, console_print,
-// terminate_agent, list_contacts, and the host's [Tool]s ([DelegationTools]
-// and [StateTools] among them, if the host adds them). Tool calls run in order and their results, or coded errors as
-// JSON, go back to the model, until it answers without a tool call or
-// Config.MaxSteps calls were made. What the model says without a tool call is
-// logged as its thought and reaches nobody: agents reach each other only
-// through send_message. Model calls across the society run in parallel up to
-// Config.MaxModelCalls; transient failures are retried with backoff, and a
-// failure that remains is reported to the agent's parent. Each history is
-// bounded by Config.HistoryBudget: the oldest turns go first, or are folded
-// into a summary by Config.Summarize.
+// terminate_agent, list_contacts, and the host's [Tool]s ([NewTool] makes
+// one with typed arguments; package agentsociety/toolset has seed 004's
+// delegation and state tools). Tool calls run in order and their results,
+// or coded errors as JSON, go back to the model, until it answers without a
+// tool call or Config.MaxSteps calls were made. What the model says without
+// a tool call is logged as its thought and reaches nobody: agents reach
+// each other only through send_message. Model calls across the society run
+// in parallel up to Config.MaxModelCalls; transient failures are retried
+// with backoff, and a failure that remains is reported to the agent's
+// parent. Each history is bounded by Config.HistoryBudget: the oldest turns
+// go first, or are folded into a summary by Config.Summarize.
 //
 // # Contacts and introductions
 //

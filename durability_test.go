@@ -29,6 +29,7 @@ import (
 	"agentsociety/llm/llmtest"
 	"agentsociety/store"
 	"agentsociety/store/filestore"
+	"agentsociety/toolset"
 )
 
 // Issue 4: a society on the durable file store survives its process.
@@ -1028,7 +1029,7 @@ func durConfig(st store.Store, out *durSink, log *slog.Logger) as.Config {
 		Logger:        log,
 		Root:          durRoot(out),
 		Model:         model,
-		Tools:         as.StateTools(),
+		Tools:         toolset.State(),
 		UserConsole:   durConsole{out},
 		HistoryBudget: 1 << 24, // keep every turn: the test counts them
 	}

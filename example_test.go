@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	as "agentsociety"
+	"agentsociety/llm"
+	"agentsociety/llm/llmtest"
 )
 
 // A Task Brief must carry the five required fields; Validate names every
@@ -130,4 +133,57 @@ func Example() {
 	// Output:
 	// agent-1 1
 	// <html>…</html> <nil>
+}
+
+// NewTool gives a host tool typed arguments: the model's JSON is decoded
+// into a struct before the tool runs, and arguments of the wrong shape go
+// back to the model as an invalid_argument error it can correct. Here a
+// scripted model first passes a number where the tool wants text, reads the
+// error, and calls again.
+func ExampleNewTool() {
+	type countArgs struct {
+		Text string `json:"text"`
+	}
+	wordCount := as.NewTool("word_count", "Counts the words of a text.",
+		json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`),
+		func(ctx context.Context, self *as.Actor, args countArgs) (any, error) {
+			return map[string]int{"words": len(strings.Fields(args.Text))}, nil
+		})
+
+	model := llmtest.New(
+		llmtest.Rule{Agent: as.RootID, LastContains: "how many words", Response: llmtest.Call("word_count", map[string]any{"text": 42})},
+		llmtest.Rule{Agent: as.RootID, AfterTool: "word_count", Times: 1, Response: llmtest.Call("word_count", map[string]any{"text": "the quick brown fox"})},
+		llmtest.Rule{Agent: as.RootID, AfterTool: "word_count", Response: llmtest.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": "4 words"}})},
+		llmtest.Rule{Agent: as.RootID, AfterTool: "send_message", Response: llmtest.Say("answered")},
+	)
+	ctx := context.Background()
+	s, err := as.New(ctx, as.Config{Model: model, Tools: []as.Tool{wordCount}, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close(ctx)
+
+	if _, err := s.SubmitRequirement(ctx, "how many words in 'the quick brown fox'?"); err != nil {
+		panic(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	reply, err := s.WaitForUserMessage(wctx, nil)
+	if err != nil {
+		panic(err)
+	}
+
+	// What the model read after each call of word_count, then what user
+	// was told.
+	for _, req := range model.RequestsFor(as.RootID) {
+		n := len(req.Messages)
+		if n >= 2 && req.Messages[n-1].Role == llm.RoleTool && req.Messages[n-2].ToolCalls[0].Name == "word_count" {
+			fmt.Println(req.Messages[n-1].Content)
+		}
+	}
+	fmt.Println(reply.Text())
+	// Output:
+	// {"error":"invalid_argument","message":"bad arguments for word_count: \"text\" holds a number where a string is expected"}
+	// {"words":4}
+	// 4 words
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -15,7 +17,8 @@ import (
 )
 
 // Tool is a host tool: a Go function that model-driven agents may call like
-// a built-in one.
+// a built-in one. [NewTool] makes one whose arguments are decoded into a Go
+// type; package agentsociety/toolset has ready-made ones.
 type Tool struct {
 	// Name is what the model calls: 1 to 64 ASCII letters, digits, '_' or
 	// '-', and not the name of a built-in tool.
@@ -34,6 +37,33 @@ type Tool struct {
 	// result is encoded as JSON for the model; an error is returned to the
 	// model as {"error": ..., "message": ...}, with the code of an *Error.
 	Handler func(ctx context.Context, self *Actor, args json.RawMessage) (any, error)
+}
+
+// NewTool returns a host tool named name whose Handler decodes the model's
+// arguments into a value of type A, as encoding/json does (fields A does not
+// declare are ignored), and calls fn with it. schema is the tool's
+// Parameters: the JSON Schema that tells the model what A looks like.
+//
+// Arguments that do not decode (malformed JSON, or a value of the wrong
+// type, such as a number where A has a string) do not reach fn: the call
+// fails with an [*Error] of code [ErrInvalidArgument] whose message names
+// the tool and what was wrong, so that the model can correct its call.
+// Arguments that are empty decode as the zero A. What the arguments mean is
+// fn's to check: fn's errors reach the model as [Tool.Handler] describes.
+//
+// A nil fn gives a Tool without a Handler, which New refuses.
+func NewTool[A any](name, description string, schema json.RawMessage, fn func(ctx context.Context, self *Actor, args A) (any, error)) Tool {
+	t := Tool{Name: name, Description: description, Parameters: schema}
+	if fn != nil {
+		t.Handler = func(ctx context.Context, self *Actor, raw json.RawMessage) (any, error) {
+			var args A
+			if err := decodeArgs(name, raw, &args); err != nil {
+				return nil, err
+			}
+			return fn(ctx, self, args)
+		}
+	}
+	return t
 }
 
 // builtin is a tool every model-driven agent has.
@@ -215,13 +245,73 @@ func toolTimeout(secs *float64) (time.Duration, error) {
 	return time.Duration(*secs * float64(time.Second)), nil
 }
 
-// decodeArgs decodes a model's arguments into v, refusing wrong types with a
-// coded error the model can act on.
+// decodeArgs decodes a model's arguments for tool into v (a pointer). Empty
+// arguments leave v as it is. Arguments that do not decode are refused with
+// an ErrInvalidArgument whose message tells the model what to fix.
 func decodeArgs(tool string, args json.RawMessage, v any) error {
+	if len(bytes.TrimSpace(args)) == 0 {
+		return nil
+	}
 	if err := json.Unmarshal(args, v); err != nil {
-		return &Error{Code: ErrInvalidArgument, Message: "bad arguments for " + tool + ": " + err.Error()}
+		return &Error{Code: ErrInvalidArgument, Message: "bad arguments for " + tool + ": " + argsProblem(err)}
 	}
 	return nil
+}
+
+// argsProblem says, for the model that wrote the arguments, why they did
+// not decode.
+func argsProblem(err error) string {
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		return fmt.Sprintf("the arguments are not valid JSON (%v, at byte %d)", syntax, syntax.Offset)
+	}
+	var typ *json.UnmarshalTypeError
+	if !errors.As(err, &typ) || typ.Type == nil {
+		return err.Error()
+	}
+	given, _, _ := strings.Cut(typ.Value, " ") // "number 1.5" names the number
+	switch given {
+	case "bool":
+		given = "true or false"
+	case "object":
+		given = "a JSON object"
+	case "array":
+		given = "an array"
+	default: // "string", "number"
+		given = "a " + given
+	}
+	if typ.Field == "" {
+		return "the arguments must be " + jsonKind(typ.Type) + ", not " + given
+	}
+	return strconvQuote(typ.Field) + " holds " + given + " where " + jsonKind(typ.Type) + " is expected"
+}
+
+// jsonKind names the JSON value that decodes into a value of type t.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a base64 string"
+		}
+		return "an array"
+	case reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "a JSON object"
+	}
+	return "another kind of value"
 }
 
 func toolFindRole(_ context.Context, x *Actor, args json.RawMessage) (any, error) {

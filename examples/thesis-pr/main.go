@@ -27,12 +27,12 @@
 //
 // Every agent is driven by a model through the society's tools: the
 // built-in ones, the host tools of seed 004 §4 (each limited to its role,
-// over an in-memory thesis project), and the library's DelegationTools and
-// StateTools. Offline (the default) the model is this folder's scripted
-// model (see Model), and the run takes well under a second. With
-// OPENAI_API_KEY or OPENAI_BASE_URL set, or with -real, the same program
-// runs on an OpenAI-compatible model (see package llm/openai); -real=false
-// forces the scripted model.
+// over an in-memory thesis project), and the delegation and state tools of
+// package agentsociety/toolset. Offline (the default) the model is this
+// folder's scripted model (see Model), and the run takes well under a
+// second. With OPENAI_API_KEY or OPENAI_BASE_URL set, or with -real, the
+// same program runs on an OpenAI-compatible model (see package llm/openai);
+// -real=false forces the scripted model.
 //
 //	go run ./examples/thesis-pr
 //	OPENAI_API_KEY=... go run ./examples/thesis-pr -timeout 10m

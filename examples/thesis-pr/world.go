@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	as "agentsociety"
+	"agentsociety/toolset"
 )
 
 // The role names of seed 004. The host tools are limited to them, so the
@@ -178,7 +179,7 @@ func (w *workspace) tools() []as.Tool {
 		},
 	}
 	team := []string{roleAcademicPartner, roleLiteratureAgent, rolePRManager, roleArchivist}
-	for _, t := range append(as.DelegationTools(), as.StateTools()...) {
+	for _, t := range append(toolset.Delegation(), toolset.State()...) {
 		t.Roles = team
 		tools = append(tools, t)
 	}

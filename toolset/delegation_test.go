@@ -1,4 +1,4 @@
-package agentsociety_test
+package toolset_test
 
 import (
 	"bytes"
@@ -10,13 +10,14 @@ import (
 
 	as "agentsociety"
 	"agentsociety/llm"
+	"agentsociety/toolset"
 )
 
-// TestDelegationTools plays seed 004's delegation with model-driven agents:
+// TestDelegation plays seed 004's delegation with model-driven agents:
 // the delegator delegates three tasks; the assignee completes one and fails
 // one (escalation), and lets the third time out. The delegator is told of
 // each outcome by one collaboration_response.
-func TestDelegationTools(t *testing.T) {
+func TestDelegation(t *testing.T) {
 	ctx := context.Background()
 	outcomes := make(chan as.CollaborationResponsePayload, 8)
 	var delegator, assignee string
@@ -57,7 +58,7 @@ func TestDelegationTools(t *testing.T) {
 		}
 		return say(""), nil
 	})
-	tools := as.DelegationTools()
+	tools := toolset.Delegation()
 	for i := range tools {
 		tools[i].Roles = []string{"partner", "librarian"}
 	}
@@ -111,23 +112,33 @@ func TestDelegationTools(t *testing.T) {
 	}
 }
 
-func TestRespondFindsTheRequester(t *testing.T) {
-	ctx := context.Background()
-	in := newInbox()
-	_, lead, helper := twoAgents(t, in)
-	id, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
-	if err != nil {
-		t.Fatal(err)
+// TestDelegationRefusals: the delegation tools' refusals reach the model as
+// coded results it can act on, and a valid delegation still works after
+// them.
+func TestDelegationRefusals(t *testing.T) {
+	_, w, results := runCalls(t, toolset.Delegation(), []*llm.Response{
+		call("1", "delegate_task", `{"assignee":"agent-404","description":"x"}`),
+		call("2", "delegate_task", `{"assignee":7,"description":"x"}`),
+		call("3", "complete_task", `{"task_id":"req-404","result":{}}`),
+		call("4", "fail_task", `{"task_id":"req-404","error_message":"no"}`),
+		call("5", "fail_task", `{"task_id":"req-404","error_message":"no","details":[1]}`),
+		call("6", "delegate_task", `{"assignee":"root","description":"x","timeout_seconds":"soon"}`),
+		call("7", "delegate_task", `{"assignee":"root","description":"x","payload":{"n":1}}`),
+	})
+	want := [][]string{
+		{`"error":"agent_not_found"`, `"agent_id":"agent-404"`},
+		{`"error":"invalid_argument"`, `bad arguments for delegate_task: \"assignee\" holds a number where a string is expected`},
+		{`"error":"unknown_request"`},
+		{`"error":"unknown_request"`},
+		{`"error":"unknown_request"`},
+		{`"error":"invalid_argument"`, `\"timeout_seconds\" holds a string where a number is expected`},
+		{`"status":"pending"`, `"task_id":"`},
 	}
-	in.next(t)
-	if _, err := lead.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`1`)}); err == nil {
-		t.Fatal("the requester answered its own request")
-	}
-	if _, err := helper.Respond(ctx, "req-unknown", as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"}); err == nil {
-		t.Fatal("answered an unknown request")
-	}
-	m, err := helper.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`1`)})
-	if err != nil || m.To != lead.ID() {
-		t.Fatalf("Respond = %+v, %v", m, err)
+	for i, r := range results {
+		for _, part := range want[i] {
+			if !strings.Contains(r, part) {
+				t.Errorf("call %d by %s: result %s lacks %s", i+1, w.ID(), r, part)
+			}
+		}
 	}
 }
