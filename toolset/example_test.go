@@ -42,7 +42,7 @@ func Example() {
 				return nil, err
 			}
 			return llmtest.Call("send_message", map[string]any{"to": as.UserID,
-				"payload": map[string]string{"text": outcome.Status + ": " + compact(outcome.ResultData)}}), nil
+				"payload": map[string]string{"text": string(outcome.Status) + ": " + compact(outcome.ResultData)}}), nil
 		}},
 
 		llmtest.Rule{Agent: "agent-2", LastContains: "collaboration_request", Response: llmtest.Call("state_get",
