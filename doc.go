@@ -24,13 +24,8 @@
 // An agent is driven by a [Behavior]: Go code given by the host
 // ([BehaviorFunc]), or the society's default behaviour for agents spawned
 // without one. Each agent handles one message at a time, in arrival order;
-// agents run in parallel; an idle agent costs no goroutine. On a volatile
-// store such as the in-memory one, the first idle agent a Go behaviour
-// sends to in a turn is handled on the sender's goroutine once the turn
-// ends, if the sender has nothing else queued, so that a conversation
-// between code-driven agents switches no goroutines; if the turn is still
-// running one to two milliseconds later, or waits in Collaborate, the
-// receiver gets a goroutine of its own. A behaviour that fails or panics is
+// agents run in parallel, each busy agent on a goroutine of its own; an
+// idle agent costs no goroutine. A behaviour that fails or panics is
 // reported to its agent's parent, and the agent goes on.
 //
 // # Quick start

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,8 +16,8 @@ import (
 //
 // It is safe for concurrent use. It is fit for tests and for hosts that need
 // no durability: its state is lost with the process. Apply is atomic because
-// a Change is validated in full before anything is mutated, under every
-// lock it touches.
+// a Change is validated in full before anything is mutated, under its
+// lock.
 //
 // A Memory is [Volatile]: a society records in it the messages it routes
 // only when it closes.
@@ -41,10 +42,7 @@ type Memory struct {
 	contacts map[string][]memContact
 	wide     map[string]map[string]int // owner -> contact id -> index, past wideAfter entries
 
-	// Pending messages are added and removed on the message hot path, by
-	// every core at once, so they have locks of their own (see pendingSet),
-	// taken after mu when a change needs both.
-	pending *pendingSet
+	pending map[string]Message // accepted and not finished, by id
 
 	artifacts map[string]memArtifact
 
@@ -65,7 +63,7 @@ func NewMemory() *Memory {
 		requestIdx: make(map[string]int),
 		contacts:   make(map[string][]memContact),
 		wide:       make(map[string]map[string]int),
-		pending:    newPendingSet(),
+		pending:    make(map[string]Message),
 		artifacts:  make(map[string]memArtifact),
 		histories:  make(map[string]History),
 		states:     make(map[string]map[string]StateEntry),
@@ -82,8 +80,6 @@ func (m *Memory) Load(ctx context.Context) (State, error) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.pending.lock(allShards)
-	defer m.pending.unlock(allShards)
 
 	var s State
 	if len(m.roles) > 0 {
@@ -128,17 +124,10 @@ func (m *Memory) Load(ctx context.Context) (State, error) {
 		}
 		return strings.Compare(a.Key, b.Key)
 	})
-	if s.Pending = m.pending.all(); len(s.Pending) > 0 {
-		slices.SortFunc(s.Pending, func(a, b Message) int {
-			switch {
-			case a.Seq < b.Seq:
-				return -1
-			case a.Seq > b.Seq:
-				return 1
-			}
-			return 0
-		})
+	for _, msg := range m.pending {
+		s.Pending = append(s.Pending, cloneMessage(msg))
 	}
+	slices.SortFunc(s.Pending, func(a, b Message) int { return cmp.Compare(a.Seq, b.Seq) })
 	return s, nil
 }
 
@@ -147,18 +136,20 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests)+len(c.Histories)+len(c.States) > 0 {
-		m.mu.Lock()
-		defer m.mu.Unlock()
-	}
-	mask := m.pending.mask(&c)
-	m.pending.lock(mask)
-	defer m.pending.unlock(mask)
+	m.mu.Lock()
+	defer m.mu.Unlock()
 
 	// Messages are the only part of a Change that can be refused, so they
 	// are checked before anything is mutated.
-	if err := m.pending.check(c.Accepted); err != nil {
-		return err
+	seen := make(map[string]bool, len(c.Accepted))
+	for _, msg := range c.Accepted {
+		if _, ok := m.pending[msg.ID]; ok {
+			return fmt.Errorf("%w: message %q is pending", ErrExists, msg.ID)
+		}
+		if seen[msg.ID] {
+			return fmt.Errorf("%w: message %q accepted twice in one change", ErrExists, msg.ID)
+		}
+		seen[msg.ID] = true
 	}
 
 	for _, r := range c.Roles {
@@ -198,12 +189,12 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 		m.putState(e)
 	}
 	for _, msg := range c.Accepted {
-		m.pending.add(cloneMessage(msg))
+		m.pending[msg.ID] = cloneMessage(msg)
 	}
 	// Finished after Accepted, so a message accepted and finished in the
 	// same Change ends up not pending.
 	for _, id := range c.Finished {
-		m.pending.finish(id)
+		delete(m.pending, id)
 	}
 	return nil
 }

@@ -33,30 +33,26 @@ func (b *Box[T]) Push(v T) (start bool) {
 
 // Next removes and returns the oldest item. When the queue is empty it
 // returns ok false and the drainer must stop: the next Push starts a new one.
-func (b *Box[T]) Next() (v T, ok bool) { return b.next(true) }
-
-// TryNext is Next without the stop: on an empty queue the caller stays the
-// drainer and must call Next (or TryNext) again, so that a drainer can wait
-// a moment for more work before giving up its goroutine.
-func (b *Box[T]) TryNext() (v T, ok bool) { return b.next(false) }
-
-func (b *Box[T]) next(stopIfEmpty bool) (v T, ok bool) {
+func (b *Box[T]) Next() (v T, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.head == len(b.items) {
-		// Rewind whoever finds the queue empty: a drainer that keeps
-		// going after TryNext would otherwise append past a head that
-		// never comes back, and the buffer would grow without end.
 		b.reset()
-		if stopIfEmpty {
-			b.draining = false
-		}
+		b.draining = false
 		return v, false
 	}
 	v = b.items[b.head]
 	var zero T
 	b.items[b.head] = zero // let the item be collected
 	b.head++
+	// A queue that never empties would otherwise append past a head that
+	// never comes back: move what is left to the front once the front is
+	// mostly spent.
+	if b.head > shrinkAbove && b.head > len(b.items)/2 {
+		n := copy(b.items, b.items[b.head:])
+		clear(b.items[n:])
+		b.items, b.head = b.items[:n], 0
+	}
 	return v, true
 }
 
