@@ -179,7 +179,7 @@ func (x *Actor) CreateRole(ctx context.Context, spec RoleSpec) (role Role, reuse
 			CreatedAt:     time.Now(),
 		}
 		return &change{
-			claims: []string{by},
+			claims: []string{claimRole(by, spec.Name)},
 			record: store.Change{Roles: []store.Role{roleRecord(r)}},
 			commit: func() { s.addRole(r) },
 		}, nil

@@ -64,16 +64,15 @@ func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter c
 	if err != nil {
 		return Message{}, s.refuse("send_message", from.info.ID, err)
 	}
-	var p pendingSend
+	p := &pendingSend{msg: m}
 	if err := s.apply(ctx, func() (*change, *Error) {
-		p = pendingSend{}
-		if err := s.prepare(&p, from, m, f); err != nil {
+		if err := s.prepare(p, from, f); err != nil {
 			return nil, err
 		}
 		if p.request != nil {
 			p.request.waiter = waiter
 		}
-		return s.accepting(&p), nil
+		return s.accepting(p), nil
 	}); err != nil {
 		return Message{}, s.refuse("send_message", from.info.ID, err)
 	}
@@ -104,15 +103,13 @@ func compose(from *agent, taskID string, out Outgoing) (Message, fields, *Error)
 }
 
 // accepting numbers p's message and returns the change accepting it makes:
-// the message recorded (on a durable store) with p's other changes, and, on
-// commit, those changes made in memory and the message routed. The change
-// claims the receiver, so that messages to one agent are queued in the
-// order they are numbered. Called with s.mu held.
+// the message recorded (on a durable store) with p's other changes, which
+// commitSend makes in memory. Called with s.mu held.
 func (s *Society) accepting(p *pendingSend) *change {
 	s.seq++
 	p.msg.Seq = s.seq
 	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
-	c := &change{claims: []string{p.msg.To}}
+	c := &change{send: p}
 	if !s.volatile {
 		c.record.Accepted = []store.Message{messageRecord(&p.msg)}
 	}
@@ -121,16 +118,13 @@ func (s *Society) accepting(p *pendingSend) *change {
 	}
 	if r := p.request; r != nil {
 		c.record.Requests = append(c.record.Requests, r.record())
-		if len(r.id) > 0 {
-			c.claims = append(c.claims, claimRequest(r.id))
-		}
+		c.claims = append(c.claims, claimRequest(r.id))
 	}
 	if p.answered != nil {
 		r := *p.answered
 		r.status = p.status
 		c.record.Requests = append(c.record.Requests, r.record())
 	}
-	c.commit = func() { s.commitSend(p) }
 	return c
 }
 
@@ -171,11 +165,12 @@ func (s *Society) logMessage(ctx context.Context, what string, m *Message) {
 		slog.String("type", string(m.Type)), slog.String("task", m.TaskID))
 }
 
-// prepare checks m against the organisation and works out in p what
-// accepting it changes. It only reads; called with s.mu held for reading or
-// writing.
-func (s *Society) prepare(p *pendingSend, from *agent, m Message, f fields) *Error {
-	by := from.info.ID
+// prepare checks p's message against the organisation and works out in p
+// what accepting it changes. It only reads the organisation, and may run
+// again on the same p; called with s.mu held.
+func (s *Society) prepare(p *pendingSend, from *agent, f fields) *Error {
+	p.contacts, p.request, p.answered = p.contacts[:0], nil, nil
+	m, by := &p.msg, from.info.ID
 	to := s.agents[m.To]
 	if to == nil {
 		return &Error{Code: ErrAgentNotFound, Message: "no agent " + strconvQuote(m.To), AgentID: m.To}
@@ -189,7 +184,7 @@ func (s *Society) prepare(p *pendingSend, from *agent, m Message, f fields) *Err
 	if s.cfg.ContactPolicy == ContactStrict && by != UserID && m.To != UserID && !s.contacts.knows(by, m.To) {
 		return &Error{Code: ErrUnknownContact, Message: m.To + " is not in your contacts; ask a contact for an introduction", AgentID: m.To}
 	}
-	p.msg, p.to = m, to
+	p.to = to
 	if !s.contacts.knows(m.To, by) {
 		p.contacts = append(p.contacts, firstContact(from, m))
 	}
@@ -208,7 +203,7 @@ func terminatedError(from, to *agent) *Error {
 }
 
 // firstContact is the entry a first message from from adds to its receiver.
-func firstContact(from *agent, m Message) ownedContact {
+func firstContact(from *agent, m *Message) ownedContact {
 	return ownedContact{m.To, Contact{ID: from.info.ID, Role: from.roleName, InterfaceSpec: from.spec, Source: SourceFirstMessage, AddedAt: m.SentAt}}
 }
 

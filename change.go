@@ -18,15 +18,16 @@ import (
 // While a change is being recorded, its claims keep any other change that
 // claims the same thing from being checked: that one waits until the first
 // is committed (or failed), then checks again against the new state. A
-// claim is an agent (changes that read or write its status, its inbox, its
-// roles or its children claim it: so messages to one agent are queued in
-// the order they were numbered) or a key written by the change (a state
-// key, a request id). A backend that shares state between processes would
+// claim is an agent, or a key written by the change (a role's name for its
+// creator, a state key, a request id). A message claims its receiver, so
+// that messages to one agent are queued in the order they were numbered; a
+// spawn claims the parent, and a termination the agents it ends. A backend that shares state between processes would
 // turn the record into a compare-and-set on the claimed keys.
 
 // A change is what checking an operation found it changes.
 type change struct {
-	// claims name what the check read to decide and the commit writes.
+	// claims name what the check read to decide and the commit writes,
+	// besides the receiver of send, which is claimed too.
 	claims []string
 	// agents is the number of agents the change adds: counted against
 	// Config.MaxAgents while the change is in flight.
@@ -36,12 +37,16 @@ type change struct {
 	// commit applies the change to memory, after the store recorded it.
 	// Called with s.mu held for writing; nil when memory does not change.
 	commit func()
+	// send is a message the change accepts: after commit, commitSend
+	// makes its changes and routes it.
+	send *pendingSend
 }
 
 // Claim keys. Agents are claimed by id; other keys carry a prefix that no
 // agent id has.
-func claimState(scope, key string) string { return "state:" + scope + "\x00" + key }
-func claimRequest(id string) string       { return "request:" + id }
+func claimRole(creator, name string) string { return "role:" + creator + "\x00" + name }
+func claimState(scope, key string) string   { return "state:" + scope + "\x00" + key }
+func claimRequest(id string) string         { return "request:" + id }
 
 // apply runs one operation the way every change goes (see above). check runs
 // with s.mu held for writing; it only reads, and may run more than once,
@@ -69,7 +74,7 @@ func (s *Society) apply(ctx context.Context, check func() (*change, *Error)) *Er
 			s.mu.Unlock()
 			return err
 		}
-		if busy := s.claimed(c.claims); busy != nil {
+		if busy := s.claimed(c); busy != nil {
 			s.mu.Unlock()
 			select {
 			case <-busy:
@@ -80,15 +85,16 @@ func (s *Society) apply(ctx context.Context, check func() (*change, *Error)) *Er
 			continue
 		}
 		if c.record.Empty() {
-			if c.commit != nil {
-				c.commit()
-			}
+			s.commit(c)
 			s.mu.Unlock()
 			return nil
 		}
 		done := make(chan struct{})
 		for _, k := range c.claims {
 			s.claims[k] = done
+		}
+		if c.send != nil {
+			s.claims[c.send.msg.To] = done
 		}
 		s.adding += c.agents
 		s.wg.Add(1) // Close waits for the commit
@@ -100,9 +106,12 @@ func (s *Society) apply(ctx context.Context, check func() (*change, *Error)) *Er
 		for _, k := range c.claims {
 			delete(s.claims, k)
 		}
+		if c.send != nil {
+			delete(s.claims, c.send.msg.To)
+		}
 		s.adding -= c.agents
-		if rerr == nil && c.commit != nil {
-			c.commit()
+		if rerr == nil {
+			s.commit(c)
 		}
 		s.mu.Unlock()
 		close(done)
@@ -114,13 +123,28 @@ func (s *Society) apply(ctx context.Context, check func() (*change, *Error)) *Er
 	}
 }
 
-// claimed returns the done channel of a change in flight that claims one of
-// keys, or nil. Called with s.mu held.
-func (s *Society) claimed(keys []string) chan struct{} {
+// commit applies c to memory. Called with s.mu held for writing.
+func (s *Society) commit(c *change) {
+	if c.commit != nil {
+		c.commit()
+	}
+	if c.send != nil {
+		s.commitSend(c.send)
+	}
+}
+
+// claimed returns the done channel of a change in flight that claims what
+// c claims, or nil. Called with s.mu held.
+func (s *Society) claimed(c *change) chan struct{} {
 	if len(s.claims) == 0 {
 		return nil
 	}
-	for _, k := range keys {
+	if c.send != nil {
+		if done := s.claims[c.send.msg.To]; done != nil {
+			return done
+		}
+	}
+	for _, k := range c.claims {
 		if done := s.claims[k]; done != nil {
 			return done
 		}

@@ -178,7 +178,7 @@ func (s *Society) settleRequestsTo(ctx context.Context, ended []*agent) {
 func (s *Society) settle(ctx context.Context, id string, status RequestStatus) {
 	var p pendingSend
 	err := s.apply(ctx, func() (*change, *Error) {
-		p = pendingSend{}
+		p.answered = nil
 		r := s.requests[id]
 		if r == nil || r.status != StatusPending || s.agents[r.from] == nil || s.agents[r.to] == nil {
 			return nil, nil

@@ -30,10 +30,12 @@ func (s *Society) enqueue(a *agent, m Message) {
 // s.closed false, so that it is counted before Close can wait.
 func (s *Society) goFunc(f func()) {
 	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
+	go s.run(f)
+}
+
+func (s *Society) run(f func()) {
+	defer s.wg.Done()
+	f()
 }
 
 // drain handles a's messages one at a time until a's queue is empty or the
@@ -105,7 +107,15 @@ func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		}
 	}()
-	return b.HandleMessage(ctx, &Actor{s: s, a: a, taskID: m.TaskID, turn: &turn{msgID: m.ID}}, m)
+	d := &delivery{turn: turn{msgID: m.ID}}
+	d.actor = Actor{s: s, a: a, taskID: m.TaskID, turn: &d.turn}
+	return b.HandleMessage(ctx, &d.actor, m)
+}
+
+// delivery is a behaviour's handle with its turn, allocated together.
+type delivery struct {
+	actor Actor
+	turn  turn
 }
 
 // reportFailure logs a failed handler and tells the agent's parent (user,

@@ -65,14 +65,13 @@ func (s *Society) terminate(ctx context.Context, by *agent, id string) error {
 		}
 		payload, _ := marshal(map[string]any{"text": HandoffText, "handoff": true})
 		p := &pendingSend{msg: Message{From: from.info.ID, To: id, TaskID: a.info.TaskID, Type: General, Payload: payload, SentAt: time.Now()}, to: a}
-		c := s.accepting(p) // claims a
+		c := s.accepting(p) // claims a, the receiver
 		c.record.Agents = []store.Agent{rec}
 		handoff = p.msg.ID
 		c.commit = func() {
-			// The status first, so that the handoff is the last message
-			// a gets.
+			// Before the handoff is queued, so that it is the last
+			// message a gets.
 			a.info.Status, a.handoff = StatusTerminating, p.msg.ID
-			s.commitSend(p)
 		}
 		return c, nil
 	}); err != nil {

@@ -1,0 +1,227 @@
+package agentsociety_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	as "agentsociety"
+	"agentsociety/store"
+)
+
+// stuckStore is a store whose Apply blocks for every change that records a
+// role named "stuck" or the state key "stuck": until the call's context
+// ends, or, if ignoreCtx, until release is closed. Everything else goes to
+// the in-memory store beneath.
+type stuckStore struct {
+	*store.Memory
+	ignoreCtx bool
+	release   chan struct{}
+	blocked   chan struct{} // receives once per blocked Apply, when it blocks
+}
+
+func newStuckStore(ignoreCtx bool) *stuckStore {
+	return &stuckStore{Memory: store.NewMemory(), ignoreCtx: ignoreCtx, release: make(chan struct{}), blocked: make(chan struct{}, 16)}
+}
+
+func (s *stuckStore) Apply(ctx context.Context, c store.Change) error {
+	stuck := false
+	for _, r := range c.Roles {
+		stuck = stuck || r.Name == "stuck"
+	}
+	for _, e := range c.States {
+		stuck = stuck || e.Key == "stuck"
+	}
+	if !stuck {
+		return s.Memory.Apply(ctx, c)
+	}
+	s.blocked <- struct{}{}
+	if s.ignoreCtx {
+		<-s.release
+		return errors.New("released")
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// pingPong spawns two children of lead that answer each other's messages
+// until each has handled n, and starts them. It returns a channel closed
+// when both are done.
+func pingPong(t *testing.T, s *as.Society, lead *as.Actor, roleID string, n int) <-chan struct{} {
+	t.Helper()
+	var handled atomic.Int64
+	done := make(chan struct{})
+	pong := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		switch k := handled.Add(1); {
+		case k == int64(2*n):
+			close(done)
+			return nil
+		case k > int64(2*n):
+			return nil
+		}
+		_, err := self.SendText(ctx, m.From, "ping")
+		return err
+	})
+	a := spawnWith(t, s, lead, roleID, pong)
+	b := spawnWith(t, s, lead, roleID, pong)
+	if _, err := a.SendText(context.Background(), b.ID(), "ping"); err != nil {
+		t.Fatal(err)
+	}
+	return done
+}
+
+// hangGuard fails t if ch is not closed within a minute, far beyond
+// normal: the test waits for the condition, not for a deadline.
+func hangGuard(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(time.Minute):
+		t.Fatalf("%s: nothing after a minute", what)
+	}
+}
+
+// A store write that blocks delays only the operation that made it: sends
+// between other agents keep flowing, and Close returns by its deadline
+// whether the store honours the context or not.
+func TestChange_StoreWriteThatBlocksDelaysOnlyItsOperation(t *testing.T) {
+	for _, ignoreCtx := range []bool{false, true} {
+		name := "store honours ctx"
+		if ignoreCtx {
+			name = "store ignores ctx"
+		}
+		t.Run(name, func(t *testing.T) {
+			baseline := runtime.NumGoroutine()
+			ctx := context.Background()
+			st := newStuckStore(ignoreCtx)
+			var once sync.Once
+			release := func() { once.Do(func() { close(st.release) }) }
+			defer release()
+			// The worker's handler writes the stuck state key with its
+			// turn's context: a drainer blocked in the store.
+			worker := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+				return self.SetState(ctx, "stuck", 1, as.ScopeProject)
+			})
+			s, err := as.New(ctx, as.Config{Logger: quiet, Store: st})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lead, roleID := hostLead(t, s, "t", "worker")
+			w := spawnWith(t, s, lead, roleID, worker)
+			if _, err := lead.SendText(ctx, w.ID(), "go"); err != nil {
+				t.Fatal(err)
+			}
+			// And a host call blocked in the store, with a context of
+			// its own that nothing cancels until the test ends.
+			hostCtx, cancelHost := context.WithCancel(ctx)
+			defer cancelHost()
+			hostDone := make(chan error, 1)
+			go func() {
+				_, _, err := lead.CreateRole(hostCtx, as.RoleSpec{Name: "stuck"})
+				hostDone <- err
+			}()
+			for range 2 {
+				<-st.blocked
+			}
+
+			// Other agents, and the lead itself, go on.
+			hangGuard(t, pingPong(t, s, lead, roleID, 200), "ping-pong while two store writes hang")
+			if _, _, err := lead.CreateRole(ctx, as.RoleSpec{Name: "free"}); err != nil {
+				t.Fatalf("a role by the agent whose other role is being recorded: %v", err)
+			}
+
+			closeCtx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+			defer cancel()
+			t0 := time.Now()
+			err = s.Close(closeCtx)
+			took := time.Since(t0)
+			t.Logf("Close with a 300ms deadline returned after %v", took.Round(time.Millisecond))
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Close = %v, want context.DeadlineExceeded", err)
+			}
+			if took > 5*time.Second { // a hang guard: Close returns at its deadline
+				t.Fatalf("Close took %v with a 300ms deadline", took)
+			}
+			if _, err := lead.SendText(ctx, w.ID(), "after"); !errors.Is(err, as.ErrClosed) {
+				t.Fatalf("send after Close = %v, want ErrClosed", err)
+			}
+
+			// Once the store returns, every goroutine of the society ends.
+			cancelHost()
+			release()
+			if err := <-hostDone; err == nil {
+				t.Fatal("the host's CreateRole whose record failed succeeded")
+			}
+			if err := s.Close(ctx); err != nil {
+				t.Fatalf("second Close = %v, want nil", err)
+			}
+			waitGoroutines(t, baseline)
+			if r := s.FindRoleByName("stuck"); len(r) != 0 {
+				t.Fatalf("a role whose record failed is in the organisation: %+v", r)
+			}
+		})
+	}
+}
+
+// waitGoroutines waits until no more goroutines run than baseline, with a
+// minute as a hang guard.
+func waitGoroutines(t *testing.T, baseline int) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for runtime.NumGoroutine() > baseline {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines, %d before the society started:\n%s", runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stuckHandler is a log handler that, once armed, blocks on every record
+// whose message contains "role created", until release is closed.
+type stuckHandler struct {
+	armed   atomic.Bool
+	release chan struct{}
+	blocked chan struct{}
+}
+
+func (h *stuckHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *stuckHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *stuckHandler) WithGroup(string) slog.Handler            { return h }
+func (h *stuckHandler) Handle(_ context.Context, r slog.Record) error {
+	if h.armed.Load() && strings.Contains(r.Message, "role created") {
+		h.blocked <- struct{}{}
+		<-h.release
+	}
+	return nil
+}
+
+// A log handler that blocks delays only the goroutine that logs: sends
+// between other agents, with every level enabled, keep flowing.
+func TestChange_LogHandlerThatBlocksDelaysOnlyItsCaller(t *testing.T) {
+	ctx := context.Background()
+	h := &stuckHandler{release: make(chan struct{}), blocked: make(chan struct{}, 1)}
+	defer close(h.release)
+	s := newSociety(t, as.Config{Logger: slog.New(h)})
+	lead, roleID := hostLead(t, s, "t", "worker")
+
+	h.armed.Store(true)
+	created := make(chan struct{})
+	go func() {
+		defer close(created)
+		lead.CreateRole(ctx, as.RoleSpec{Name: "logged"})
+	}()
+	<-h.blocked
+	hangGuard(t, pingPong(t, s, lead, roleID, 200), "ping-pong while a log handler blocks")
+	select {
+	case <-created:
+		t.Fatal("CreateRole returned while its log record was blocked")
+	default:
+	}
+}
