@@ -83,15 +83,31 @@
 // survives a crash of the process, and a background goroutine syncs at most
 // Options.SyncInterval after it, so a crash of the machine loses at most that
 // much. A process killed at any instant leaves a directory that Open
-// recovers: Open loads the snapshots, replays the journal, and truncates a
-// torn or corrupt tail (a short record, a bad checksum, a payload that is not
-// a record) at the last good record, logging the offset and the bytes
-// dropped. Under SyncEveryRecord a crash can tear only records whose Apply
-// had not returned; damage further back (a disk's bit rot) also ends the
-// journal at the last good record, and the log says how much was lost. A
-// snapshot that does not parse, or a journal whose records do not follow
-// the snapshots (a gap in the record numbers, a snapshot deleted), is an
-// error naming the file: Open never silently starts empty.
+// recovers: Open loads the snapshots, replays the journal, and cuts off a
+// torn tail at the last good record, logging the offset and the bytes
+// dropped.
+//
+// A record Open cannot read (a short record, a bad checksum, a payload
+// that is not a record) is a torn tail or damage, and this rule tells them
+// apart: Open looks at every later byte offset of the file for an intact
+// record, a whole frame whose checksum matches and whose payload is a
+// record numbered above the last good one and above what every snapshot
+// includes. If there is none, the bad record is the last write, cut short
+// by a crash, and the journal is cut before it. If there is one, records
+// were written after the bad one was whole, so it was damaged since (a
+// disk's bit rot, a stray write): Open fails with an error wrapping
+// [ErrCorrupt] that names the file and the offset of the damaged record,
+// and leaves the file as it is, for it never drops acknowledged records to
+// open. To open such a directory anyway, losing every record from that
+// offset on, truncate the journal there. (A crash of the machine under
+// SyncBatched, on a file system that writes a file's pages out of order,
+// could in principle leave an unsynced record damaged before an intact
+// one; Open cannot tell that from bit rot, and refuses too.)
+//
+// A snapshot that does not parse is an error naming the file, and a
+// journal whose records do not follow the snapshots (a gap in the record
+// numbers, a snapshot deleted) is an error wrapping ErrCorrupt that names
+// it: Open never silently starts empty or drops what it cannot read.
 //
 // Compaction writes the state into fresh snapshots (a temporary file,
 // fsync, rename, fsync of the directory) and then starts a new journal

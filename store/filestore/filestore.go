@@ -22,6 +22,14 @@ var ErrLocked = errors.New("filestore: directory is locked")
 // ErrClosed is returned, wrapped, by the methods of a closed [Store].
 var ErrClosed = errors.New("filestore: store is closed")
 
+// ErrCorrupt is returned, wrapped, by [Open] when a file in the directory
+// is damaged in a way no crash explains: a journal record that is damaged
+// although intact records follow it (bit rot, not a torn write), or a
+// journal that lacks records the snapshots need. The error names the file
+// and the byte offset of the damaged record; Open leaves the file as it
+// found it.
+var ErrCorrupt = errors.New("filestore: corrupt file")
+
 // ErrInvalidArtifactID is returned, wrapped, for an artifact id the store
 // refuses; see the package documentation. GetArtifact wraps
 // [store.ErrNotFound] too, since no artifact can have such an id.
@@ -148,9 +156,11 @@ var _ store.Store = (*Store)(nil)
 
 // Open opens the store in dir, creating the directory if needed, and
 // recovers its state: it loads the snapshots and replays the journal,
-// cutting a torn or corrupt tail. It fails with an error wrapping ErrLocked
-// if the directory is open elsewhere, and with an error naming the file if a
-// snapshot does not parse or the journal does not follow the snapshots.
+// cutting off a torn tail (a last record that a crash cut short). It fails
+// with an error wrapping [ErrLocked] if the directory is open elsewhere,
+// with one naming the file if a snapshot does not parse, and with one
+// wrapping [ErrCorrupt], naming the file, if a damaged journal record is
+// followed by intact ones or the journal does not follow the snapshots.
 func Open(dir string, opts Options) (*Store, error) {
 	switch {
 	case opts.Sync != SyncEveryRecord && opts.Sync != SyncBatched:
@@ -275,7 +285,7 @@ func (s *Store) recover() error {
 	}
 	size, last, records, err := replay(s.journal, jpath, s.mem, seqs, s.log)
 	if err != nil {
-		return fmt.Errorf("filestore: %s: %w", jpath, err)
+		return err
 	}
 	s.size, s.records = size, records
 	s.lsn = max(slices.Max(seqs), last)

@@ -610,67 +610,6 @@ func TestTornTail(t *testing.T) {
 	}
 }
 
-// TestCorruptRecord flips a byte inside a record in the middle of the
-// journal: Open keeps the records before it and drops it and the rest.
-func TestCorruptRecord(t *testing.T) {
-	noCompact := Options{CompactAfter: -1, CompactAfterBytes: -1}
-	s := open(t, t.TempDir(), noCompact)
-	cs := newGen(9).changes(12)
-	for i := range cs {
-		cs[i].Accepted = append(cs[i].Accepted, message(fmt.Sprintf("c-%d", i), uint64(1e6+i)))
-	}
-	apply(t, s, cs...)
-	src := crashCopy(t, s)
-	closeStore(t, s)
-	journal, err := os.ReadFile(filepath.Join(src, journalName))
-	if err != nil {
-		t.Fatal(err)
-	}
-	offs := frames(t, journal)
-	for _, tc := range []struct {
-		name   string
-		at     func(off int64) int64 // the byte to change
-		reason string
-	}{
-		{"payload", func(off int64) int64 { return off + frameHeader + 20 }, "bad checksum"},
-		{"checksum", func(off int64) int64 { return off + 5 }, "bad checksum"},
-		{"length", func(off int64) int64 { return off + 3 }, "over the limit"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			const k = 6
-			bad := slices.Clone(journal)
-			bad[tc.at(offs[k])] ^= 0x80
-			d := tornDir(t, src, bad)
-			var logs logBuffer
-			c := open(t, d, Options{Logger: logs.logger()})
-			defer closeStore(t, c)
-			checkState(t, c, memoryState(t, cs[:k]))
-			l := logs.String()
-			if !strings.Contains(l, fmt.Sprintf("offset=%d", offs[k])) || !strings.Contains(l, tc.reason) {
-				t.Errorf("the log does not give offset %d and %q: %s", offs[k], tc.reason, l)
-			}
-		})
-	}
-	t.Run("bad JSON with a good checksum", func(t *testing.T) {
-		bad := appendFrame(slices.Clone(journal[:offs[3]]), 4, []byte(`{"roles":"not a list"}`))
-		d := tornDir(t, src, bad)
-		var logs logBuffer
-		c := open(t, d, Options{Logger: logs.logger()})
-		defer closeStore(t, c)
-		checkState(t, c, memoryState(t, cs[:3]))
-		if !strings.Contains(logs.String(), "not a record") {
-			t.Errorf("log: %s", logs.String())
-		}
-	})
-	t.Run("zeros", func(t *testing.T) {
-		// A file system may show a crashed append as zeros.
-		d := tornDir(t, src, append(slices.Clone(journal), make([]byte, 100)...))
-		c := open(t, d, Options{})
-		defer closeStore(t, c)
-		checkState(t, c, memoryState(t, cs))
-	})
-}
-
 // TestMissingRecords checks that a journal that does not follow its
 // snapshots is an error, not a silent loss: here org.json and pending.json
 // were deleted after a compaction.
