@@ -23,11 +23,13 @@ var ErrLocked = errors.New("filestore: directory is locked")
 var ErrClosed = errors.New("filestore: store is closed")
 
 // ErrCorrupt is returned, wrapped, by [Open] when a file in the directory
-// is damaged in a way no crash explains: a journal record that is damaged
-// although intact records follow it (bit rot, not a torn write), or a
-// journal that lacks records the snapshots need. The error names the file
-// and the byte offset of the damaged record; Open leaves the file as it
-// found it.
+// is damaged in a way no crash explains: a snapshot whose checksum does not
+// match its content, or that does not parse; a journal record that is
+// damaged although intact records follow it (bit rot, not a torn write);
+// a journal that lacks records the snapshots need. The error names the
+// file and, in the journal, the byte offset of the damaged record; Open
+// leaves the file as it found it. [Store.GetArtifact] wraps it too, for an
+// artifact whose content or metadata is damaged.
 var ErrCorrupt = errors.New("filestore: corrupt file")
 
 // ErrInvalidArtifactID is returned, wrapped, for an artifact id the store
@@ -157,10 +159,10 @@ var _ store.Store = (*Store)(nil)
 // Open opens the store in dir, creating the directory if needed, and
 // recovers its state: it loads the snapshots and replays the journal,
 // cutting off a torn tail (a last record that a crash cut short). It fails
-// with an error wrapping [ErrLocked] if the directory is open elsewhere,
-// with one naming the file if a snapshot does not parse, and with one
-// wrapping [ErrCorrupt], naming the file, if a damaged journal record is
-// followed by intact ones or the journal does not follow the snapshots.
+// with an error wrapping [ErrLocked] if the directory is open elsewhere, and
+// with one wrapping [ErrCorrupt], naming the file, if a snapshot's checksum
+// does not match or it does not parse, if a damaged journal record is
+// followed by intact ones, or if the journal does not follow the snapshots.
 func Open(dir string, opts Options) (*Store, error) {
 	switch {
 	case opts.Sync != SyncEveryRecord && opts.Sync != SyncBatched:

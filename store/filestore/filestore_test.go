@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -645,21 +646,30 @@ func TestMissingRecords(t *testing.T) {
 // naming the file, never an empty store, and that the failed Open releases
 // the directory.
 func TestBadSnapshot(t *testing.T) {
-	bad := []string{
-		"",
-		"garbage",
-		"null",
-		"[]",
-		"{",
-		`{"roles": 5}`,
-		`{"version": 2}`,
-		`{"agents": [{"id": "a", "createdAt": "yesterday"}]}`,
-		`{"roles": [], "journalSeq": -1}`,
-		`{"journalSeq": 18446744073709551615}`,
-		"\x00\x01\x02",
+	bad := []struct {
+		content string
+		corrupt bool // whether the error wraps ErrCorrupt
+	}{
+		{"", true},
+		{"garbage", true},
+		{"null", true},
+		{"[]", true},
+		{"{", true},
+		{`{"roles": 5}`, true},
+		{`{"version": 1}`, false},         // written before snapshots had checksums
+		{`{"version": 3}`, false},         // written by a later version
+		{`{"version": 2}`, true},          // no checksum
+		{`{"crc32c": "00000000",}`, true}, // not a checksum the store writes
+		{string(seal([]byte(`{"version":3}`), false)), false},                     // likewise, with a checksum
+		{string(seal([]byte(`{"version":2,"journalSeq":1}`), false)) + " ", true}, // a byte added
+		{`{"agents": [{"id": "a", "createdAt": "yesterday"}]}`, true},
+		{`{"roles": [], "journalSeq": -1}`, true},
+		{`{"journalSeq": 18446744073709551615}`, false},
+		{"\x00\x01\x02", true},
 	}
 	for _, name := range []string{orgName, pendingName} {
-		for _, content := range bad {
+		for _, b := range bad {
+			content := b.content
 			if name == pendingName && (strings.Contains(content, "agents") || strings.Contains(content, "roles")) {
 				continue // fields pending.json does not have, which it ignores
 			}
@@ -673,8 +683,11 @@ func TestBadSnapshot(t *testing.T) {
 				t.Errorf("%s = %q: Open succeeded", name, content)
 				continue
 			}
-			if !strings.Contains(err.Error(), name) {
+			if !strings.Contains(err.Error(), path) {
 				t.Errorf("%s = %q: error %q does not name the file", name, content, err)
+			}
+			if errors.Is(err, ErrCorrupt) != b.corrupt {
+				t.Errorf("%s = %q: Open: %v; wraps ErrCorrupt: %v, want %v", name, content, err, !b.corrupt, b.corrupt)
 			}
 			if errors.Is(err, ErrLocked) {
 				t.Errorf("%s = %q: %v", name, content, err)
@@ -688,8 +701,8 @@ func TestBadSnapshot(t *testing.T) {
 	}
 	t.Run("duplicate pending", func(t *testing.T) {
 		dir := t.TempDir()
-		p := `{"version":1,"journalSeq":0,"messages":[{"id":"m1","seq":1},{"id":"m1","seq":2}]}`
-		if err := os.WriteFile(filepath.Join(dir, pendingName), []byte(p), 0o600); err != nil {
+		p := seal([]byte(`{"version":2,"journalSeq":0,"messages":[{"id":"m1","seq":1},{"id":"m1","seq":2}]}`), false)
+		if err := os.WriteFile(filepath.Join(dir, pendingName), p, 0o600); err != nil {
 			t.Fatal(err)
 		}
 		_, err := Open(dir, Options{Logger: quiet})
@@ -736,8 +749,13 @@ func TestOrgJSONLayout(t *testing.T) {
 		slices.Sort(ks)
 		return ks
 	}
-	if got, want := keys(doc), []string{"agents", "contactRegistries", "journalSeq", "requests", "roles", "version"}; !slices.Equal(got, want) {
+	if got, want := keys(doc), []string{"agents", "contactRegistries", "crc32c", "journalSeq", "requests", "roles", "version"}; !slices.Equal(got, want) {
 		t.Errorf("org.json keys %v, want %v", got, want)
+	}
+	// The checksum comes first, and covers what follows its line.
+	head, rest, _ := bytes.Cut(raw, []byte(",\n"))
+	if want := fmt.Sprintf("{\n  \"crc32c\": \"%08x\"", crc32.Checksum(append([]byte("\n"), rest...), castagnoli)); string(head) != want {
+		t.Errorf("org.json begins %q, want %q", head, want)
 	}
 	for _, a := range doc["agents"].([]any) {
 		if id := a.(map[string]any)["id"]; id == "root" || id == "user" {
@@ -925,8 +943,8 @@ func TestArtifacts(t *testing.T) {
 	if err := os.WriteFile(path, []byte("hellO"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.GetArtifact(ctx, "a-1"); err == nil || errors.Is(err, store.ErrNotFound) {
-		t.Errorf("GetArtifact of altered content: %v, want a corruption error", err)
+	if _, _, err := s.GetArtifact(ctx, "a-1"); !errors.Is(err, ErrCorrupt) || errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), path) {
+		t.Errorf("GetArtifact of altered content: %v, want an error wrapping ErrCorrupt naming %s", err, path)
 	}
 	// A crash between writing content and sidecar leaves content that no
 	// one sees and that a later put replaces; a temporary file left by a

@@ -2,6 +2,8 @@ package filestore
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -114,8 +116,9 @@ func TestJournalBitRot(t *testing.T) {
 	})
 }
 
-// TestJournalTornLastRecord flips one bit, in turn, in every byte of the
-// journal's last record: nothing intact follows it, so it is a torn tail,
+// TestJournalTornLastRecord flips one bit, in turn, in bytes of the
+// journal's last record (every byte of its header, every 16th of its
+// payload, and its last): nothing intact follows it, so it is a torn tail,
 // as a crash mid-write leaves, and Open cuts it off, keeps every record
 // before it and logs where.
 func TestJournalTornLastRecord(t *testing.T) {
@@ -137,6 +140,9 @@ func TestJournalTornLastRecord(t *testing.T) {
 		}
 	}
 	for i := last; i < int64(len(journal)); i++ {
+		if i-last >= frameHeader && (i-last)%16 != 0 && i != int64(len(journal))-1 {
+			continue
+		}
 		t.Run(fmt.Sprintf("byte %d", i-last), func(t *testing.T) {
 			reason := "bad checksum"
 			if i-last < 4 && journal[i]&(1<<(i%8)) == 0 {
@@ -197,4 +203,66 @@ func TestJournalDamageBeforeSnapshots(t *testing.T) {
 		d := snapshotsAt(8) // records 9 to 12 are only in the journal
 		checkRefused(t, d, journalName, fmt.Sprintf("offset %d is damaged", offs[4]))
 	})
+}
+
+// TestSnapshotBitRot flips one bit, in turn, in every byte of each
+// snapshot: Open refuses with ErrCorrupt, naming the file, and leaves it as
+// it is. It does the same to an artifact's sidecar, which GetArtifact
+// reads.
+func TestSnapshotBitRot(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	apply(t, s, store.Change{
+		Roles:     []store.Role{{ID: "role-1", Name: "测试员", Prompt: "Test.", CreatedBy: "root", CreatedAt: base}},
+		Agents:    []store.Agent{{ID: "agent-1", RoleID: "role-1", ParentID: "root", TaskID: "task-1", Brief: json.RawMessage(`{"objective":"o"}`), Status: "idle", CreatedAt: base}},
+		Contacts:  []store.ContactEntry{{Owner: "agent-1", Contact: store.Contact{ID: "root", Role: "root", Source: "parent", AddedAt: base}}},
+		Requests:  []store.Request{{ID: "req-1", From: "agent-1", To: "root", Status: "pending", CreatedAt: base}},
+		Accepted:  []store.Message{message("m-1", 1)},
+		States:    []store.StateEntry{{Scope: "task:task-1", Key: "k", Value: json.RawMessage(`[1]`), Writer: "agent-1", UpdatedAt: base}},
+		Histories: []store.History{{AgentID: "agent-1", Summary: "s", Messages: json.RawMessage(`[{"role":"user"}]`)}},
+	})
+	a, content := store.Artifact{ID: "a-1", Name: "r.md", MediaType: "text/markdown", CreatedAt: base}, []byte("hello")
+	if err := s.PutArtifact(context.Background(), a, content); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(t, s)
+
+	for _, p := range parts {
+		path := filepath.Join(dir, p.name)
+		orig, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range int64(len(orig)) {
+			if err := os.WriteFile(path, flip(orig, i), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			t.Run(fmt.Sprintf("%s byte %d", p.name, i), func(t *testing.T) { checkRefused(t, dir, p.name, "") })
+		}
+		if err := os.WriteFile(path, orig, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s = open(t, dir, Options{})
+	defer closeStore(t, s)
+	path := filepath.Join(dir, artifactsName, artifactName(a.ID)+".json")
+	orig, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(len(orig)) {
+		if err := os.WriteFile(path, flip(orig, i), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.GetArtifact(context.Background(), a.ID); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), path) {
+			t.Errorf("sidecar byte %d flipped: GetArtifact: %v, want an error wrapping ErrCorrupt naming %s", i, err, path)
+		}
+	}
+	if err := os.WriteFile(path, orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, data, err := s.GetArtifact(context.Background(), a.ID); err != nil || got.ID != a.ID || !bytes.Equal(data, content) {
+		t.Errorf("GetArtifact after the repair: %+v %q %v", got, data, err)
+	}
 }
