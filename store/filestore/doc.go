@@ -126,7 +126,8 @@
 // holding only the records applied meanwhile. It runs in the background once
 // the journal holds Options.CompactAfter records or Options.CompactAfterBytes
 // bytes, and at least as many bytes as the last snapshots, so that its cost
-// per Apply stays constant however large the organisation grows; and once
+// per Apply stays constant however large the organisation grows (again at
+// once, if the records applied meanwhile are already that many); and once
 // more on Close. Apply never rewrites org.json.
 //
 // An artifact is written to a temporary file, synced and renamed, then its

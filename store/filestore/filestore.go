@@ -591,11 +591,22 @@ func (s *Store) compactNow() (err error) {
 	defer func() {
 		s.mu.Lock()
 		s.busy = false
+		again := false
 		if err != nil {
 			// Don't retry on every Apply; wait for as many records again.
 			s.retryAt = s.lsn + uint64(max(s.opts.CompactAfter, 1))
+		} else {
+			// The records applied meanwhile may already be over a
+			// trigger, and no Apply may come to ask again.
+			again = s.compactionDue()
 		}
 		s.mu.Unlock()
+		if again {
+			select {
+			case s.compact <- struct{}{}:
+			default:
+			}
+		}
 	}()
 
 	s.mu.Lock()
