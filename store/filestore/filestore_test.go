@@ -645,9 +645,22 @@ func TestMissingRecords(t *testing.T) {
 			if err := os.Remove(filepath.Join(d, name)); err != nil {
 				t.Fatal(err)
 			}
-			_, err := Open(d, Options{Logger: quiet})
-			if err == nil || !strings.Contains(err.Error(), "records are missing") || !strings.Contains(err.Error(), journalName) {
-				t.Errorf("without %s: Open: %v, want an error about missing records in %s", name, err, journalName)
+			// A torn tail as well, which the refused Open does not cut.
+			jpath := filepath.Join(d, journalName)
+			journal, err := os.ReadFile(jpath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			journal = append(journal, 7, 0, 0)
+			if err := os.WriteFile(jpath, journal, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err = Open(d, Options{Logger: quiet})
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "records are missing") || !strings.Contains(err.Error(), jpath) {
+				t.Errorf("without %s: Open: %v, want an error wrapping ErrCorrupt about missing records in %s", name, err, jpath)
+			}
+			if after, err := os.ReadFile(jpath); err != nil || !bytes.Equal(after, journal) {
+				t.Errorf("without %s: the refused Open changed the journal from %d bytes to %d (%v)", name, len(journal), len(after), err)
 			}
 		}
 	}

@@ -184,8 +184,8 @@ func findIntact(f io.ReaderAt, from, size int64, after uint64) (off int64, lsn u
 // replay applies the journal f to mem, skipping for each part of the state
 // the records its snapshot includes: seqs[i] for parts[i]. A torn tail is
 // cut off f and logged; a damaged record that intact ones follow is an
-// error wrapping ErrCorrupt, and f is left as it is. Errors name the file,
-// path.
+// error wrapping ErrCorrupt. A failed replay leaves f as it is. Errors name
+// the file, path.
 //
 // It returns the journal's size after any cut, the last sequence number it
 // holds (0 if none), and how many records it holds past the snapshots.
@@ -203,6 +203,7 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog
 	jr := &journalReader{r: bufio.NewReaderSize(f, 1<<20), size: fi.Size()}
 	base, top := slices.Min(seqs), slices.Max(seqs)
 	ctx := context.Background()
+	var torn *corruptError // the record at jr.off, the torn tail
 	for {
 		rec, off, err := jr.next()
 		if err == io.EOF {
@@ -228,16 +229,7 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog
 					"(truncating the file to %d bytes would drop every record from that offset on)",
 					ErrCorrupt, path, off, ce.reason, n, at, off)
 			}
-			dropped := fi.Size() - off
-			log.LogAttrs(ctx, slog.LevelWarn, "filestore: dropping the journal's torn or corrupt tail",
-				slog.String("file", path), slog.Int64("offset", off), slog.Int64("droppedBytes", dropped),
-				slog.String("reason", ce.reason), slog.Uint64("lastGoodRecord", last))
-			if err := f.Truncate(off); err != nil {
-				return fail(fmt.Errorf("cutting the journal at offset %d: %w", off, err))
-			}
-			if err := datasync(f); err != nil {
-				return fail(fmt.Errorf("syncing the journal after cutting it: %w", err))
-			}
+			torn = ce
 			jr.off = off
 			break
 		}
@@ -272,6 +264,18 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog
 	// snapshot lacks; if it does not, something else removed them.
 	if base < top && last < top {
 		return 0, 0, 0, fmt.Errorf("%w %s: the journal ends at record %d, but %s: records are missing (is a snapshot missing or older than the journal?)", ErrCorrupt, path, last, describeSeqs(seqs))
+	}
+	// Only now that Open will not fail is the torn tail cut off.
+	if torn != nil {
+		log.LogAttrs(ctx, slog.LevelWarn, "filestore: dropping the journal's torn or corrupt tail",
+			slog.String("file", path), slog.Int64("offset", jr.off), slog.Int64("droppedBytes", fi.Size()-jr.off),
+			slog.String("reason", torn.reason), slog.Uint64("lastGoodRecord", last))
+		if err := f.Truncate(jr.off); err != nil {
+			return fail(fmt.Errorf("cutting the journal at offset %d: %w", jr.off, err))
+		}
+		if err := datasync(f); err != nil {
+			return fail(fmt.Errorf("syncing the journal after cutting it: %w", err))
+		}
 	}
 	return jr.off, last, records, nil
 }
