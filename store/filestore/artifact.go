@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -120,8 +119,9 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact, data []byte) 
 
 // GetArtifact returns the artifact's metadata and content. An unknown id,
 // or one the store refuses, fails with an error wrapping store.ErrNotFound;
-// content that does not match its sidecar's length and checksum is
-// reported, not returned.
+// a damaged sidecar, or content that does not match its sidecar's length
+// and checksum, is reported with an error wrapping ErrCorrupt, not
+// returned.
 func (s *Store) GetArtifact(ctx context.Context, id string) (store.Artifact, []byte, error) {
 	if err := ctx.Err(); err != nil {
 		return store.Artifact{}, nil, err
@@ -135,7 +135,8 @@ func (s *Store) GetArtifact(ctx context.Context, id string) (store.Artifact, []b
 	}
 	name := artifactName(id)
 	dir := filepath.Join(s.dir, artifactsName)
-	raw, err := os.ReadFile(filepath.Join(dir, name+".json"))
+	metaPath := filepath.Join(dir, name+".json")
+	raw, err := os.ReadFile(metaPath)
 	if errors.Is(err, fs.ErrNotExist) {
 		return store.Artifact{}, nil, fmt.Errorf("filestore: %w: artifact %q", store.ErrNotFound, id)
 	}
@@ -143,18 +144,20 @@ func (s *Store) GetArtifact(ctx context.Context, id string) (store.Artifact, []b
 		return store.Artifact{}, nil, fmt.Errorf("filestore: artifact %q: %w", id, err)
 	}
 	var meta artifactJSON
-	if err := json.Unmarshal(raw, &meta); err != nil {
-		return store.Artifact{}, nil, fmt.Errorf("filestore: artifact %q: its metadata does not parse: %w", id, err)
+	if err := decodeFile(metaPath, raw, &meta, func() int { return meta.Version }); err != nil {
+		return store.Artifact{}, nil, fmt.Errorf("%w (the metadata of artifact %q)", err, id)
 	}
 	if meta.ID != id {
-		return store.Artifact{}, nil, fmt.Errorf("filestore: artifact %q: its metadata names artifact %q", id, meta.ID)
+		return store.Artifact{}, nil, fmt.Errorf("%w %s: the metadata of artifact %q names artifact %q", ErrCorrupt, metaPath, id, meta.ID)
 	}
-	data, err := os.ReadFile(filepath.Join(dir, name))
+	contentPath := filepath.Join(dir, name)
+	data, err := os.ReadFile(contentPath)
 	if err != nil {
 		return store.Artifact{}, nil, fmt.Errorf("filestore: artifact %q: reading its content: %w", id, err)
 	}
-	if int64(len(data)) != meta.Bytes || crc32.Checksum(data, castagnoli) != meta.CRC32C {
-		return store.Artifact{}, nil, fmt.Errorf("filestore: artifact %q: its content is corrupt (%d bytes, want %d, or a bad checksum)", id, len(data), meta.Bytes)
+	if n, sum := int64(len(data)), crc32.Checksum(data, castagnoli); n != meta.Bytes || sum != meta.CRC32C {
+		return store.Artifact{}, nil, fmt.Errorf("%w %s: the content of artifact %q does not match its metadata: %d bytes with checksum %08x, want %d bytes with checksum %08x",
+			ErrCorrupt, contentPath, id, n, sum, meta.Bytes, meta.CRC32C)
 	}
 	if len(data) == 0 {
 		data = nil

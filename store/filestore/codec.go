@@ -11,9 +11,10 @@ import (
 	"agentsociety/store"
 )
 
-// formatVersion is the version of org.json, pending.json, the journal's
-// records and the artifact sidecars that this package writes and reads.
-const formatVersion = 1
+// formatVersion is the version of the snapshots (org.json and the others)
+// and the artifact sidecars that this package writes and reads. Version 2
+// files begin with a checksum; version 1 files did not.
+const formatVersion = 2
 
 // The JSON shapes below are the on-disk format. They are separate from the
 // store's record types so that a change to those never changes the format
@@ -445,8 +446,9 @@ func (e *encoder) encode(v any) ([]byte, error) {
 	return bytes.TrimSuffix(e.buf.Bytes(), []byte("\n")), nil
 }
 
-// encodeSnapshot returns v as JSON ending in a newline, indented if the
-// file is for people to read.
+// encodeSnapshot returns v, a struct with at least one field, as JSON
+// ending in a newline, indented if the file is for people to read, and
+// beginning with its checksum (see seal).
 func encodeSnapshot(v any, indent bool) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
@@ -457,7 +459,7 @@ func encodeSnapshot(v any, indent bool) ([]byte, error) {
 	if err := enc.Encode(v); err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	return seal(buf.Bytes(), indent), nil
 }
 
 // normalize returns a copy of c as the store keeps it, or an error if c

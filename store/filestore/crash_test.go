@@ -190,6 +190,7 @@ func TestCrashSafety_KillDuringWrites(t *testing.T) {
 			kill = time.After(time.Duration(r.IntN(40)) * time.Millisecond)
 		}
 		maxAck, arts := 0, []int{}
+		guard := time.After(hangGuard) // the writer never got to be killed
 	read:
 		for {
 			select {
@@ -214,6 +215,10 @@ func TestCrashSafety_KillDuringWrites(t *testing.T) {
 			case <-kill:
 				cmd.Process.Kill() // SIGKILL
 				kill = nil
+			case <-guard:
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("kill %d: the writer neither said it was ready nor stopped within %v:\n%s", i, hangGuard, stderr.String())
 			}
 		}
 		err = cmd.Wait()

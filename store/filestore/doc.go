@@ -21,11 +21,12 @@
 //
 // Files whose names end in ".tmp" are writes in progress; Open removes them.
 //
-// org.json is an indented JSON object in the layout of seed 001, with two
+// org.json is an indented JSON object in the layout of seed 001, with three
 // bookkeeping fields of the store's own:
 //
 //	{
-//	  "version": 1,
+//	  "crc32c": "89abcdef",
+//	  "version": 2,
 //	  "journalSeq": 1234,
 //	  "roles": [{"id", "name", "rolePrompt", "interfaceSpec", "createdBy", "createdAt"}],
 //	  "agents": [{"id", "roleId", "parentAgentId", "taskId", "taskBrief", "status", "createdAt", "spawnKey"}],
@@ -43,15 +44,26 @@
 // and user, so org.json never lists them; the store writes what it is given
 // and does not check that itself.
 //
-// The other snapshots have the same two bookkeeping fields and one list:
+// The other snapshots have the same three bookkeeping fields and one list:
 //
-//	pending.json    {"version", "journalSeq", "messages": [{"id", "seq", "from", "to", "taskId", "type", "payload", "sentAt"}]}
-//	state.json      {"version", "journalSeq", "entries": [{"scope", "key", "value", "writer", "updatedAt"}]}
-//	histories.json  {"version", "journalSeq", "histories": [{"agentId", "summary", "messages"}]}
+//	pending.json    {"crc32c", "version", "journalSeq", "messages": [{"id", "seq", "from", "to", "taskId", "type", "payload", "sentAt"}]}
+//	state.json      {"crc32c", "version", "journalSeq", "entries": [{"scope", "key", "value", "writer", "updatedAt"}]}
+//	histories.json  {"crc32c", "version", "journalSeq", "histories": [{"agentId", "summary", "messages"}]}
 //
 // in the order Load returns them: messages by seq, entries by scope and
 // key, histories by agent id. histories.json, which can be large, is not
 // indented.
+//
+// "crc32c" is the file's checksum, and comes first: the CRC-32C
+// (Castagnoli) of every byte that follows the comma after it, to the end
+// of the file, as eight lower-case hex digits. So the file stays JSON that
+// people and tools read as before, and Open checks it before it reads the
+// rest: a mismatch, one changed bit anywhere in the file, is an error
+// wrapping [ErrCorrupt] that names the file. The artifacts' sidecars begin
+// with one too, which GetArtifact checks. A file without a checksum is read
+// only if it has no "version" either, as one written by hand (seed 001's
+// example org.json) has not; files written by this package's version 1,
+// before the checksum, are refused by their version. "version" is 2.
 //
 // "journalSeq" is the sequence number of the last journal record the
 // snapshot includes. The snapshots are written one after the other, so
@@ -83,22 +95,39 @@
 // survives a crash of the process, and a background goroutine syncs at most
 // Options.SyncInterval after it, so a crash of the machine loses at most that
 // much. A process killed at any instant leaves a directory that Open
-// recovers: Open loads the snapshots, replays the journal, and truncates a
-// torn or corrupt tail (a short record, a bad checksum, a payload that is not
-// a record) at the last good record, logging the offset and the bytes
-// dropped. Under SyncEveryRecord a crash can tear only records whose Apply
-// had not returned; damage further back (a disk's bit rot) also ends the
-// journal at the last good record, and the log says how much was lost. A
-// snapshot that does not parse, or a journal whose records do not follow
-// the snapshots (a gap in the record numbers, a snapshot deleted), is an
-// error naming the file: Open never silently starts empty.
+// recovers: Open loads the snapshots, replays the journal, and cuts off a
+// torn tail at the last good record, logging the offset and the bytes
+// dropped.
+//
+// A record Open cannot read (a short record, a bad checksum, a payload
+// that is not a record) is a torn tail or damage, and this rule tells them
+// apart: Open looks at every later byte offset of the file for an intact
+// record, a whole frame whose checksum matches and whose payload is a
+// record numbered above the last good one and above what every snapshot
+// includes. If there is none, the bad record is the last write, cut short
+// by a crash, and the journal is cut before it. If there is one, records
+// were written after the bad one was whole, so it was damaged since (a
+// disk's bit rot, a stray write): Open fails with an error wrapping
+// [ErrCorrupt] that names the file and the offset of the damaged record,
+// and leaves the file as it is, for it never drops acknowledged records to
+// open. To open such a directory anyway, losing every record from that
+// offset on, truncate the journal there. (A crash of the machine under
+// SyncBatched, on a file system that writes a file's pages out of order,
+// could in principle leave an unsynced record damaged before an intact
+// one; Open cannot tell that from bit rot, and refuses too.)
+//
+// A snapshot whose checksum does not match, or that does not parse, and a
+// journal whose records do not follow the snapshots (a gap in the record
+// numbers, a snapshot deleted), are errors wrapping ErrCorrupt that name
+// the file: Open never silently starts empty or drops what it cannot read.
 //
 // Compaction writes the state into fresh snapshots (a temporary file,
 // fsync, rename, fsync of the directory) and then starts a new journal
 // holding only the records applied meanwhile. It runs in the background once
 // the journal holds Options.CompactAfter records or Options.CompactAfterBytes
 // bytes, and at least as many bytes as the last snapshots, so that its cost
-// per Apply stays constant however large the organisation grows; and once
+// per Apply stays constant however large the organisation grows (again at
+// once, if the records applied meanwhile are already that many); and once
 // more on Close. Apply never rewrites org.json.
 //
 // An artifact is written to a temporary file, synced and renamed, then its

@@ -22,6 +22,16 @@ var ErrLocked = errors.New("filestore: directory is locked")
 // ErrClosed is returned, wrapped, by the methods of a closed [Store].
 var ErrClosed = errors.New("filestore: store is closed")
 
+// ErrCorrupt is returned, wrapped, by [Open] when a file in the directory
+// is damaged in a way no crash explains: a snapshot whose checksum does not
+// match its content, or that does not parse; a journal record that is
+// damaged although intact records follow it (bit rot, not a torn write);
+// a journal that lacks records the snapshots need. The error names the
+// file and, in the journal, the byte offset of the damaged record; Open
+// leaves the file as it found it. [Store.GetArtifact] wraps it too, for an
+// artifact whose content or metadata is damaged.
+var ErrCorrupt = errors.New("filestore: corrupt file")
+
 // ErrInvalidArtifactID is returned, wrapped, for an artifact id the store
 // refuses; see the package documentation. GetArtifact wraps
 // [store.ErrNotFound] too, since no artifact can have such an id.
@@ -148,9 +158,11 @@ var _ store.Store = (*Store)(nil)
 
 // Open opens the store in dir, creating the directory if needed, and
 // recovers its state: it loads the snapshots and replays the journal,
-// cutting a torn or corrupt tail. It fails with an error wrapping ErrLocked
-// if the directory is open elsewhere, and with an error naming the file if a
-// snapshot does not parse or the journal does not follow the snapshots.
+// cutting off a torn tail (a last record that a crash cut short). It fails
+// with an error wrapping [ErrLocked] if the directory is open elsewhere, and
+// with one wrapping [ErrCorrupt], naming the file, if a snapshot's checksum
+// does not match or it does not parse, if a damaged journal record is
+// followed by intact ones, or if the journal does not follow the snapshots.
 func Open(dir string, opts Options) (*Store, error) {
 	switch {
 	case opts.Sync != SyncEveryRecord && opts.Sync != SyncBatched:
@@ -275,7 +287,7 @@ func (s *Store) recover() error {
 	}
 	size, last, records, err := replay(s.journal, jpath, s.mem, seqs, s.log)
 	if err != nil {
-		return fmt.Errorf("filestore: %s: %w", jpath, err)
+		return err
 	}
 	s.size, s.records = size, records
 	s.lsn = max(slices.Max(seqs), last)
@@ -579,11 +591,22 @@ func (s *Store) compactNow() (err error) {
 	defer func() {
 		s.mu.Lock()
 		s.busy = false
+		again := false
 		if err != nil {
 			// Don't retry on every Apply; wait for as many records again.
 			s.retryAt = s.lsn + uint64(max(s.opts.CompactAfter, 1))
+		} else {
+			// The records applied meanwhile may already be over a
+			// trigger, and no Apply may come to ask again.
+			again = s.compactionDue()
 		}
 		s.mu.Unlock()
+		if again {
+			select {
+			case s.compact <- struct{}{}:
+			default:
+			}
+		}
 	}()
 
 	s.mu.Lock()

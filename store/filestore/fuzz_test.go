@@ -18,26 +18,38 @@ import (
 var fuzzOpts = Options{Logger: quiet, CompactAfter: -1, CompactAfterBytes: -1}
 
 // FuzzJournalDecode opens a directory whose journal holds arbitrary bytes.
-// Open must not panic; it fails, or it gives a store whose Load works and
-// that takes a change and keeps it across a Close and reopen.
+// Open must not panic; it fails, naming the journal and leaving it as it
+// was, or it gives a store whose Load works and that takes a change and
+// keeps it across a Close and reopen.
 func FuzzJournalDecode(f *testing.F) {
 	for _, seed := range journalSeeds(f) {
 		f.Add(seed.data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, journalName), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		s, err := Open(dir, fuzzOpts)
-		if err != nil {
-			if !strings.Contains(err.Error(), journalName) {
-				t.Fatalf("Open's error does not name the journal: %v", err)
-			}
-			return
-		}
-		checkRoundTrip(t, s, dir)
+		openJournal(t, data)
 	})
+}
+
+// openJournal opens a directory whose journal is data, and checks what
+// FuzzJournalDecode says.
+func openJournal(t *testing.T, data []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, journalName)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, fuzzOpts)
+	if err != nil {
+		if !strings.Contains(err.Error(), journalName) {
+			t.Fatalf("Open's error does not name the journal: %v", err)
+		}
+		if after, rerr := os.ReadFile(path); rerr != nil || !bytes.Equal(after, data) {
+			t.Fatalf("Open failed (%v) and changed the journal from %d bytes to %d (%v)", err, len(data), len(after), rerr)
+		}
+		return
+	}
+	checkRoundTrip(t, s, dir)
 }
 
 // FuzzJournalRecords is FuzzJournalDecode past the checksums, which random
@@ -58,42 +70,49 @@ func FuzzJournalRecords(f *testing.F) {
 			journal = binary.LittleEndian.AppendUint32(journal, crc32.Checksum(line, castagnoli))
 			journal = append(journal, line...)
 		}
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, journalName), journal, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		s, err := Open(dir, fuzzOpts)
-		if err != nil {
-			if !strings.Contains(err.Error(), journalName) {
-				t.Fatalf("Open's error does not name the journal: %v", err)
-			}
-			return
-		}
-		checkRoundTrip(t, s, dir)
+		openJournal(t, journal)
 	})
 }
 
 // FuzzOrgJSON opens a directory whose org.json holds arbitrary bytes. Open
 // must not panic; it fails with an error naming org.json, or it gives a
 // store whose Load works and whose state survives being written back.
+// Since arbitrary bytes rarely begin with the right checksum, an input
+// that begins like a JSON object is also tried with its checksum put in
+// front as the store writes it, so that what is fuzzed past the checksum
+// is the decoding.
 func FuzzOrgJSON(f *testing.F) {
 	for _, seed := range orgSeeds(f) {
 		f.Add(seed.data)
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, orgName), data, 0o600); err != nil {
-			t.Fatal(err)
+		openOrg(t, data)
+		if len(data) > 0 && data[0] == '{' {
+			openOrg(t, seal(data, false))
 		}
-		s, err := Open(dir, fuzzOpts)
-		if err != nil {
-			if !strings.Contains(err.Error(), orgName) {
-				t.Fatalf("Open's error does not name org.json: %v", err)
-			}
-			return
-		}
-		checkRoundTrip(t, s, dir)
 	})
+}
+
+// openOrg opens a directory whose org.json is data, and checks what
+// FuzzOrgJSON says.
+func openOrg(t *testing.T, data []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, orgName)
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, fuzzOpts)
+	if err != nil {
+		if !strings.Contains(err.Error(), orgName) {
+			t.Fatalf("Open's error does not name org.json: %v", err)
+		}
+		if after, rerr := os.ReadFile(path); rerr != nil || !bytes.Equal(after, data) {
+			t.Fatalf("Open failed (%v) and changed org.json (%v)", err, rerr)
+		}
+		return
+	}
+	checkRoundTrip(t, s, dir)
 }
 
 // checkRoundTrip loads s, applies a change, closes it (which writes fresh
@@ -157,7 +176,9 @@ func journalSeeds(tb testing.TB) []seed {
 	offs := frames(tb, valid)
 	last := offs[len(offs)-1]
 	badSum := slices.Clone(valid)
-	badSum[offs[2]+5] ^= 1
+	badSum[offs[2]+5] ^= 1 // intact records follow: Open refuses
+	badSumLast := slices.Clone(valid)
+	badSumLast[last+5] ^= 1 // a torn tail: Open cuts it off
 	huge := slices.Clone(valid[:last])
 	huge = binary.LittleEndian.AppendUint32(huge, 1<<31)
 	huge = append(huge, 0, 0, 0, 0, '{')
@@ -169,6 +190,7 @@ func journalSeeds(tb testing.TB) []seed {
 		{"torn-header", valid[:last+3]},
 		{"torn-payload", valid[:len(valid)-7]},
 		{"bad-checksum", badSum},
+		{"bad-checksum-last", badSumLast},
 		{"huge-length", huge},
 		{"bad-json", appendFrame(slices.Clone(valid[:last]), uint64(len(offs)), []byte(`{"roles":[1]}`))},
 		{"sequence-gap", gap},
@@ -221,7 +243,9 @@ func orgSeeds(tb testing.TB) []seed {
 		{"wrong-types", []byte(`{"roles":{"id":1},"agents":"x"}`)},
 		{"bad-time", []byte(`{"agents":[{"id":"a","createdAt":"2026-13-45T99:00:00Z"}]}`)},
 		{"truncated", written[:len(written)/2]},
-		{"future-version", []byte(`{"version":2}`)},
+		{"flipped", flip(written, int64(len(written)/2))},
+		{"future-version", []byte(`{"version":3}`)},
+		{"version-1", []byte(`{"version":1,"journalSeq":0,"roles":[]}`)},
 	}
 }
 

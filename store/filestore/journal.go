@@ -51,7 +51,8 @@ func appendFrame(dst []byte, lsn uint64, body []byte) []byte {
 	return dst
 }
 
-// corruptError is a record Open cannot read: the journal is cut before it.
+// corruptError is a record Open cannot read: the journal is cut before it
+// if it is the torn tail, and Open fails if it is not.
 type corruptError struct {
 	reason string
 }
@@ -102,36 +103,107 @@ func (jr *journalReader) next() (rec recordJSON, off int64, err error) {
 		}
 		return rec, off, err
 	}
-	if got := crc32.Checksum(payload, castagnoli); got != sum {
-		return rec, off, &corruptError{fmt.Sprintf("a bad checksum (%08x, want %08x)", got, sum)}
-	}
-	if err := json.Unmarshal(payload, &rec); err != nil {
-		return rec, off, &corruptError{fmt.Sprintf("a payload that is not a record: %v", err)}
-	}
-	if rec.LSN == 0 || rec.LSN > maxLSN {
-		return rec, off, &corruptError{fmt.Sprintf("a payload without a valid sequence number (%d)", rec.LSN)}
+	if rec, err = decodeRecord(payload, sum); err != nil {
+		return rec, off, err
 	}
 	jr.off += frameHeader + int64(length)
 	return rec, off, nil
 }
 
+// decodeRecord checks a record's payload against its checksum and decodes
+// it, or returns a *corruptError.
+func decodeRecord(payload []byte, sum uint32) (rec recordJSON, err error) {
+	if got := crc32.Checksum(payload, castagnoli); got != sum {
+		return rec, &corruptError{fmt.Sprintf("a bad checksum (%08x, want %08x)", got, sum)}
+	}
+	if err := json.Unmarshal(payload, &rec); err != nil {
+		return rec, &corruptError{fmt.Sprintf("a payload that is not a record: %v", err)}
+	}
+	if rec.LSN == 0 || rec.LSN > maxLSN {
+		return rec, &corruptError{fmt.Sprintf("a payload without a valid sequence number (%d)", rec.LSN)}
+	}
+	return rec, nil
+}
+
+// findIntact looks in f, between offset from and size, for an intact
+// record numbered above after: a whole frame whose checksum matches and
+// whose payload is a record. It returns the first one's offset and number,
+// or ok false if there is none. Every byte offset is tried, not only where
+// the damaged record's length points, since the length may be what was
+// damaged. Payloads are JSON text, whose bytes are all 0x20 or more, so a
+// length read from inside one is at least 512 MiB and is passed over at
+// once in any smaller journal; the scan costs little more than a read of
+// the rest of the file.
+func findIntact(f io.ReaderAt, from, size int64, after uint64) (off int64, lsn uint64, ok bool, err error) {
+	win := make([]byte, min(1<<20, max(size-from, 0))) // a window on the file
+	var scratch []byte
+	for start := from; size-start >= frameHeader; {
+		n := int(min(int64(len(win)), size-start))
+		if _, err := f.ReadAt(win[:n], start); err != nil {
+			return 0, 0, false, err
+		}
+		for i := 0; i+frameHeader <= n; i++ {
+			p := start + int64(i)
+			length := binary.LittleEndian.Uint32(win[i:])
+			if length == 0 || length > maxRecord || int64(length) > size-p-frameHeader {
+				continue
+			}
+			sum := binary.LittleEndian.Uint32(win[i+4:])
+			var payload []byte
+			if end := i + frameHeader + int(length); end <= n {
+				payload = win[i+frameHeader : end]
+			} else {
+				// The frame runs past the window: check its checksum
+				// as it streams by before reading it whole.
+				if scratch == nil {
+					scratch = make([]byte, 64<<10)
+				}
+				h := crc32.New(castagnoli)
+				if _, err := io.CopyBuffer(h, io.NewSectionReader(f, p+frameHeader, int64(length)), scratch); err != nil {
+					return 0, 0, false, err
+				}
+				if h.Sum32() != sum {
+					continue
+				}
+				payload = make([]byte, length)
+				if _, err := f.ReadAt(payload, p+frameHeader); err != nil {
+					return 0, 0, false, err
+				}
+			}
+			if rec, err := decodeRecord(payload, sum); err == nil && rec.LSN > after {
+				return p, rec.LSN, true, nil
+			}
+		}
+		// The next window overlaps this one by a header's length less
+		// one, so that every offset's header is read whole once.
+		start += int64(n - frameHeader + 1)
+	}
+	return 0, 0, false, nil
+}
+
 // replay applies the journal f to mem, skipping for each part of the state
-// the records its snapshot includes: seqs[i] for parts[i]. A torn or
-// corrupt tail is cut off f and logged.
+// the records its snapshot includes: seqs[i] for parts[i]. A torn tail is
+// cut off f and logged; a damaged record that intact ones follow is an
+// error wrapping ErrCorrupt. A failed replay leaves f as it is. Errors name
+// the file, path.
 //
 // It returns the journal's size after any cut, the last sequence number it
 // holds (0 if none), and how many records it holds past the snapshots.
 func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog.Logger) (size int64, last uint64, records int64, err error) {
+	fail := func(err error) (int64, uint64, int64, error) {
+		return 0, 0, 0, fmt.Errorf("filestore: %s: %w", path, err)
+	}
 	fi, err := f.Stat()
 	if err != nil {
-		return 0, 0, 0, err
+		return fail(err)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return 0, 0, 0, err
+		return fail(err)
 	}
 	jr := &journalReader{r: bufio.NewReaderSize(f, 1<<20), size: fi.Size()}
 	base, top := slices.Min(seqs), slices.Max(seqs)
 	ctx := context.Background()
+	var torn *corruptError // the record at jr.off, the torn tail
 	for {
 		rec, off, err := jr.next()
 		if err == io.EOF {
@@ -139,21 +211,30 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog
 		}
 		var ce *corruptError
 		if errors.As(err, &ce) {
-			dropped := fi.Size() - off
-			log.LogAttrs(ctx, slog.LevelWarn, "filestore: dropping the journal's torn or corrupt tail",
-				slog.String("file", path), slog.Int64("offset", off), slog.Int64("droppedBytes", dropped),
-				slog.String("reason", ce.reason), slog.Uint64("lastGoodRecord", last))
-			if err := f.Truncate(off); err != nil {
-				return 0, 0, 0, fmt.Errorf("cutting the journal at offset %d: %w", off, err)
+			// Torn tail or damage? A crash cuts short only the last
+			// write: nothing intact follows a torn record. So if an
+			// intact record follows this one, and one that a snapshot
+			// lacks, it was written after this one was whole, and this
+			// one was damaged since (bit rot, a stray write): cutting
+			// here would drop acknowledged records, so Open refuses.
+			// Records every snapshot includes are not counted: dropping
+			// them loses nothing.
+			at, n, found, err := findIntact(f, off+1, fi.Size(), max(last, base))
+			if err != nil {
+				return fail(fmt.Errorf("looking for intact records after the one at offset %d: %w", off, err))
 			}
-			if err := datasync(f); err != nil {
-				return 0, 0, 0, fmt.Errorf("syncing the journal after cutting it: %w", err)
+			if found {
+				return 0, 0, 0, fmt.Errorf("%w %s: the record at offset %d is damaged (%s), but an intact record, number %d, follows it at offset %d: "+
+					"this is damage to written records, not a write cut short by a crash, and Open does not drop acknowledged records "+
+					"(truncating the file to %d bytes would drop every record from that offset on)",
+					ErrCorrupt, path, off, ce.reason, n, at, off)
 			}
+			torn = ce
 			jr.off = off
 			break
 		}
 		if err != nil {
-			return 0, 0, 0, err
+			return fail(err)
 		}
 		if rec.LSN <= base {
 			// Already in every snapshot: the journal was not restarted
@@ -162,7 +243,7 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog
 			continue
 		}
 		if want := max(last, base) + 1; rec.LSN != want {
-			return 0, 0, 0, fmt.Errorf("the record at offset %d is number %d where number %d should follow (%s): records are missing (is a snapshot missing or older than the journal?)", off, rec.LSN, want, describeSeqs(seqs))
+			return 0, 0, 0, fmt.Errorf("%w %s: the record at offset %d is number %d where number %d should follow (%s): records are missing (is a snapshot missing or older than the journal?)", ErrCorrupt, path, off, rec.LSN, want, describeSeqs(seqs))
 		}
 		var c store.Change
 		for i, p := range parts {
@@ -172,7 +253,7 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog
 		}
 		if !c.Empty() {
 			if err := applyLoaded(mem, &c); err != nil {
-				return 0, 0, 0, fmt.Errorf("record %d at offset %d: %w", rec.LSN, off, err)
+				return fail(fmt.Errorf("record %d at offset %d: %w", rec.LSN, off, err))
 			}
 		}
 		last = rec.LSN
@@ -182,7 +263,19 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog
 	// before it writes them, so the journal holds every record an older
 	// snapshot lacks; if it does not, something else removed them.
 	if base < top && last < top {
-		return 0, 0, 0, fmt.Errorf("the journal ends at record %d, but %s: records are missing (is a snapshot missing or older than the journal?)", last, describeSeqs(seqs))
+		return 0, 0, 0, fmt.Errorf("%w %s: the journal ends at record %d, but %s: records are missing (is a snapshot missing or older than the journal?)", ErrCorrupt, path, last, describeSeqs(seqs))
+	}
+	// Only now that Open will not fail is the torn tail cut off.
+	if torn != nil {
+		log.LogAttrs(ctx, slog.LevelWarn, "filestore: dropping the journal's torn or corrupt tail",
+			slog.String("file", path), slog.Int64("offset", jr.off), slog.Int64("droppedBytes", fi.Size()-jr.off),
+			slog.String("reason", torn.reason), slog.Uint64("lastGoodRecord", last))
+		if err := f.Truncate(jr.off); err != nil {
+			return fail(fmt.Errorf("cutting the journal at offset %d: %w", jr.off, err))
+		}
+		if err := datasync(f); err != nil {
+			return fail(fmt.Errorf("syncing the journal after cutting it: %w", err))
+		}
 	}
 	return jr.off, last, records, nil
 }
