@@ -1,0 +1,321 @@
+package agentsociety_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	as "agentsociety"
+	"agentsociety/store"
+	"agentsociety/store/filestore"
+)
+
+// userKillDirEnv names the file store directory of the process that
+// TestUserMessage_SurvivesKillBeforeTheHostHasIt kills.
+const userKillDirEnv = "AGENTSOCIETY_USERKILL_DIR"
+
+// killOnRecord is a log handler that kills its process with SIGKILL when a
+// record with message msg is logged.
+type killOnRecord struct{ msg string }
+
+func (h killOnRecord) Enabled(context.Context, slog.Level) bool { return true }
+func (h killOnRecord) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h killOnRecord) WithGroup(string) slog.Handler            { return h }
+func (h killOnRecord) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == h.msg {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way
+	}
+	return nil
+}
+
+// answerUser is a root that answers each requirement to user.
+var answerUser = as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+	_, err := self.SendText(ctx, as.UserID, "the final answer to "+m.Text())
+	return err
+})
+
+// A report to user on a durable store is pending until the host has it: a
+// process killed (SIGKILL) after the message reached the user endpoint and
+// before any host claimed it delivers it on reopening, once.
+func TestUserMessage_SurvivesKillBeforeTheHostHasIt(t *testing.T) {
+	if dir := os.Getenv(userKillDirEnv); dir != "" {
+		userKillChild(t, dir)
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	dir := t.TempDir()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestUserMessage_SurvivesKillBeforeTheHostHasIt$", "-test.count=1")
+	cmd.Env = append(os.Environ(), userKillDirEnv+"="+dir)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the child was not killed as planned: %v\n%s", err, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
+	defer cancel()
+	open := func() (*as.Society, *filestore.Store) {
+		st, err := filestore.Open(dir, filestore.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := as.New(ctx, as.Config{Store: st, Logger: quiet, Root: answerUser})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, st
+	}
+	shut := func(s *as.Society, st *filestore.Store) {
+		if err := s.Close(ctx); err != nil {
+			t.Error(err)
+		}
+		if err := st.Close(); err != nil {
+			t.Error(err)
+		}
+	}
+	// The report is pending. The requirement may be too, if the kill came
+	// before root's turn was recorded as ended: then root answers again.
+	reports := 0
+	if st, err := filestore.Open(dir, filestore.Options{Logger: quiet}); err != nil {
+		t.Fatal(err)
+	} else {
+		loaded, err := st.Load(ctx)
+		st.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range loaded.Pending {
+			switch m.To {
+			case as.UserID:
+				reports++
+			case as.RootID:
+				reports++ // it makes another report
+			}
+		}
+		if reports == 0 || slices.IndexFunc(loaded.Pending, func(m store.Message) bool { return m.To == as.UserID }) < 0 {
+			t.Fatalf("the report to user is not pending after the kill: %+v", loaded.Pending)
+		}
+	}
+	s, st := open()
+	for range reports {
+		m, err := s.WaitForUserMessage(ctx, nil)
+		if err != nil {
+			t.Fatalf("the report to user was not delivered after the kill: %v", err)
+		}
+		if m.From != as.RootID || m.Text() != "the final answer to the requirement" {
+			t.Fatalf("delivered %+v (%s), want root's final answer", m, m.Payload)
+		}
+	}
+	shut(s, st)
+
+	// The host had it: reopened again, nothing is pending.
+	st2, err := filestore.Open(dir, filestore.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	loaded, err := st2.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(loaded.Pending) != 0 {
+		t.Fatalf("%d messages pending after the host claimed the report: %+v", len(loaded.Pending), loaded.Pending)
+	}
+}
+
+// userKillChild runs a society on dir whose process is killed when the
+// report to user reaches the user endpoint.
+func userKillChild(t *testing.T, dir string) {
+	ctx := context.Background()
+	st, err := filestore.Open(dir, filestore.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := as.New(ctx, as.Config{Store: st, Logger: slog.New(killOnRecord{"message to user"}), Root: answerUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SubmitRequirement(ctx, "the requirement"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Minute) // the kill comes long before
+	t.Fatal("the report never reached the user endpoint")
+}
+
+// Each way the host can have a message to user ends it in the store; until
+// then it is pending.
+func TestUserMessage_PendingUntilTheHostHasIt(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
+	defer cancel()
+	pending := func(mem store.Store) int {
+		st, err := mem.Load(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(st.Pending)
+	}
+	t.Run("waiter", func(t *testing.T) {
+		mem := durable{store.NewMemory()}
+		s := newSociety(t, as.Config{Store: mem, Root: answerUser})
+		if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, func() bool { return pending(mem) == 1 }, "the report pending, and nothing else")
+		if _, err := s.WaitForUserMessage(ctx, nil); err != nil {
+			t.Fatal(err)
+		}
+		if n := pending(mem); n != 0 {
+			t.Fatalf("%d pending after the host claimed the report", n)
+		}
+	})
+	t.Run("callback", func(t *testing.T) {
+		mem := durable{store.NewMemory()}
+		s := newSociety(t, as.Config{Store: mem, Root: answerUser})
+		got := make(chan as.Message, 1)
+		s.OnUserMessage(func(m as.Message) { got <- m })
+		if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
+			t.Fatal(err)
+		}
+		<-got
+		waitUntil(t, func() bool { return pending(mem) == 0 }, "nothing pending once the callback ran")
+	})
+	t.Run("console", func(t *testing.T) {
+		mem := durable{store.NewMemory()}
+		var console consoleBuffer
+		s := newSociety(t, as.Config{Store: mem, Root: answerUser, UserConsole: &console})
+		if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, func() bool { return strings.Contains(console.String(), "the final answer") && pending(mem) == 0 },
+			"the report on the console and nothing pending")
+	})
+}
+
+// errorCounter is a log handler that counts the Error-level records with
+// message msg.
+type errorCounter struct {
+	msg string
+	n   atomic.Int64
+}
+
+func (h *errorCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h *errorCounter) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *errorCounter) WithGroup(string) slog.Handler            { return h }
+func (h *errorCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level == slog.LevelError && r.Message == h.msg {
+		h.n.Add(1)
+	}
+	return nil
+}
+
+// consoleBuffer is a console safe to read while the society writes it.
+type consoleBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (c *consoleBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.Write(p)
+}
+
+func (c *consoleBuffer) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.b.String()
+}
+
+// durable is a store.Memory that does not say it is volatile.
+type durable struct{ store.Store }
+
+// waitUntil polls cond until it holds, with a minute as a hang guard.
+func waitUntil(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited a minute for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// When the user inbox overflows, the host is told how many messages were
+// dropped: a counter, and an Error-level record for each.
+func TestUserMessage_OverflowIsCountedAndLogged(t *testing.T) {
+	ctx := context.Background()
+	rec := &errorCounter{msg: "user inbox full: dropped the oldest unclaimed message"}
+	s := newSociety(t, as.Config{Logger: slog.New(rec), UserInbox: 2})
+	lead, _ := hostLead(t, s, "t", "worker")
+	for i := range 5 {
+		if _, err := lead.SendText(ctx, as.UserID, "report "+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitUntil(t, func() bool { return s.DroppedUserMessages() == 3 }, "three messages dropped")
+	if n := rec.n.Load(); n != 3 {
+		t.Fatalf("%d Error-level records of dropped messages, want 3", n)
+	}
+	for _, want := range []string{"report 3", "report 4"} {
+		m, err := s.WaitForUserMessage(ctx, nil)
+		if err != nil || m.Text() != want {
+			t.Fatalf("WaitForUserMessage = %q, %v; want %q", m.Text(), err, want)
+		}
+	}
+}
+
+// On a volatile store the reports the host never had are queued again at
+// Close, and a society reopened on the store in the same process delivers
+// them.
+func TestUserMessage_UnclaimedOutliveCloseOnAVolatileStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
+	defer cancel()
+	mem := store.NewMemory()
+	s, err := as.New(ctx, as.Config{Store: mem, Logger: quiet, Root: answerUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	// The filter of a WaitForUserMessage that gives up at once sees the
+	// inbox without claiming anything.
+	inInbox := func() bool {
+		found := false
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		s.WaitForUserMessage(done, func(m as.Message) bool { found = found || m.From == as.RootID; return false })
+		return found
+	}
+	waitUntil(t, inInbox, "the report in the user inbox")
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err = as.New(ctx, as.Config{Store: mem, Logger: quiet, Root: answerUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	m, err := s.WaitForUserMessage(ctx, nil)
+	if err != nil || m.Text() != "the final answer to x" {
+		t.Fatalf("after reopening: %q, %v; want the report", m.Text(), err)
+	}
+}
