@@ -225,3 +225,60 @@ func TestChange_LogHandlerThatBlocksDelaysOnlyItsCaller(t *testing.T) {
 	default:
 	}
 }
+
+// slowStore is an in-memory store, not volatile, whose Apply takes a
+// varying time, so that changes recorded at once finish in any order.
+type slowStore struct {
+	store.Store
+	n atomic.Int64
+}
+
+func (s *slowStore) Apply(ctx context.Context, c store.Change) error {
+	time.Sleep(time.Duration(s.n.Add(7919)%200) * time.Microsecond)
+	return s.Store.Apply(ctx, c)
+}
+
+// Message.Seq agrees with the order in which a receiver handles its
+// messages, however the store's writes interleave, so that redelivery after
+// a crash replays them in the order they were first delivered.
+func TestChange_ReceiverHandlesMessagesInSeqOrder(t *testing.T) {
+	ctx := context.Background()
+	const senders, each = 8, 40
+	s := newSociety(t, as.Config{Store: &slowStore{Store: store.NewMemory()}})
+	lead, roleID := hostLead(t, s, "t", "worker")
+	var (
+		last    uint64
+		handled atomic.Int64
+		bad     atomic.Value
+		done    = make(chan struct{})
+	)
+	sink := spawnWith(t, s, lead, roleID, as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
+		if m.Seq <= last {
+			bad.CompareAndSwap(nil, m.ID)
+		}
+		last = m.Seq
+		if handled.Add(1) == senders*each {
+			close(done)
+		}
+		return nil
+	}))
+	var wg sync.WaitGroup
+	for range senders {
+		x := spawnWith(t, s, lead, roleID, nil)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if _, err := x.SendText(ctx, sink.ID(), "m"); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	hangGuard(t, done, "every message handled")
+	if id := bad.Load(); id != nil {
+		t.Fatalf("message %s was handled after a message with a higher Seq", id)
+	}
+}

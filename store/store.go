@@ -79,6 +79,11 @@ type Volatile interface {
 }
 
 // State is a snapshot of a store, as returned by [Store.Load].
+//
+// Roles, Agents and Requests are each in the order their ids were first
+// applied: a record that replaces an earlier one with the same id keeps the
+// earlier one's place. (The society does not depend on it: it orders agents
+// parents first itself.) store/storetest checks every order given here.
 type State struct {
 	Roles     []Role
 	Agents    []Agent
