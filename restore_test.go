@@ -3,11 +3,15 @@ package agentsociety_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	as "agentsociety"
 	"agentsociety/store"
+	"agentsociety/store/filestore"
 )
 
 // restoreBrief is validBrief as the store records it.
@@ -128,5 +132,77 @@ func TestRestore_RequestToATerminatingAgentIsSettled(t *testing.T) {
 	st, _ := mem.Load(ctx)
 	if len(st.Requests) != 1 || st.Requests[0].Status != string(as.StatusError) {
 		t.Fatalf("the store's requests: %+v, want req-1 settled with an error", st.Requests)
+	}
+}
+
+// reopeningMachine is the organisation's state machine on a file store,
+// with one more action: close the society and its store and open both
+// again, after which the organisation must still agree with the model.
+type reopeningMachine struct {
+	*orgMachine
+	dir string
+	st  *filestore.Store
+	cfg as.Config
+}
+
+func (r *reopeningMachine) open(t *rapid.T) {
+	st, err := filestore.Open(r.dir, filestore.Options{Logger: quiet, Sync: filestore.SyncBatched, CompactAfter: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := r.cfg
+	cfg.Store = st
+	s, err := as.New(r.ctx, cfg)
+	if err != nil {
+		st.Close()
+		t.Fatalf("reopening: %v", err)
+	}
+	r.st, r.s = st, s
+}
+
+func (r *reopeningMachine) shut(t *rapid.T) {
+	if err := r.s.Close(r.ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := r.st.Close(); err != nil {
+		t.Fatalf("closing the store: %v", err)
+	}
+}
+
+func (r *reopeningMachine) reopen(t *rapid.T) {
+	r.shut(t)
+	r.open(t)
+}
+
+// reopenRounds is how many times rapid runs its default number of checks
+// (100) of the reopening state machine: 1,000 random sequences in all.
+const reopenRounds = 10
+
+func TestStateMachine_OrganisationReopened(t *testing.T) {
+	for range reopenRounds {
+		rapid.Check(t, func(t *rapid.T) {
+			policy := rapid.SampledFrom([]as.ContactPolicy{as.ContactOpen, as.ContactStrict}).Draw(t, "policy")
+			maxAgents := rapid.IntRange(2, 12).Draw(t, "maxAgents")
+			maxDepth := rapid.IntRange(1, 4).Draw(t, "maxDepth")
+			dir, err := os.MkdirTemp("", "agentsociety-reopen-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			r := &reopeningMachine{
+				orgMachine: &orgMachine{ctx: context.Background(), model: newOrgModel(policy, maxAgents, maxDepth), tasks: []string{"task-a", "task-b", "task-c"}},
+				dir:        dir,
+				cfg:        as.Config{Logger: quiet, Root: noop, DefaultBehavior: noop, ContactPolicy: policy, MaxAgents: maxAgents, MaxDepth: maxDepth},
+			}
+			r.open(t)
+			defer r.shut(t)
+			t.Repeat(map[string]func(*rapid.T){
+				"":            r.check,
+				"create_role": r.createRole,
+				"spawn":       r.spawn,
+				"send":        r.send,
+				"reopen":      r.reopen,
+			})
+		})
 	}
 }
