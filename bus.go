@@ -60,11 +60,11 @@ func (s *Society) send(ctx context.Context, x *Actor, out Outgoing) (Message, er
 // receives the request's outcome instead of the sender's mailbox.
 func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter chan Message) (Message, error) {
 	from := x.a
-	m, f, err := compose(from, x.taskID, out)
+	p := new(pendingSend)
+	f, err := compose(&p.msg, from, x.taskID, out)
 	if err != nil {
 		return Message{}, s.refuse("send_message", from.info.ID, err)
 	}
-	p := &pendingSend{msg: m}
 	if err := s.apply(ctx, func() (*change, *Error) {
 		if err := s.prepare(p, from, f); err != nil {
 			return nil, err
@@ -80,9 +80,9 @@ func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter c
 	return p.msg, nil
 }
 
-// compose builds the message an agent's Outgoing describes and checks its
-// payload against its type.
-func compose(from *agent, taskID string, out Outgoing) (Message, fields, *Error) {
+// compose builds in m the message an agent's Outgoing describes and checks
+// its payload against its type.
+func compose(m *Message, from *agent, taskID string, out Outgoing) (fields, *Error) {
 	if out.Type == "" {
 		out.Type = General
 	}
@@ -93,13 +93,14 @@ func compose(from *agent, taskID string, out Outgoing) (Message, fields, *Error)
 	if err != nil {
 		e := err.(*Error)
 		e.MessageType = out.Type
-		return Message{}, nil, e
+		return nil, e
 	}
 	f, err := checkPayload(out.Type, payload)
 	if err != nil {
-		return Message{}, nil, err.(*Error)
+		return nil, err.(*Error)
 	}
-	return Message{From: from.info.ID, To: out.To, TaskID: out.TaskID, Type: out.Type, Payload: payload, SentAt: time.Now()}, f, nil
+	*m = Message{From: from.info.ID, To: out.To, TaskID: out.TaskID, Type: out.Type, Payload: payload, SentAt: time.Now()}
+	return f, nil
 }
 
 // accepting numbers p's message and returns the change accepting it makes:

@@ -65,27 +65,39 @@ func (s *Society) deliver(a *agent, m Message) {
 	s.mu.RUnlock()
 	var err error
 	if status == StatusTerminated {
-		s.log.LogAttrs(ctx, slog.LevelInfo, "message dropped: the agent was terminated", slog.String("msg", m.ID), slog.String("agent", a.info.ID))
+		s.dropped(ctx, a, m.ID, "message dropped: the agent was terminated")
 	} else {
 		err = s.handle(ctx, a, m)
 	}
-	var done store.Change
-	if !s.volatile && a != s.user.self {
-		done.Finished = []string{m.ID}
-	}
-	if h, ok := a.mind.record(a.info.ID); ok {
-		done.Histories = []store.History{h}
-	}
-	if ferr := s.record(ctx, done); ferr != nil {
-		s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
-			slog.String("msg", m.ID), slog.String("agent", a.info.ID), slog.String("err", ferr.Error()))
-	}
+	s.handled(ctx, a, m.ID)
 	if err != nil {
 		s.reportFailure(a, m, err)
 	}
 	if m.ID == handoff {
 		s.finishTermination(ctx, a)
 	}
+}
+
+// handled records that the handling of message id by a ended, with the
+// history of a model-driven agent's turn. Nothing is recorded for a
+// code-driven agent on a volatile store.
+func (s *Society) handled(ctx context.Context, a *agent, id string) {
+	var done store.Change
+	if !s.volatile && a != s.user.self {
+		done.Finished = []string{id}
+	}
+	if h, ok := a.mind.record(a.info.ID); ok {
+		done.Histories = []store.History{h}
+	}
+	if err := s.record(ctx, done); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
+			slog.String("msg", id), slog.String("agent", a.info.ID), slog.String("err", err.Error()))
+	}
+}
+
+// dropped logs that message id to a was not handled, and why.
+func (s *Society) dropped(ctx context.Context, a *agent, id, why string) {
+	s.log.LogAttrs(ctx, slog.LevelInfo, why, slog.String("msg", id), slog.String("agent", a.info.ID))
 }
 
 // handle runs a's behaviour on m, turning a panic into an error.
@@ -98,8 +110,7 @@ func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
 		b = modelBehavior{s}
 	}
 	if b == nil {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "message dropped: the agent has no behaviour",
-			slog.String("msg", m.ID), slog.String("agent", a.info.ID))
+		s.dropped(ctx, a, m.ID, "message dropped: the agent has no behaviour")
 		return nil
 	}
 	defer func() {
