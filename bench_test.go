@@ -184,11 +184,6 @@ const (
 // Run with -memprofilerate=1 for exact numbers.
 var spawnHeapProfile = flag.String("spawnheapprofile", "", "write a heap profile of spawnScale idle agents to this file")
 
-// smallBrief is the brief idle agents are spawned with.
-func smallBrief() *as.TaskBrief {
-	return &as.TaskBrief{Objective: "idle", Constraints: []string{}, Inputs: "none", Outputs: "none", CompletionCriteria: "none"}
-}
-
 // spawnSociety starts a society for spawnScale idle agents and returns it
 // with spawnParents parents and the role each may spawn on.
 func spawnSociety(b *testing.B) (*as.Society, []*as.Actor, []string) {
@@ -202,14 +197,6 @@ func spawnSociety(b *testing.B) (*as.Society, []*as.Actor, []string) {
 		parents[i], roles[i] = hostLead(b, s, "idle-"+strconv.Itoa(i), "idle")
 	}
 	return s, parents, roles
-}
-
-func closeSociety(b *testing.B, s *as.Society) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := s.Close(ctx); err != nil {
-		b.Fatal(err)
-	}
 }
 
 // BenchmarkSpawnIdle measures spawning idle agents: "spawn" is the time per

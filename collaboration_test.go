@@ -5,7 +5,6 @@ import (
 	"errors"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,38 +13,6 @@ import (
 	as "agentsociety"
 	"agentsociety/llm"
 )
-
-// inbox records what code-driven agents receive, by agent.
-type inbox struct {
-	mu  sync.Mutex
-	got map[string][]as.Message
-	ch  chan as.Message
-}
-
-func newInbox() *inbox {
-	return &inbox{got: map[string][]as.Message{}, ch: make(chan as.Message, 1024)}
-}
-
-func (in *inbox) behavior() as.Behavior {
-	return as.BehaviorFunc(func(_ context.Context, self *as.Actor, m as.Message) error {
-		in.mu.Lock()
-		in.got[self.ID()] = append(in.got[self.ID()], m)
-		in.mu.Unlock()
-		in.ch <- m
-		return nil
-	})
-}
-
-func (in *inbox) next(t rapid.TB) as.Message {
-	t.Helper()
-	select {
-	case m := <-in.ch:
-		return m
-	case <-time.After(5 * time.Second):
-		t.Fatal("no message delivered")
-		return as.Message{}
-	}
-}
 
 // twoAgents returns a society with a requester and a responder, both
 // code-driven and recording into in.

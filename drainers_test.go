@@ -17,20 +17,6 @@ import (
 	"agentsociety/store"
 )
 
-// spawnWith spawns a child of lead on roleID driven by b.
-func spawnWith(t *testing.T, s *as.Society, lead *as.Actor, roleID string, b as.Behavior) *as.Actor {
-	t.Helper()
-	a, _, err := lead.SpawnAgent(context.Background(), as.SpawnSpec{RoleID: roleID, Brief: validBrief(), Behavior: b})
-	if err != nil {
-		t.Fatal(err)
-	}
-	x, err := s.Actor(a.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return x
-}
-
 // A handler's turn holds an idle agent it sends to, for its own drainer to
 // take up when it returns. A handler that sends and then waits, by means the
 // society cannot see, for the receiver to act must still see it act.

@@ -129,44 +129,6 @@ func ExampleNew_fileStore() {
 	// calc.html by agent-1: <html>1 + 1 = 2</html>
 }
 
-// durRecv returns the next value from ch, failing the test after limit.
-func durRecv[T any](t *testing.T, ch <-chan T, limit time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(limit):
-		t.Fatalf("timed out after %v waiting for %s", limit, what)
-	}
-	panic("unreachable")
-}
-
-// durOpen opens a society on a file store in dir; the test closes both.
-func durOpen(t *testing.T, dir string, cfg as.Config) (*as.Society, *filestore.Store) {
-	t.Helper()
-	st, err := filestore.Open(dir, filestore.Options{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store, cfg.Logger = st, quiet
-	s, err := as.New(context.Background(), cfg)
-	if err != nil {
-		st.Close()
-		t.Fatal(err)
-	}
-	return s, st
-}
-
-func durShut(t *testing.T, s *as.Society, st *filestore.Store) {
-	t.Helper()
-	if err := s.Close(context.Background()); err != nil {
-		t.Error(err)
-	}
-	if err := st.Close(); err != nil {
-		t.Error(err)
-	}
-}
-
 // TestReopen_PendingRequestTimesOutAfterRestart: a collaboration request
 // with a 200 ms timeout is pending when the society closes; reopened 300 ms
 // later, when its deadline has passed, the society settles it at once: the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -172,57 +171,6 @@ func (x *fsSociety) close(tb testing.TB) {
 	if err := os.RemoveAll(x.dir); err != nil {
 		tb.Fatal(err)
 	}
-}
-
-func closeFS(tb testing.TB, s *as.Society, st *filestore.Store) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := s.Close(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		tb.Fatal(err)
-	}
-}
-
-// copyDir copies the regular files and directories under src into dst.
-func copyDir(tb testing.TB, src, dst string) {
-	tb.Helper()
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		to := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(to, 0o700)
-		}
-		return copyFile(path, to)
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 func dirSize(tb testing.TB, dir string) int64 {

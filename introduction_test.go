@@ -113,13 +113,3 @@ func TestIntroductionThroughAChainOfTwoIntroducers(t *testing.T) {
 		})
 	}
 }
-
-func contactOf(s *as.Society, owner, id string) (as.Contact, bool) {
-	list, _ := s.Contacts(owner)
-	for _, c := range list {
-		if c.ID == id {
-			return c, true
-		}
-	}
-	return as.Contact{}, false
-}

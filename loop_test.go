@@ -12,22 +12,6 @@ import (
 	"agentsociety/llm"
 )
 
-// call is a model reply that makes one tool call.
-func call(id, name, args string) *llm.Response {
-	return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: id, Name: name, Arguments: json.RawMessage(args)}}}}
-}
-
-func say(text string) *llm.Response {
-	return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Content: text}}
-}
-
-func lastToolResult(req *llm.Request) string {
-	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == llm.RoleTool {
-		return req.Messages[n-1].Content
-	}
-	return ""
-}
-
 func TestToolLoopRootSpawnsLeadWhoAnswersUser(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex

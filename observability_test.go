@@ -3,47 +3,11 @@ package agentsociety_test
 import (
 	"context"
 	"log/slog"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
 	as "agentsociety"
 )
-
-// recorder is a slog.Handler that keeps every record's message and attributes.
-type recorder struct {
-	mu   sync.Mutex
-	recs []map[string]string
-}
-
-func (r *recorder) Enabled(context.Context, slog.Level) bool { return true }
-func (r *recorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
-func (r *recorder) WithGroup(string) slog.Handler            { return r }
-func (r *recorder) Handle(_ context.Context, rec slog.Record) error {
-	m := map[string]string{"_message": rec.Message}
-	rec.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
-	r.mu.Lock()
-	r.recs = append(r.recs, m)
-	r.mu.Unlock()
-	return nil
-}
-
-func (r *recorder) find(msg string, attrs map[string]string) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return slices.ContainsFunc(r.recs, func(m map[string]string) bool {
-		if m["_message"] != msg {
-			return false
-		}
-		for k, v := range attrs {
-			if m[k] != v {
-				return false
-			}
-		}
-		return true
-	})
-}
 
 func TestLogRecordsCarryTheIDsInvolved(t *testing.T) {
 	ctx := context.Background()

@@ -13,27 +13,6 @@ import (
 	"agentsociety/store"
 )
 
-// chain spawns root -> a -> b, all driven by b's behaviour for b and none
-// for a, and returns actors for a and b.
-func chain(t *testing.T, s *as.Society, bb as.Behavior) (*as.Actor, *as.Actor) {
-	t.Helper()
-	ctx := context.Background()
-	root, _ := s.Actor(as.RootID)
-	ra, _, _ := root.WithTask("t").CreateRole(ctx, as.RoleSpec{Name: "a"})
-	a, _, err := root.WithTask("t").SpawnAgent(ctx, as.SpawnSpec{RoleID: ra.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	aa, _ := s.Actor(a.ID)
-	rb, _, _ := aa.CreateRole(ctx, as.RoleSpec{Name: "b"})
-	b, _, err := aa.SpawnAgent(ctx, as.SpawnSpec{RoleID: rb.ID, Brief: validBrief(), Behavior: bb})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ba, _ := s.Actor(b.ID)
-	return aa, ba
-}
-
 // TestNestedTerminationEndsEachAgentOnce: b is being terminated when its
 // parent a is terminated too and ends first, taking b with it; b's own
 // handoff, delivered later, must not end it a second time.

@@ -3,46 +3,11 @@ package agentsociety_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"testing"
 	"time"
 
 	as "agentsociety"
 )
-
-// quiet is a logger for tests: records are checked where they matter, not
-// printed.
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-func newSociety(t testing.TB, cfg as.Config) *as.Society {
-	t.Helper()
-	if cfg.Logger == nil {
-		cfg.Logger = quiet
-	}
-	s, err := as.New(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := s.Close(ctx); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return s
-}
-
-func validBrief() *as.TaskBrief {
-	return &as.TaskBrief{
-		Objective:          "build a calculator",
-		Constraints:        []string{"HTML + JavaScript", "static page"},
-		Inputs:             "numbers and operators typed by the user",
-		Outputs:            "the result on the page",
-		CompletionCriteria: "the four operations work",
-	}
-}
 
 func TestSubmitRequirementRoundTrip(t *testing.T) {
 	ctx := context.Background()

@@ -105,8 +105,6 @@ type orgMachine struct {
 	tasks []string
 }
 
-var noop = as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })
-
 func (sm *orgMachine) actor(t *rapid.T, id, task string) *as.Actor {
 	a, err := sm.s.Actor(id)
 	if err != nil {

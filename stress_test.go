@@ -16,36 +16,6 @@ import (
 	as "agentsociety"
 )
 
-// hostLead has the host, acting as root on task, create a "lead" role and
-// spawn one lead agent on it (root keeps one child per task), then create a
-// role owned by that lead. It returns a handle acting as the lead and the id
-// of the lead's role, on which the lead may spawn as many agents as needed.
-func hostLead(tb testing.TB, s *as.Society, task, childRole string) (lead *as.Actor, roleID string) {
-	tb.Helper()
-	ctx := context.Background()
-	root, err := s.Actor(as.RootID)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	root = root.WithTask(task)
-	leadRole, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: "lead the task"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	a, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: leadRole.ID, Brief: validBrief()})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if lead, err = s.Actor(a.ID); err != nil {
-		tb.Fatal(err)
-	}
-	role, _, err := lead.CreateRole(ctx, as.RoleSpec{Name: childRole, Prompt: "do the work"})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return lead, role.ID
-}
-
 // The shape of the stress test: stressAgents agents each send stressPerPair
 // messages to each of stressFanout others, while stressNew agents are
 // spawned during the exchange and each receives stressNewPerPair messages

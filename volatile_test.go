@@ -69,16 +69,6 @@ func TestVolatileStore_MessagesAreRecordedOnlyInDurableStores(t *testing.T) {
 	}
 }
 
-// waitFor polls cond for up to 10 seconds.
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the condition never held")
-		}
-	}
-}
-
 // A society on a volatile store records at Close the messages still queued,
 // and a society opened again on the store delivers them, in order, once:
 // those it handles are not pending at its own Close, those still queued
