@@ -1,7 +1,6 @@
 package agentsociety_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -488,83 +487,6 @@ func TestRefusals(t *testing.T) {
 	}
 }
 
-func TestRefusals_RootReusesItsChildPerTask(t *testing.T) {
-	ctx := context.Background()
-	f := rfSetup(t, as.Config{})
-	aInfo := f.a.Agent()
-	before := rfSnapshot(t, f.s)
-
-	// A second spawn by root on task t1 returns a, and creates nothing.
-	child, reused, err := f.root.WithTask("t1").SpawnAgent(ctx, as.SpawnSpec{RoleID: f.lead.ID, Brief: validBrief()})
-	if err != nil || !reused {
-		t.Fatalf("second spawn on t1: reused=%v err=%v, want reused", reused, err)
-	}
-	if diff := cmp.Diff(aInfo, child); diff != "" {
-		t.Fatalf("reused child (-a +got):\n%s", diff)
-	}
-	rfSameState(t, before, f.s)
-	f.assertQuiet(t)
-
-	// A different task gets a new child.
-	before = rfSnapshot(t, f.s)
-	c3, reused, err := f.root.WithTask("t3").SpawnAgent(ctx, as.SpawnSpec{RoleID: f.lead.ID, Brief: validBrief()})
-	if err != nil || reused {
-		t.Fatalf("spawn on t3: reused=%v err=%v", reused, err)
-	}
-	if c3.ID == aInfo.ID || c3.ID == f.b.ID() || c3.ParentID != as.RootID || c3.TaskID != "t3" {
-		t.Fatalf("spawn on t3 returned %+v", c3)
-	}
-	if got := f.s.Agents(); len(got) != len(before.Agents)+1 || got[len(got)-1].ID != c3.ID {
-		t.Fatalf("agents after the spawn on t3: %+v", got)
-	}
-	// ... and it is reused in its turn.
-	again, reused, err := f.root.WithTask("t3").SpawnAgent(ctx, as.SpawnSpec{RoleID: f.lead.ID, Brief: validBrief()})
-	if err != nil || !reused || again.ID != c3.ID {
-		t.Fatalf("second spawn on t3: %s reused=%v err=%v, want %s reused", again.ID, reused, err, c3.ID)
-	}
-}
-
-func TestRefusals_RoleReuse(t *testing.T) {
-	ctx := context.Background()
-	f := rfSetup(t, as.Config{})
-	before := rfSnapshot(t, f.s)
-
-	// Same creator, same name: the existing role, unchanged.
-	r, reused, err := f.root.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: "another prompt", InterfaceSpec: &as.InterfaceSpec{Services: "other"}})
-	if err != nil || !reused {
-		t.Fatalf("re-creating lead: reused=%v err=%v, want reused", reused, err)
-	}
-	if diff := cmp.Diff(f.lead, r); diff != "" {
-		t.Fatalf("reused role (-original +got):\n%s", diff)
-	}
-	rfSameState(t, before, f.s)
-
-	// Another creator, same name: a new role of its own.
-	mine, reused, err := f.a.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: "a's lead"})
-	if err != nil || reused {
-		t.Fatalf("a creating lead: reused=%v err=%v, want a new role", reused, err)
-	}
-	if mine.ID == f.lead.ID || mine.CreatedBy != f.a.ID() || mine.Name != "lead" {
-		t.Fatalf("a's lead = %+v", mine)
-	}
-	want := []as.Role{f.lead, mine}
-	if diff := cmp.Diff(want, f.s.FindRoleByName("lead")); diff != "" {
-		t.Fatalf("FindRoleByName(lead) (-want +got):\n%s", diff)
-	}
-	if diff := cmp.Diff(want, f.g.FindRoleByName("lead")); diff != "" {
-		t.Fatalf("Actor.FindRoleByName(lead) (-want +got):\n%s", diff)
-	}
-	if got := f.s.FindRoleByName("nobody"); got != nil {
-		t.Fatalf("FindRoleByName(nobody) = %+v, want nil", got)
-	}
-	// Each creator spawns on its own role only.
-	if _, _, err := f.a.SpawnAgent(ctx, as.SpawnSpec{RoleID: mine.ID, Brief: validBrief()}); err != nil {
-		t.Fatalf("a spawning on its own lead: %v", err)
-	}
-	_, _, err = f.a.SpawnAgent(ctx, as.SpawnSpec{RoleID: f.lead.ID, Brief: validBrief()})
-	ptWantCode(t, err, as.ErrNotRoleOwner)
-}
-
 func TestRefusals_IntroductionAddsTheRealTarget(t *testing.T) {
 	ctx := context.Background()
 	f := rfSetup(t, as.Config{ContactPolicy: as.ContactStrict})
@@ -718,60 +640,6 @@ func TestRefusals_CollaborationRequestLifecycle(t *testing.T) {
 	_, err = f.a.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: first, SubtaskDescription: "y"}})
 	ptWantCode(t, err, as.ErrDuplicateRequest)
 	f.assertQuiet(t)
-}
-
-func TestRefusals_ArtifactRoundTrip(t *testing.T) {
-	ctx := context.Background()
-	const limit = 64
-	f := rfSetup(t, as.Config{MaxArtifactBytes: limit})
-	data := []byte("<!doctype html><title>计算器</title>")
-	orig := bytes.Clone(data)
-	art, err := f.a.PutArtifact(ctx, as.ArtifactSpec{Name: "calculator.html", MediaType: "text/html", Data: data})
-	if err != nil {
-		t.Fatal(err)
-	}
-	data[0] = 'X' // the society keeps its own copy
-	if art.ID == "" || art.Ref() != "artifact:"+art.ID || art.Size != int64(len(orig)) || art.CreatedBy != f.a.ID() ||
-		art.Name != "calculator.html" || art.MediaType != "text/html" || art.CreatedAt.IsZero() {
-		t.Fatalf("artifact metadata %+v", art)
-	}
-	if id, err := as.ParseArtifactRef(art.Ref()); err != nil || id != art.ID {
-		t.Fatalf("ParseArtifactRef(%q) = %q, %v", art.Ref(), id, err)
-	}
-	for _, ref := range []string{art.Ref(), art.ID, " " + art.Ref() + " "} {
-		for _, get := range []func(context.Context, string) (as.Artifact, []byte, error){f.s.GetArtifact, f.b.GetArtifact} {
-			meta, got, err := get(ctx, ref)
-			if err != nil {
-				t.Fatalf("GetArtifact(%q): %v", ref, err)
-			}
-			if !bytes.Equal(got, orig) {
-				t.Fatalf("GetArtifact(%q) = %q, want %q", ref, got, orig)
-			}
-			if diff := cmp.Diff(art, meta); diff != "" {
-				t.Fatalf("GetArtifact(%q) metadata (-put +get):\n%s", ref, diff)
-			}
-			got[0] = 'Y' // nor can a reader change it
-		}
-	}
-
-	// The limit is inclusive; the media type defaults.
-	full, err := f.b.PutArtifact(ctx, as.ArtifactSpec{Name: "max", Data: bytes.Repeat([]byte{'z'}, limit)})
-	if err != nil {
-		t.Fatalf("an artifact of exactly the limit: %v", err)
-	}
-	if full.MediaType != "application/octet-stream" || full.Size != limit || full.CreatedBy != f.b.ID() || full.ID == art.ID {
-		t.Fatalf("artifact metadata %+v", full)
-	}
-	_, err = f.b.PutArtifact(ctx, as.ArtifactSpec{Name: "too big", Data: bytes.Repeat([]byte{'z'}, limit+1)})
-	ptWantCode(t, err, as.ErrArtifactTooLarge)
-	// An empty artifact is an artifact.
-	empty, err := f.g.PutArtifact(ctx, as.ArtifactSpec{Name: "empty"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, got, err := f.s.GetArtifact(ctx, empty.Ref()); err != nil || len(got) != 0 {
-		t.Fatalf("empty artifact read back %q, %v", got, err)
-	}
 }
 
 func TestRefusals_AfterClose(t *testing.T) {
