@@ -2,16 +2,18 @@ package agentsociety_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
-
 	as "agentsociety"
 	"agentsociety/llm"
+
+	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
 )
 
 // twoAgents returns a society with a requester and a responder, both
@@ -281,5 +283,156 @@ func TestRequestCollaborationTool(t *testing.T) {
 	var p as.CollaborationRequestPayload
 	if m.Decode(&p); p.SubtaskDescription != "review" || string(p.Context) != `"artifact:a-1"` || p.TimeoutSeconds != 0.02 {
 		t.Fatalf("helper got %s", m.Payload)
+	}
+}
+
+func TestRespondFindsTheRequester(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	_, lead, helper := twoAgents(t, in)
+	id, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.next(t)
+	if _, err := lead.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`1`)}); err == nil {
+		t.Fatal("the requester answered its own request")
+	}
+	if _, err := helper.Respond(ctx, "req-unknown", as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"}); err == nil {
+		t.Fatal("answered an unknown request")
+	}
+	m, err := helper.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`1`)})
+	if err != nil || m.To != lead.ID() {
+		t.Fatalf("Respond = %+v, %v", m, err)
+	}
+}
+
+func TestRefusals_CollaborationRequestLifecycle(t *testing.T) {
+	ctx := context.Background()
+	f := rfSetup(t, as.Config{})
+	a, b := f.a.ID(), f.b.ID()
+
+	// Without a request_id the society generates one, in the returned and
+	// the delivered message alike.
+	ids := map[string]bool{}
+	var first string
+	for i := range 2 {
+		msg, err := f.a.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{SubtaskDescription: "review the page", Context: json.RawMessage(`{"artifact":"artifact:x"}`)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p as.CollaborationRequestPayload
+		if err := msg.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(p.RequestID) == "" || ids[p.RequestID] {
+			t.Fatalf("request %d: request_id %q is empty or reused", i, p.RequestID)
+		}
+		ids[p.RequestID] = true
+		if p.SubtaskDescription != "review the page" || string(p.Context) != `{"artifact":"artifact:x"}` {
+			t.Fatalf("request payload changed: %+v", p)
+		}
+		got := f.rec.next(t, b)
+		if diff := cmp.Diff(msg, got); diff != "" {
+			t.Fatalf("delivered request differs from the accepted one (-accepted +delivered):\n%s", diff)
+		}
+		if i == 0 {
+			first = p.RequestID
+		}
+	}
+
+	// Refused answers leave the request pending.
+	respond := func(x *as.Actor, to string, p any) (as.Message, error) {
+		return x.Send(ctx, as.Outgoing{To: to, Type: as.CollaborationResponse, Payload: p})
+	}
+	_, err := respond(f.g, a, as.CollaborationResponsePayload{RequestID: first, Status: as.StatusCompleted, ResultData: json.RawMessage(`1`)})
+	ptWantCode(t, err, as.ErrWrongResponder)
+	_, err = respond(f.b, a, map[string]string{"request_id": first, "status": string(as.StatusError)})
+	e := ptWantCode(t, err, as.ErrInvalidMessageFormat)
+	if diff := cmp.Diff([]string{"error_message"}, e.MissingFields); diff != "" {
+		t.Fatalf("MissingFields (-want +got):\n%s", diff)
+	}
+	m, err := respond(f.b, a, as.CollaborationResponsePayload{RequestID: first, Status: as.StatusCompleted, ResultData: json.RawMessage(`{"verdict":"pass"}`)})
+	if err != nil {
+		t.Fatalf("the right answer: %v", err)
+	}
+	f.rec.expect(t, a, m.ID)
+	_, err = respond(f.b, a, as.CollaborationResponsePayload{RequestID: first, Status: as.StatusRejected, ErrorMessage: "changed my mind"})
+	ptWantCode(t, err, as.ErrRequestClosed)
+
+	// A supplied request_id is kept, and cannot be used twice.
+	msg, err := f.g.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: "req-mine", SubtaskDescription: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p as.CollaborationRequestPayload
+	if err := msg.Decode(&p); err != nil || p.RequestID != "req-mine" {
+		t.Fatalf("supplied request_id became %q (%v)", p.RequestID, err)
+	}
+	f.rec.expect(t, b, msg.ID)
+	_, err = f.a.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: "req-mine", SubtaskDescription: "y"}})
+	ptWantCode(t, err, as.ErrDuplicateRequest)
+	_, err = f.a.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: first, SubtaskDescription: "y"}})
+	ptWantCode(t, err, as.ErrDuplicateRequest)
+	f.assertQuiet(t)
+}
+
+// TestCollaborateWithATerminatedResponderIsSettled: a request no one can
+// answer any more is settled with an error, so Collaborate returns.
+func TestCollaborateWithATerminatedResponderIsSettled(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{DefaultBehavior: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
+	received := make(chan struct{}, 1)
+	aa, ba := chain(t, s, as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
+		received <- struct{}{} // the request is pending, and never answered
+		return nil
+	}))
+	done := make(chan as.Message, 1)
+	go func() {
+		m, err := aa.Collaborate(ctx, ba.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- m
+	}()
+	<-received
+	if err := aa.Terminate(ctx, ba.ID()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-done:
+		var p as.CollaborationResponsePayload
+		json.Unmarshal(m.Payload, &p)
+		if p.Status != as.StatusError || !strings.Contains(p.ErrorMessage, "terminated") {
+			t.Fatalf("outcome %+v", p)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Collaborate never returned")
+	}
+}
+
+func TestCloseWakesCollaborate(t *testing.T) {
+	ctx := context.Background()
+	s, err := as.New(ctx, as.Config{Logger: quiet, DefaultBehavior: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aa, ba := chain(t, s, nil)
+	got := make(chan error, 1)
+	go func() {
+		_, err := aa.Collaborate(ctx, ba.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+		got <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if !errors.Is(err, as.ErrClosed) {
+			t.Fatalf("Collaborate = %v, want ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Collaborate still waits after Close")
 	}
 }

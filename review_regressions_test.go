@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
@@ -59,66 +58,6 @@ func TestNestedTerminationEndsEachAgentOnce(t *testing.T) {
 		if i == 2 && !errors.Is(err, as.ErrTooManyAgents) {
 			t.Fatalf("spawn %d: %v, want ErrTooManyAgents", i, err)
 		}
-	}
-}
-
-// TestCollaborateWithATerminatedResponderIsSettled: a request no one can
-// answer any more is settled with an error, so Collaborate returns.
-func TestCollaborateWithATerminatedResponderIsSettled(t *testing.T) {
-	ctx := context.Background()
-	s := newSociety(t, as.Config{DefaultBehavior: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
-	received := make(chan struct{}, 1)
-	aa, ba := chain(t, s, as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
-		received <- struct{}{} // the request is pending, and never answered
-		return nil
-	}))
-	done := make(chan as.Message, 1)
-	go func() {
-		m, err := aa.Collaborate(ctx, ba.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
-		if err != nil {
-			t.Error(err)
-		}
-		done <- m
-	}()
-	<-received
-	if err := aa.Terminate(ctx, ba.ID()); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case m := <-done:
-		var p as.CollaborationResponsePayload
-		json.Unmarshal(m.Payload, &p)
-		if p.Status != as.StatusError || !strings.Contains(p.ErrorMessage, "terminated") {
-			t.Fatalf("outcome %+v", p)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Collaborate never returned")
-	}
-}
-
-func TestCloseWakesCollaborate(t *testing.T) {
-	ctx := context.Background()
-	s, err := as.New(ctx, as.Config{Logger: quiet, DefaultBehavior: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
-	if err != nil {
-		t.Fatal(err)
-	}
-	aa, ba := chain(t, s, nil)
-	got := make(chan error, 1)
-	go func() {
-		_, err := aa.Collaborate(ctx, ba.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
-		got <- err
-	}()
-	time.Sleep(10 * time.Millisecond)
-	if err := s.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-got:
-		if !errors.Is(err, as.ErrClosed) {
-			t.Fatalf("Collaborate = %v, want ErrClosed", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("Collaborate still waits after Close")
 	}
 }
 
