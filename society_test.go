@@ -53,32 +53,6 @@ func TestSubmitRequirementRoundTrip(t *testing.T) {
 	}
 }
 
-func TestHandlerPanicIsReportedToParent(t *testing.T) {
-	ctx := context.Background()
-	boom := as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { panic("boom") })
-	s := newSociety(t, as.Config{Root: boom})
-	if _, err := s.SubmitRequirement(ctx, "anything"); err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	m, err := s.WaitForUserMessage(wctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var p as.StatusReportPayload
-	if err := m.Decode(&p); err != nil || m.Type != as.StatusReport || p.Status != string(as.StatusError) || m.From != as.RootID {
-		t.Fatalf("got %+v (%v), want an error status_report from root", m, err)
-	}
-	// The agent goes on: a second message is handled (and fails) again.
-	if _, err := s.SubmitRequirement(ctx, "again"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.WaitForUserMessage(wctx, nil); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestCloseRefusesAndWakesWaiters(t *testing.T) {
 	s, err := as.New(context.Background(), as.Config{Logger: quiet})
 	if err != nil {
