@@ -10,7 +10,6 @@ import (
 	"time"
 
 	as "agentsociety"
-	"agentsociety/llm"
 
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
@@ -243,47 +242,6 @@ func TestProperty_CollaborationOutcomesExactlyOnce(t *testing.T) {
 			}
 		}
 	})
-}
-
-func TestRequestCollaborationTool(t *testing.T) {
-	ctx := context.Background()
-	in := newInbox()
-	results := make(chan string, 4)
-	step := 0
-	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
-		if r := lastToolResult(req); r != "" {
-			results <- r
-			return say("waiting"), nil
-		}
-		step++
-		return call("c1", "request_collaboration", `{"to":"agent-2","subtask_description":"review","context":"artifact:a-1","timeout_seconds":0.02}`), nil
-	})
-	s := newSociety(t, as.Config{Model: model, DefaultBehavior: nil})
-	root, _ := s.Actor(as.RootID)
-	root = root.WithTask("t")
-	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
-	lead, _, _ := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	la, _ := s.Actor(lead.ID)
-	hrole, _, _ := la.CreateRole(ctx, as.RoleSpec{Name: "helper"})
-	if _, _, err := la.SpawnAgent(ctx, as.SpawnSpec{RoleID: hrole.ID, Brief: validBrief(), Behavior: in.behavior()}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.SendTextToAgent(ctx, lead.ID, "go", ""); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-results:
-		if !strings.Contains(r, `"request_id":"req-`) || !strings.Contains(r, `"status":"pending"`) {
-			t.Fatalf("tool result %s", r)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no tool result")
-	}
-	m := in.next(t)
-	var p as.CollaborationRequestPayload
-	if m.Decode(&p); p.SubtaskDescription != "review" || string(p.Context) != `"artifact:a-1"` || p.TimeoutSeconds != 0.02 {
-		t.Fatalf("helper got %s", m.Payload)
-	}
 }
 
 func TestRespondFindsTheRequester(t *testing.T) {

@@ -11,13 +11,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	as "agentsociety"
 	"agentsociety/llm"
 	"agentsociety/llm/llmtest"
 )
-
-// ---- Item 1: tool schemas are valid JSON Schema ----
 
 var (
 	mtToolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
@@ -228,8 +227,6 @@ func TestToolSchemasAreValidJSONSchema(t *testing.T) {
 	}
 }
 
-// ---- Item 2: every refusal reaches the model as a coded tool result ----
-
 type mtRefusal struct {
 	name    string
 	tool    string
@@ -413,8 +410,6 @@ func TestEveryRefusalReachesTheModelAsACodedToolResult(t *testing.T) {
 	}
 }
 
-// ---- Item 3: host tools ----
-
 func TestHostToolsReachTheirRolesWithTheCallersIdentity(t *testing.T) {
 	type seen struct {
 		tool, id, roleID, task, args string
@@ -569,4 +564,209 @@ func TestHostToolConfigIsValidatedByNew(t *testing.T) {
 		t.Fatalf("New refused valid tools: %v", err)
 	}
 	s.Close(context.Background())
+}
+
+// mtJSON marshals v, failing the test if it does not encode.
+func mtJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestHostToolErrorsKeepTheirCode checks that a host tool's coded error
+// reaches the model with its code, whether returned as is, wrapped, or as a
+// bare Code.
+func TestHostToolErrorsKeepTheirCode(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		code string
+	}{
+		"error":   {&as.Error{Code: as.ErrRoleNotFound, Message: "no such role"}, "role_not_found"},
+		"wrapped": {fmt.Errorf("lookup: %w", &as.Error{Code: as.ErrAgentNotFound, Message: "gone"}), "agent_not_found"},
+		"code":    {as.ErrArtifactNotFound, "artifact_not_found"},
+		"plain":   {errors.New("disk on fire"), "tool_failed"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			results := make(chan string, 1)
+			model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+				if r := lastToolResult(req); r != "" {
+					results <- r
+					return say(""), nil
+				}
+				return call("c", "lookup", `{}`), nil
+			})
+			s := newSociety(t, as.Config{Model: model, Tools: []as.Tool{{
+				Name: "lookup", Description: "looks up",
+				Handler: func(context.Context, *as.Actor, json.RawMessage) (any, error) { return nil, tc.err },
+			}}})
+			if _, err := s.SubmitRequirement(context.Background(), "x"); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case r := <-results:
+				if !strings.Contains(r, `"error":"`+tc.code+`"`) {
+					t.Fatalf("tool result %s, want code %s", r, tc.code)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("no tool result")
+			}
+		})
+	}
+}
+
+// wcArgs are the arguments of the test tool: a field of each JSON kind.
+type wcArgs struct {
+	Text  string            `json:"text"`
+	Max   int               `json:"max"`
+	Ratio *float64          `json:"ratio"`
+	Tags  []string          `json:"tags"`
+	Opts  map[string]string `json:"opts"`
+	Deep  struct {
+		On bool `json:"on"`
+	} `json:"deep"`
+}
+
+// wcTool returns a NewTool over wcArgs that records what it was called with.
+func wcTool(got *[]wcArgs, err error) as.Tool {
+	return as.NewTool("word_count", "Counts words.", json.RawMessage(`{"type":"object"}`),
+		func(ctx context.Context, self *as.Actor, a wcArgs) (any, error) {
+			*got = append(*got, a)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]int{"words": len(strings.Fields(a.Text))}, nil
+		})
+}
+
+func TestNewToolDecodesTheArguments(t *testing.T) {
+	var got []wcArgs
+	tool := wcTool(&got, nil)
+	if tool.Name != "word_count" || tool.Description != "Counts words." || string(tool.Parameters) != `{"type":"object"}` || tool.Handler == nil || tool.Roles != nil {
+		t.Fatalf("NewTool made %+v", tool)
+	}
+	out, err := tool.Handler(context.Background(), nil, json.RawMessage(`{"text":"a b c","max":3,"ratio":0.5,"tags":["x"],"opts":{"k":"v"},"deep":{"on":true},"extra":"ignored"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(out); string(b) != `{"words":3}` {
+		t.Fatalf("result %s", b)
+	}
+	if len(got) != 1 {
+		t.Fatalf("fn called %d times", len(got))
+	}
+	a := got[0]
+	if a.Text != "a b c" || a.Max != 3 || a.Ratio == nil || *a.Ratio != 0.5 || len(a.Tags) != 1 || a.Opts["k"] != "v" || !a.Deep.On {
+		t.Fatalf("fn got %+v", a)
+	}
+
+	// No arguments at all decode as the zero value.
+	for _, raw := range []string{``, `  `, `{}`} {
+		got = nil
+		if _, err := tool.Handler(context.Background(), nil, json.RawMessage(raw)); err != nil || len(got) != 1 || got[0].Text != "" || got[0].Ratio != nil {
+			t.Fatalf("arguments %q: fn got %+v, err %v", raw, got, err)
+		}
+	}
+}
+
+func TestNewToolPassesFnsErrorsThrough(t *testing.T) {
+	var got []wcArgs
+	want := &as.Error{Code: as.ErrArtifactNotFound, Message: "no such text"}
+	_, err := wcTool(&got, want).Handler(context.Background(), nil, json.RawMessage(`{"text":"x"}`))
+	if err != want {
+		t.Fatalf("err = %v, want fn's own error", err)
+	}
+}
+
+func TestNewToolRefusesBadArguments(t *testing.T) {
+	for _, c := range []struct {
+		name, args string
+		says       string // what the message must say, after the tool's name
+	}{
+		{"malformed JSON", `{"text":`, "the arguments are not valid JSON (unexpected end of JSON input"},
+		{"trailing garbage", `{"text":"a"} x`, "the arguments are not valid JSON (invalid character 'x' after top-level value, at byte"},
+		{"number for a string", `{"text":42}`, `"text" holds a number where a string is expected`},
+		{"string for an int", `{"max":"3"}`, `"max" holds a string where a whole number is expected`},
+		{"fraction for an int", `{"max":1.5}`, `"max" holds a number where a whole number is expected`},
+		{"string for a number", `{"ratio":"0.5"}`, `"ratio" holds a string where a number is expected`},
+		{"object for an array", `{"tags":{"a":1}}`, `"tags" holds a JSON object where an array is expected`},
+		{"number in an array", `{"tags":["a",2]}`, `"tags" holds a number where a string is expected`},
+		{"array for an object", `{"opts":[1]}`, `"opts" holds an array where a JSON object is expected`},
+		{"nested field", `{"deep":{"on":"yes"}}`, `"deep.on" holds a string where true or false is expected`},
+		{"boolean for a string", `{"text":true}`, `"text" holds true or false where a string is expected`},
+		{"array for the arguments", `["a"]`, "the arguments must be a JSON object, not an array"},
+		{"string for the arguments", `"a b"`, "the arguments must be a JSON object, not a string"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got []wcArgs
+			out, err := wcTool(&got, nil).Handler(context.Background(), nil, json.RawMessage(c.args))
+			if !errors.Is(err, as.ErrInvalidArgument) {
+				t.Fatalf("err = %v, want %s", err, as.ErrInvalidArgument)
+			}
+			var e *as.Error
+			if !errors.As(err, &e) || e.Code != as.ErrInvalidArgument {
+				t.Fatalf("err %#v is not a coded *Error", err)
+			}
+			if want := "bad arguments for word_count: " + c.says; !strings.HasPrefix(e.Message, want) {
+				t.Fatalf("message %q\nwant it to start %q", e.Message, want)
+			}
+			if out != nil || len(got) != 0 {
+				t.Fatalf("the tool ran on bad arguments: %v, %+v", out, got)
+			}
+		})
+	}
+}
+
+func TestNewToolWithoutAFuncIsRefusedByNew(t *testing.T) {
+	tool := as.NewTool[wcArgs]("word_count", "Counts words.", nil, nil)
+	if tool.Handler != nil {
+		t.Fatal("a nil fn gave a Handler")
+	}
+	_, err := as.New(context.Background(), as.Config{Logger: quiet, Tools: []as.Tool{tool}})
+	if err == nil || !strings.Contains(err.Error(), "no Handler") {
+		t.Fatalf("New = %v, want a refusal of the tool without a Handler", err)
+	}
+}
+
+func TestRequestCollaborationTool(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	results := make(chan string, 4)
+	step := 0
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if r := lastToolResult(req); r != "" {
+			results <- r
+			return say("waiting"), nil
+		}
+		step++
+		return call("c1", "request_collaboration", `{"to":"agent-2","subtask_description":"review","context":"artifact:a-1","timeout_seconds":0.02}`), nil
+	})
+	s := newSociety(t, as.Config{Model: model, DefaultBehavior: nil})
+	root, _ := s.Actor(as.RootID)
+	root = root.WithTask("t")
+	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
+	lead, _, _ := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+	la, _ := s.Actor(lead.ID)
+	hrole, _, _ := la.CreateRole(ctx, as.RoleSpec{Name: "helper"})
+	if _, _, err := la.SpawnAgent(ctx, as.SpawnSpec{RoleID: hrole.ID, Brief: validBrief(), Behavior: in.behavior()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SendTextToAgent(ctx, lead.ID, "go", ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-results:
+		if !strings.Contains(r, `"request_id":"req-`) || !strings.Contains(r, `"status":"pending"`) {
+			t.Fatalf("tool result %s", r)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("no tool result")
+	}
+	m := in.next(t)
+	var p as.CollaborationRequestPayload
+	if m.Decode(&p); p.SubtaskDescription != "review" || string(p.Context) != `"artifact:a-1"` || p.TimeoutSeconds != 0.02 {
+		t.Fatalf("helper got %s", m.Payload)
+	}
 }
