@@ -2,14 +2,11 @@ package agentsociety_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"runtime"
 	"testing"
 	"time"
 
 	as "agentsociety"
-	"agentsociety/store"
 )
 
 // TestNestedTerminationEndsEachAgentOnce: b is being terminated when its
@@ -58,30 +55,5 @@ func TestNestedTerminationEndsEachAgentOnce(t *testing.T) {
 		if i == 2 && !errors.Is(err, as.ErrTooManyAgents) {
 			t.Fatalf("spawn %d: %v, want ErrTooManyAgents", i, err)
 		}
-	}
-}
-
-// TestFailedNewLeavesNothingRunning: a store whose state cannot be restored
-// makes New fail, and the timers and drainers restore started are stopped.
-func TestFailedNewLeavesNothingRunning(t *testing.T) {
-	ctx := context.Background()
-	base := runtime.NumGoroutine()
-	mem := store.NewMemory()
-	past := time.Now().Add(-time.Hour)
-	mem.Apply(ctx, store.Change{
-		Requests:  []store.Request{{ID: "req-1", From: as.UserID, To: as.RootID, Status: string(as.StatusPending), CreatedAt: past, Deadline: past.Add(time.Second)}},
-		Accepted:  []store.Message{{ID: "m-1", Seq: 1, From: as.UserID, To: as.RootID, Type: "general", Payload: json.RawMessage(`{"text":"x"}`), SentAt: past}},
-		Histories: []store.History{{AgentID: "agent-404", Messages: json.RawMessage(`[]`)}},
-	})
-	if _, err := as.New(ctx, as.Config{Logger: quiet, Store: mem}); err == nil {
-		t.Fatal("New restored the history of an agent that does not exist")
-	}
-	time.Sleep(50 * time.Millisecond)
-	st, _ := mem.Load(ctx)
-	if st.Requests[0].Status != string(as.StatusPending) || len(st.Pending) != 1 {
-		t.Fatalf("the failed New went on working: %+v, %d pending", st.Requests, len(st.Pending))
-	}
-	if n := runtime.NumGoroutine(); n > base {
-		t.Fatalf("%d goroutines after a failed New, %d before", n, base)
 	}
 }

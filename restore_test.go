@@ -17,10 +17,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,103 +34,6 @@ import (
 	"agentsociety/store/filestore"
 	"agentsociety/toolset"
 )
-
-// Issue 4: a society on the durable file store survives its process.
-
-// A society on a file store keeps its organisation and its artifacts when it
-// is closed: opened again on the same directory, it has the same agents, on
-// the same roles, under the same parents, and every artifact reads back.
-func ExampleNew_fileStore() {
-	ctx := context.Background()
-	dir, err := os.MkdirTemp("", "agentsociety-example-")
-	if err != nil {
-		panic(err)
-	}
-	defer os.RemoveAll(dir)
-
-	open := func() (*as.Society, *filestore.Store) {
-		st, err := filestore.Open(dir, filestore.Options{})
-		if err != nil {
-			panic(err)
-		}
-		s, err := as.New(ctx, as.Config{Store: st, Logger: slog.New(slog.DiscardHandler)})
-		if err != nil {
-			panic(err)
-		}
-		return s, st
-	}
-	shut := func(s *as.Society, st *filestore.Store) {
-		if err := s.Close(ctx); err != nil {
-			panic(err)
-		}
-		if err := st.Close(); err != nil {
-			panic(err)
-		}
-	}
-	show := func(s *as.Society) {
-		for _, a := range s.Agents() {
-			role, _ := s.Role(a.RoleID)
-			fmt.Printf("%s: role %s (%s), parent %s, task %s\n", a.ID, role.Name, role.ID, a.ParentID, a.TaskID)
-		}
-	}
-	brief := func(objective string) *as.TaskBrief {
-		return &as.TaskBrief{
-			Objective:          objective,
-			Constraints:        []string{"HTML + JavaScript", "static page"},
-			Inputs:             "the user's requirement",
-			Outputs:            "an artifact reference",
-			CompletionCriteria: "the page works",
-		}
-	}
-
-	s, st := open()
-	root, err := s.Actor(as.RootID)
-	if err != nil {
-		panic(err)
-	}
-	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "developer", Prompt: "Write the page."})
-	if err != nil {
-		panic(err)
-	}
-	var page as.Artifact
-	for _, task := range []string{"task-1", "task-2"} {
-		dev, _, err := root.WithTask(task).SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: brief("a calculator for " + task)})
-		if err != nil {
-			panic(err)
-		}
-		if task == "task-1" {
-			x, err := s.Actor(dev.ID)
-			if err != nil {
-				panic(err)
-			}
-			page, err = x.PutArtifact(ctx, as.ArtifactSpec{Name: "calc.html", MediaType: "text/html", Data: []byte("<html>1 + 1 = 2</html>")})
-			if err != nil {
-				panic(err)
-			}
-		}
-	}
-	fmt.Println("before closing:")
-	show(s)
-	shut(s, st)
-
-	s, st = open()
-	defer shut(s, st)
-	fmt.Println("after reopening:")
-	show(s)
-	a, data, err := s.GetArtifact(ctx, page.Ref())
-	if err != nil {
-		panic(err)
-	}
-	fmt.Printf("%s by %s: %s\n", a.Name, a.CreatedBy, data)
-	// Output:
-	// before closing:
-	// agent-1: role developer (role-1), parent root, task task-1
-	// agent-2: role developer (role-1), parent root, task task-2
-	// after reopening:
-	// agent-1: role developer (role-1), parent root, task task-1
-	// agent-2: role developer (role-1), parent root, task task-2
-	// calc.html by agent-1: <html>1 + 1 = 2</html>
-}
 
 // TestReopen_PendingRequestTimesOutAfterRestart: a collaboration request
 // with a 200 ms timeout is pending when the society closes; reopened 300 ms
@@ -428,6 +334,83 @@ func TestReopen_NewMessagesDoNotOvertakePendingOnes(t *testing.T) {
 	}
 }
 
+// forgetFinished is a store that never records the end of a message's
+// handling: reopened on the inner store, a society sees every message as
+// accepted and not finished, as after a crash in the middle of each.
+type forgetFinished struct{ store.Store }
+
+func (f forgetFinished) Apply(ctx context.Context, c store.Change) error {
+	c.Finished = nil
+	return f.Store.Apply(ctx, c)
+}
+
+// TestRedeliveryDuplicatesNoSpawn: a lead spawns two workers while handling a
+// message, and the process "crashes" before the end of the handling is
+// recorded. Reopened, the society delivers the message again; the lead spawns
+// again, and gets the same two workers back.
+func TestRedeliveryDuplicatesNoSpawn(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	handled := make(chan []string, 2)
+	lead := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		role, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "worker"})
+		if err != nil {
+			return err
+		}
+		var ids []string
+		for range 2 {
+			w, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+			if err != nil {
+				return err
+			}
+			ids = append(ids, w.ID)
+		}
+		handled <- ids
+		return nil
+	})
+	open := func(st store.Store) *as.Society {
+		s, err := as.New(ctx, as.Config{Logger: quiet, Store: st, DefaultBehavior: lead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	next := func() []string {
+		select {
+		case ids := <-handled:
+			return ids
+		case <-time.After(5 * time.Second):
+			t.Fatal("the lead never handled its message")
+			return nil
+		}
+	}
+
+	s := open(forgetFinished{mem})
+	root, _ := s.Actor(as.RootID)
+	role, _, _ := root.WithTask("t").CreateRole(ctx, as.RoleSpec{Name: "lead"})
+	l, _, err := root.WithTask("t").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: lead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SendTextToAgent(ctx, l.ID, "staff up", ""); err != nil {
+		t.Fatal(err)
+	}
+	first := next()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(mem) // the message was never finished: it comes again
+	defer s.Close(ctx)
+	again := next()
+	if again[0] != first[0] || again[1] != first[1] {
+		t.Fatalf("handled again, the lead got %v, first %v: a spawn was duplicated", again, first)
+	}
+	if n := len(s.Agents()); n != 3 {
+		t.Fatalf("%d agents after redelivery, want 3 (the lead and two workers)", n)
+	}
+}
+
 // TestRedelivery_RootSpawnsForTwoTasksInOneTurn: root, handling one message,
 // spawns a child for its task and one for another task; the process stops
 // after the first spawn, before the end of the handling is recorded. Handled
@@ -492,6 +475,370 @@ func TestRedelivery_RootSpawnsForTwoTasksInOneTurn(t *testing.T) {
 	}
 	if tasks["t"] != 1 || tasks["t-review"] != 1 || len(s.Agents()) != 2 {
 		t.Errorf("root's children by task after redelivery: %v, want one on t and one on t-review", tasks)
+	}
+}
+
+// TestRestoreBehaviorGivesAgentsTheirCodeBack: behaviours are code, so a
+// reopened society asks the host for them, by agent and role.
+func TestRestoreBehaviorGivesAgentsTheirCodeBack(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	got := make(chan string, 1)
+	echo := as.BehaviorFunc(func(_ context.Context, self *as.Actor, m as.Message) error {
+		got <- self.ID() + ":" + m.Text()
+		return nil
+	})
+	s, err := as.New(ctx, as.Config{Logger: quiet, Store: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := s.Actor(as.RootID)
+	role, _, _ := root.WithTask("t").CreateRole(ctx, as.RoleSpec{Name: "echo"})
+	e, _, _ := root.WithTask("t").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: echo})
+	s.Close(ctx)
+
+	var asked []string
+	s, err = as.New(ctx, as.Config{Logger: quiet, Store: mem, RestoreBehavior: func(a as.Agent, r as.Role) as.Behavior {
+		asked = append(asked, a.ID+"/"+r.Name)
+		if r.Name == "echo" {
+			return echo
+		}
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	if len(asked) != 1 || asked[0] != e.ID+"/echo" {
+		t.Fatalf("RestoreBehavior was asked for %v", asked)
+	}
+	if _, err := s.SendTextToAgent(ctx, e.ID, "again", ""); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case g := <-got:
+		if g != e.ID+":again" {
+			t.Fatalf("got %q", g)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the restored agent has no behaviour")
+	}
+}
+
+// TestFailedNewLeavesNothingRunning: a store whose state cannot be restored
+// makes New fail, and the timers and drainers restore started are stopped.
+func TestFailedNewLeavesNothingRunning(t *testing.T) {
+	ctx := context.Background()
+	base := runtime.NumGoroutine()
+	mem := store.NewMemory()
+	past := time.Now().Add(-time.Hour)
+	mem.Apply(ctx, store.Change{
+		Requests:  []store.Request{{ID: "req-1", From: as.UserID, To: as.RootID, Status: string(as.StatusPending), CreatedAt: past, Deadline: past.Add(time.Second)}},
+		Accepted:  []store.Message{{ID: "m-1", Seq: 1, From: as.UserID, To: as.RootID, Type: "general", Payload: json.RawMessage(`{"text":"x"}`), SentAt: past}},
+		Histories: []store.History{{AgentID: "agent-404", Messages: json.RawMessage(`[]`)}},
+	})
+	if _, err := as.New(ctx, as.Config{Logger: quiet, Store: mem}); err == nil {
+		t.Fatal("New restored the history of an agent that does not exist")
+	}
+	time.Sleep(50 * time.Millisecond)
+	st, _ := mem.Load(ctx)
+	if st.Requests[0].Status != string(as.StatusPending) || len(st.Pending) != 1 {
+		t.Fatalf("the failed New went on working: %+v, %d pending", st.Requests, len(st.Pending))
+	}
+	if n := runtime.NumGoroutine(); n > base {
+		t.Fatalf("%d goroutines after a failed New, %d before", n, base)
+	}
+}
+
+// TestHistorySurvivesReopening: a model-driven agent's history is recorded
+// with each finished message, so the agent reopened on the same store goes
+// on with the conversation it had.
+func TestHistorySurvivesReopening(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	requests := make(chan *llm.Request, 8)
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		cp := *req
+		cp.Messages = append([]llm.Message(nil), req.Messages...)
+		requests <- &cp
+		if lastToolResult(req) != "" {
+			return say("done"), nil
+		}
+		return call("c1", "list_contacts", `not json, kept as written`), nil
+	})
+	open := func() *as.Society {
+		s, err := as.New(ctx, as.Config{Logger: quiet, Store: mem, Model: model})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	next := func() *llm.Request {
+		select {
+		case r := <-requests:
+			return r
+		case <-time.After(5 * time.Second):
+			t.Fatal("no model call")
+			return nil
+		}
+	}
+	s := open()
+	root, _ := s.Actor(as.RootID)
+	role, _, _ := root.WithTask("t").CreateRole(ctx, as.RoleSpec{Name: "worker"})
+	w, _, _ := root.WithTask("t").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+	if _, err := s.SendTextToAgent(ctx, w.ID, "first", ""); err != nil {
+		t.Fatal(err)
+	}
+	next()
+	first := next() // after the tool result: the whole first turn
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open()
+	defer s.Close(ctx)
+	if _, err := s.SendTextToAgent(ctx, w.ID, "second", ""); err != nil {
+		t.Fatal(err)
+	}
+	got := next()
+	if len(got.Messages) != len(first.Messages)+2 { // + the final "done" and the new message
+		t.Fatalf("after reopening the agent sent %d messages, want %d", len(got.Messages), len(first.Messages)+2)
+	}
+	for i, m := range first.Messages {
+		g := got.Messages[i]
+		if g.Role != m.Role || g.Content != m.Content || g.ToolCallID != m.ToolCallID || len(g.ToolCalls) != len(m.ToolCalls) {
+			t.Fatalf("message %d differs after reopening:\n got %+v\nwant %+v", i, g, m)
+		}
+		for j := range m.ToolCalls {
+			if string(g.ToolCalls[j].Arguments) != string(m.ToolCalls[j].Arguments) {
+				t.Fatalf("tool arguments %q came back as %q", m.ToolCalls[j].Arguments, g.ToolCalls[j].Arguments)
+			}
+		}
+	}
+	if !strings.Contains(got.Messages[len(got.Messages)-1].Content, "second") {
+		t.Fatalf("the last message is %q", got.Messages[len(got.Messages)-1].Content)
+	}
+}
+
+// countingStore counts the message records applied to the store it wraps,
+// and says it is volatile or not as told.
+type countingStore struct {
+	store.Store
+	volatile           bool
+	accepted, finished atomic.Int64
+}
+
+func (c *countingStore) Apply(ctx context.Context, ch store.Change) error {
+	c.accepted.Add(int64(len(ch.Accepted)))
+	c.finished.Add(int64(len(ch.Finished)))
+	return c.Store.Apply(ctx, ch)
+}
+
+func (c *countingStore) Volatile() bool { return c.volatile }
+
+// A society records each message in a store that outlives the process, and
+// none in a volatile one, where the records would only cost time.
+func TestVolatileStore_MessagesAreRecordedOnlyInDurableStores(t *testing.T) {
+	for _, volatile := range []bool{false, true} {
+		t.Run("volatile="+strconv.FormatBool(volatile), func(t *testing.T) {
+			ctx := context.Background()
+			st := &countingStore{Store: store.NewMemory(), volatile: volatile}
+			s := newSociety(t, as.Config{Logger: quiet, Store: st})
+			lead, roleID := hostLead(t, s, "task-count", "worker")
+
+			const n = 50
+			var wg sync.WaitGroup
+			wg.Add(n)
+			a := spawnWith(t, s, lead, roleID, as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
+				wg.Done()
+				return nil
+			}))
+			// The lead knows its child already: no message adds a contact.
+			acc0, fin0 := st.accepted.Load(), st.finished.Load()
+			for i := range n {
+				if _, err := lead.SendText(ctx, a.ID(), strconv.Itoa(i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wg.Wait()
+			waitFor(t, func() bool { return volatile || st.finished.Load()-fin0 == n })
+			acc, fin := st.accepted.Load()-acc0, st.finished.Load()-fin0
+			want := int64(n)
+			if volatile {
+				want = 0
+			}
+			if acc != want || fin != want {
+				t.Fatalf("%d messages recorded as accepted and %d as finished, want %d each", acc, fin, want)
+			}
+		})
+	}
+}
+
+// A society on a volatile store records at Close the messages still queued,
+// and a society opened again on the store delivers them, in order, once:
+// those it handles are not pending at its own Close, those still queued
+// are, once each.
+func TestVolatileStore_QueuedMessagesOutliveClose(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	const n = 10
+	// hold keeps its agent on its first message until Close cancels it, so
+	// the rest stay queued.
+	started := make(chan struct{}, 1)
+	hold := as.BehaviorFunc(func(ctx context.Context, _ *as.Actor, _ as.Message) error {
+		started <- struct{}{}
+		<-ctx.Done()
+		return nil
+	})
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+
+	s, err := as.New(ctx, as.Config{Logger: quiet, Store: mem, DefaultBehavior: hold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, _ := s.Actor(as.RootID)
+	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "worker"})
+	x, _, err := root.WithTask("x").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		if _, err := root.WithTask("x").SendText(ctx, x.ID, strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	durRecv(t, started, 10*time.Second, "x's first message")
+	if st, _ := mem.Load(ctx); len(st.Pending) != 0 {
+		t.Fatalf("%d messages recorded in a volatile store while the society runs", len(st.Pending))
+	}
+	s.Close(cancelled) // x's first message was being handled: it ends there
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close after a timed-out Close = %v, want nil", err)
+	}
+	want := texts(1, n)
+	if got := pendingTexts(t, mem); !slices.Equal(got, want) {
+		t.Fatalf("pending after Close: %v, want %v", got, want)
+	}
+
+	// Reopened with x holding again: x takes the first restored message,
+	// the others stay queued, and the second Close records each once.
+	s, err = as.New(ctx, as.Config{Logger: quiet, Store: mem, DefaultBehavior: hold})
+	if err != nil {
+		t.Fatal(err)
+	}
+	durRecv(t, started, 10*time.Second, "x's first restored message")
+	if err := s.Close(cancelled); err != context.Canceled {
+		t.Fatalf("Close = %v, want context.Canceled", err)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatalf("Close after a timed-out Close = %v, want no store error", err)
+	}
+	want = texts(2, n)
+	if got := pendingTexts(t, mem); !slices.Equal(got, want) {
+		t.Fatalf("pending after the second Close: %v, want %v", got, want)
+	}
+
+	// Reopened with x recording: every message comes, in order, and none is
+	// pending after Close.
+	var (
+		mu   sync.Mutex
+		got  []string
+		done = make(chan struct{})
+	)
+	record := as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if got = append(got, m.Text()); len(got) == len(want) {
+			close(done)
+		}
+		return nil
+	})
+	s, err = as.New(ctx, as.Config{Logger: quiet, Store: mem, DefaultBehavior: record})
+	if err != nil {
+		t.Fatal(err)
+	}
+	durRecv(t, done, 10*time.Second, "the restored messages")
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(got, want) {
+		t.Fatalf("handled %v, want %v", got, want)
+	}
+	if p := pendingTexts(t, mem); len(p) != 0 {
+		t.Fatalf("pending after every message was handled: %v", p)
+	}
+}
+
+func pendingTexts(t *testing.T, st store.Store) []string {
+	t.Helper()
+	loaded, err := st.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, m := range loaded.Pending {
+		out = append(out, as.Message{Payload: m.Payload}.Text())
+	}
+	return out
+}
+
+// texts returns the decimal numbers from..to-1.
+func texts(from, to int) []string {
+	var out []string
+	for i := from; i < to; i++ {
+		out = append(out, strconv.Itoa(i))
+	}
+	return out
+}
+
+// A send with a context already cancelled is refused on a volatile store as
+// on any other, though nothing is written to the store.
+func TestVolatileStore_CancelledSendIsRefused(t *testing.T) {
+	s := newSociety(t, as.Config{Logger: quiet})
+	lead, roleID := hostLead(t, s, "task-cancelled", "worker")
+	kid := spawnWith(t, s, lead, roleID, as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
+		t.Error("a message sent with a cancelled context was delivered")
+		return nil
+	}))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := lead.SendText(ctx, kid.ID(), "hi"); !errors.Is(err, context.Canceled) {
+		t.Fatalf("send with a cancelled context = %v, want an error wrapping context.Canceled", err)
+	}
+}
+
+// A Close that times out cancels the handlers still running; on a volatile
+// store there is nothing to record of their end, so nothing fails to be
+// recorded either.
+func TestVolatileStore_TimedOutCloseLogsNoRecordFailure(t *testing.T) {
+	ctx := context.Background()
+	rec := &recorder{}
+	started := make(chan struct{})
+	s, err := as.New(ctx, as.Config{Logger: slog.New(rec), Root: as.BehaviorFunc(func(ctx context.Context, _ *as.Actor, _ as.Message) error {
+		close(started)
+		<-ctx.Done()
+		return nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SubmitRequirement(ctx, "block"); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if err := s.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want context.DeadlineExceeded", err)
+	}
+	if err := s.Close(ctx); err != nil { // wait for the society to stop
+		t.Fatalf("Close after a timed-out Close = %v, want nil", err)
+	}
+	if rec.find("recording a handled message failed", nil) {
+		t.Fatal("a volatile store's empty record was reported as failed")
 	}
 }
 
