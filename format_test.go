@@ -42,38 +42,6 @@ func TestRewrittenPayloadsKeepHTMLReadable(t *testing.T) {
 	}
 }
 
-func TestUserConsoleShowsNoReplyHint(t *testing.T) {
-	var console strings.Builder
-	s := newSociety(t, as.Config{UserConsole: &console})
-	root, _ := s.Actor(as.RootID)
-	if _, err := root.SendText(context.Background(), as.UserID, "hello"); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := s.WaitForUserMessage(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := console.String(), "【来自 root（root）的消息】\nhello\n\n"; got != want {
-		t.Fatalf("console = %q, want %q", got, want)
-	}
-}
-
-func TestSendTextToRootStartsATask(t *testing.T) {
-	got := make(chan as.Message, 1)
-	s := newSociety(t, as.Config{Root: as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
-		got <- m
-		return nil
-	})})
-	m, err := s.SendTextToAgent(context.Background(), as.RootID, "new work", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.HasPrefix(m.TaskID, "task-") {
-		t.Fatalf("TaskID = %q, want a new task id", m.TaskID)
-	}
-}
-
 // Property 9: message presentation (Requirement 10).
 
 func TestProperty9_MessagePresentation(t *testing.T) {
