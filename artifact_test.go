@@ -13,7 +13,7 @@ import (
 func TestRefusals_ArtifactRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	const limit = 64
-	f := rfSetup(t, as.Config{MaxArtifactBytes: limit})
+	f := newSmallOrg(t, as.Config{MaxArtifactBytes: limit})
 	data := []byte("<!doctype html><title>计算器</title>")
 	orig := bytes.Clone(data)
 	art, err := f.a.PutArtifact(ctx, as.ArtifactSpec{Name: "calculator.html", MediaType: "text/html", Data: data})
@@ -53,7 +53,7 @@ func TestRefusals_ArtifactRoundTrip(t *testing.T) {
 		t.Fatalf("artifact metadata %+v", full)
 	}
 	_, err = f.b.PutArtifact(ctx, as.ArtifactSpec{Name: "too big", Data: bytes.Repeat([]byte{'z'}, limit+1)})
-	ptWantCode(t, err, as.ErrArtifactTooLarge)
+	wantCode(t, err, as.ErrArtifactTooLarge)
 	// An empty artifact is an artifact.
 	empty, err := f.g.PutArtifact(ctx, as.ArtifactSpec{Name: "empty"})
 	if err != nil {

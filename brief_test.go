@@ -15,29 +15,29 @@ import (
 
 // Property 1: Task Brief validation.
 
-// ptDrawBriefString draws a required string field: absent (""), blank (white
+// drawBriefString draws a required string field: absent (""), blank (white
 // space only) or present (non-blank, possibly padded). It reports whether the
 // field is missing.
-func ptDrawBriefString(t *rapid.T, label string) (string, bool) {
+func drawBriefString(t *rapid.T, label string) (string, bool) {
 	switch rapid.IntRange(0, 2).Draw(t, label+".kind") {
 	case 0:
 		return "", true
 	case 1:
-		return strings.Repeat(ptBlank.Draw(t, label+".blank"), rapid.IntRange(1, 3).Draw(t, label+".n")), true
+		return strings.Repeat(blanks.Draw(t, label+".blank"), rapid.IntRange(1, 3).Draw(t, label+".n")), true
 	default:
 		core := rapid.OneOf(
 			rapid.StringMatching(`[A-Za-z0-9][A-Za-z0-9 .+-]{0,15}`),
 			rapid.SampledFrom([]string{"创建一个简单的计算器程序", "在网页上显示计算结果", "x", "使用 HTML + JavaScript"}),
 		).Draw(t, label+".value")
-		return ptBlank.Draw(t, label+".pad1") + core + ptBlank.Draw(t, label+".pad2"), false
+		return blanks.Draw(t, label+".pad1") + core + blanks.Draw(t, label+".pad2"), false
 	}
 }
 
-func ptDrawBrief(t *rapid.T) (*as.TaskBrief, []string) {
+func drawBrief(t *rapid.T) (*as.TaskBrief, []string) {
 	var b as.TaskBrief
 	var missing []string
 	var miss bool
-	if b.Objective, miss = ptDrawBriefString(t, "objective"); miss {
+	if b.Objective, miss = drawBriefString(t, "objective"); miss {
 		missing = append(missing, "objective")
 	}
 	switch rapid.IntRange(0, 2).Draw(t, "constraints.kind") {
@@ -46,15 +46,15 @@ func ptDrawBrief(t *rapid.T) (*as.TaskBrief, []string) {
 	case 1: // empty, non-nil: "no constraints", said on purpose
 		b.Constraints = []string{}
 	default: // items are free text, even blank ones
-		b.Constraints = rapid.SliceOfN(rapid.OneOf(ptBlank, rapid.SampledFrom([]string{"静态网页", "Python", "no backend"})), 1, 4).Draw(t, "constraints")
+		b.Constraints = rapid.SliceOfN(rapid.OneOf(blanks, rapid.SampledFrom([]string{"静态网页", "Python", "no backend"})), 1, 4).Draw(t, "constraints")
 	}
-	if b.Inputs, miss = ptDrawBriefString(t, "inputs"); miss {
+	if b.Inputs, miss = drawBriefString(t, "inputs"); miss {
 		missing = append(missing, "inputs")
 	}
-	if b.Outputs, miss = ptDrawBriefString(t, "outputs"); miss {
+	if b.Outputs, miss = drawBriefString(t, "outputs"); miss {
 		missing = append(missing, "outputs")
 	}
-	if b.CompletionCriteria, miss = ptDrawBriefString(t, "completion_criteria"); miss {
+	if b.CompletionCriteria, miss = drawBriefString(t, "completion_criteria"); miss {
 		missing = append(missing, "completion_criteria")
 	}
 	if rapid.Bool().Draw(t, "references?") {
@@ -71,20 +71,20 @@ func ptDrawBrief(t *rapid.T) (*as.TaskBrief, []string) {
 func TestProperty1_TaskBriefValidation(t *testing.T) {
 	// A nil brief misses all five fields.
 	var nilBrief *as.TaskBrief
-	e := ptWantCode(t, nilBrief.Validate(), as.ErrInvalidTaskBrief)
+	e := wantCode(t, nilBrief.Validate(), as.ErrInvalidTaskBrief)
 	if diff := cmp.Diff([]string{"objective", "constraints", "inputs", "outputs", "completion_criteria"}, e.MissingFields); diff != "" {
 		t.Fatalf("nil brief MissingFields (-want +got):\n%s", diff)
 	}
 
 	rapid.Check(t, func(t *rapid.T) {
-		b, missing := ptDrawBrief(t)
+		b, missing := drawBrief(t)
 		err := b.Validate()
 		if len(missing) == 0 {
 			if err != nil {
 				t.Fatalf("Validate(%+v) = %v, want nil", b, err)
 			}
 		} else {
-			e := ptWantCode(t, err, as.ErrInvalidTaskBrief)
+			e := wantCode(t, err, as.ErrInvalidTaskBrief)
 			if diff := cmp.Diff(missing, e.MissingFields); diff != "" {
 				t.Fatalf("Validate(%+v) MissingFields (-want +got):\n%s", b, diff)
 			}
@@ -92,21 +92,21 @@ func TestProperty1_TaskBriefValidation(t *testing.T) {
 
 		// Through the society: a spawn succeeds iff the brief is valid, and a
 		// refused spawn creates nothing and adds no contact.
-		s, done := ptOpen(t, as.Config{})
+		s, done := openSociety(t, as.Config{})
 		defer done()
 		ctx := context.Background()
-		root := ptActor(t, s, as.RootID)
+		root := actorOf(t, s, as.RootID)
 		role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "worker"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for i := range rapid.IntRange(1, 3).Draw(t, "spawns") {
-			b, missing := ptDrawBrief(t)
+			b, missing := drawBrief(t)
 			b.Collaborators = nil
 			if rapid.Bool().Draw(t, "collaborate with user?") {
 				b.Collaborators = []as.Collaborator{{AgentID: as.UserID, Description: "the person who asked"}}
 			}
-			agentsBefore, contactsBefore := s.Agents(), ptAllContacts(t, s)
+			agentsBefore, contactsBefore := s.Agents(), allContacts(t, s)
 			child, reused, err := root.WithTask(fmt.Sprintf("task-%d", i)).SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: b})
 			if len(missing) == 0 {
 				if err != nil || reused {
@@ -120,7 +120,7 @@ func TestProperty1_TaskBriefValidation(t *testing.T) {
 				}
 				continue
 			}
-			e := ptWantCode(t, err, as.ErrInvalidTaskBrief)
+			e := wantCode(t, err, as.ErrInvalidTaskBrief)
 			if diff := cmp.Diff(missing, e.MissingFields); diff != "" {
 				t.Fatalf("refused spawn MissingFields (-want +got):\n%s", diff)
 			}
@@ -130,16 +130,16 @@ func TestProperty1_TaskBriefValidation(t *testing.T) {
 			if diff := cmp.Diff(agentsBefore, s.Agents()); diff != "" {
 				t.Fatalf("a refused spawn changed the agents (-before +after):\n%s", diff)
 			}
-			if diff := cmp.Diff(contactsBefore, ptAllContacts(t, s)); diff != "" {
+			if diff := cmp.Diff(contactsBefore, allContacts(t, s)); diff != "" {
 				t.Fatalf("a refused spawn changed registries (-before +after):\n%s", diff)
 			}
 		}
 	})
 }
 
-// ptSeed001Brief is the example Task Brief of seed 001 ("TaskBrief 数据模型"),
+// seed001Brief is the example Task Brief of seed 001 ("TaskBrief 数据模型"),
 // verbatim.
-const ptSeed001Brief = `{
+const seed001Brief = `{
   "objective": "创建一个简单的计算器程序",
   "constraints": [
     "使用 HTML + JavaScript 实现",
@@ -164,7 +164,7 @@ const ptSeed001Brief = `{
 
 func TestCalculatorBriefFromSeed001(t *testing.T) {
 	var b as.TaskBrief
-	if err := json.Unmarshal([]byte(ptSeed001Brief), &b); err != nil {
+	if err := json.Unmarshal([]byte(seed001Brief), &b); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.Validate(); err != nil {

@@ -18,23 +18,23 @@ import (
 func TestProperty7_FirstMessageMakesContactMutual(t *testing.T) {
 	var firsts, repeats int
 	rapid.Check(t, func(t *rapid.T) {
-		s, done := ptOpen(t, as.Config{})
+		s, done := openSociety(t, as.Config{})
 		defer done()
-		m := ptNewModel()
-		agents := ptGrowTree(t, s, m, rapid.IntRange(1, 5).Draw(t, "spawns"), nil, nil)
+		m := newContactModel()
+		agents := growTree(t, s, m, rapid.IntRange(1, 5).Draw(t, "spawns"), nil, nil)
 		all := append([]string{as.UserID}, agents...)
 		ctx := context.Background()
 		for range rapid.IntRange(1, 10).Draw(t, "sends") {
-			from, to := ptDrawPair(t, all)
-			x := ptActor(t, s, from)
-			before := ptAllContacts(t, s)
+			from, to := drawPair(t, all)
+			x := actorOf(t, s, from)
+			before := allContacts(t, s)
 			knew := m.knows(to, from)
 			if _, err := x.SendText(ctx, to, "first"); err != nil {
 				t.Fatal(err)
 			}
 			m.sent(from, to)
 			m.check(t, s)
-			after := ptAllContacts(t, s)
+			after := allContacts(t, s)
 			if knew {
 				repeats++
 				// An entry already present is not replaced: nothing changes.
@@ -43,12 +43,12 @@ func TestProperty7_FirstMessageMakesContactMutual(t *testing.T) {
 				}
 			} else {
 				firsts++
-				c, ok := ptFindContact(after[to], from)
+				c, ok := findContact(after[to], from)
 				want := as.Contact{ID: from, Role: m.role[from], InterfaceSpec: m.spec[from], Source: as.SourceFirstMessage}
 				if !ok {
 					t.Fatalf("after %s's first message, %s does not know it", from, to)
 				}
-				if diff := cmp.Diff(want, c, ptIgnoreAddedAt); diff != "" {
+				if diff := cmp.Diff(want, c, ignoreAddedAt); diff != "" {
 					t.Fatalf("%s's entry for %s (-want +got):\n%s", to, from, diff)
 				}
 				// Only the receiver learnt something, one entry.
@@ -61,7 +61,7 @@ func TestProperty7_FirstMessageMakesContactMutual(t *testing.T) {
 			if _, err := x.SendText(ctx, to, "second"); err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(after, ptAllContacts(t, s)); diff != "" {
+			if diff := cmp.Diff(after, allContacts(t, s)); diff != "" {
 				t.Fatalf("a second message %s -> %s changed registries (-before +after):\n%s", from, to, diff)
 			}
 		}
@@ -75,12 +75,12 @@ func TestProperty7_FirstMessageMakesContactMutual(t *testing.T) {
 
 func TestProperty8_FromIsAlwaysTheSender(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		rec := ptNewRecorder()
-		s, done := ptOpen(t, as.Config{Root: rec.behavior()})
+		rec := newMailboxes()
+		s, done := openSociety(t, as.Config{Root: rec.behavior()})
 		defer done()
 		rec.watchUser(s)
-		m := ptNewModel()
-		agents := ptGrowTree(t, s, m, rapid.IntRange(1, 4).Draw(t, "spawns"), rec.behavior(), nil)
+		m := newContactModel()
+		agents := growTree(t, s, m, rapid.IntRange(1, 4).Draw(t, "spawns"), rec.behavior(), nil)
 		all := append([]string{as.UserID}, agents...)
 		forgeries := append(slices.Clone(all), "mallory", "", "system")
 		ctx := context.Background()
@@ -104,7 +104,7 @@ func TestProperty8_FromIsAlwaysTheSender(t *testing.T) {
 			}
 		}
 		for i := range rapid.IntRange(1, 8).Draw(t, "sends") {
-			from, to := ptDrawPair(t, all)
+			from, to := drawPair(t, all)
 			forged := rapid.SampledFrom(forgeries).Draw(t, "forged from")
 			text := fmt.Sprintf("消息 %d", i)
 			typ := as.General
@@ -126,7 +126,7 @@ func TestProperty8_FromIsAlwaysTheSender(t *testing.T) {
 				}
 				payload = map[string]string{"from": forged, "text": text, "relay_to": relay}
 			}
-			msg, err := ptActor(t, s, from).Send(ctx, as.Outgoing{To: to, Type: typ, Payload: payload})
+			msg, err := actorOf(t, s, from).Send(ctx, as.Outgoing{To: to, Type: typ, Payload: payload})
 			if err != nil {
 				t.Fatalf("%s -> %s: %v", from, to, err)
 			}

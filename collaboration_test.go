@@ -19,23 +19,9 @@ import (
 // code-driven and recording into in.
 func twoAgents(t testing.TB, in *inbox) (*as.Society, *as.Actor, *as.Actor) {
 	t.Helper()
-	ctx := context.Background()
 	s := newSociety(t, as.Config{DefaultBehavior: in.behavior()})
-	root, _ := s.Actor(as.RootID)
-	root = root.WithTask("t")
-	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
-	lead, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	la, _ := s.Actor(lead.ID)
-	hrole, _, _ := la.CreateRole(ctx, as.RoleSpec{Name: "helper"})
-	helper, _, err := la.SpawnAgent(ctx, as.SpawnSpec{RoleID: hrole.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ha, _ := s.Actor(helper.ID)
-	return s, la, ha
+	lead, helper := chain(t, s, nil)
+	return s, lead, helper
 }
 
 func answer(t rapid.TB, from *as.Actor, to, id string, status as.RequestStatus) error {
@@ -267,7 +253,7 @@ func TestRespondFindsTheRequester(t *testing.T) {
 
 func TestRefusals_CollaborationRequestLifecycle(t *testing.T) {
 	ctx := context.Background()
-	f := rfSetup(t, as.Config{})
+	f := newSmallOrg(t, as.Config{})
 	a, b := f.a.ID(), f.b.ID()
 
 	// Without a request_id the society generates one, in the returned and
@@ -304,9 +290,9 @@ func TestRefusals_CollaborationRequestLifecycle(t *testing.T) {
 		return x.Send(ctx, as.Outgoing{To: to, Type: as.CollaborationResponse, Payload: p})
 	}
 	_, err := respond(f.g, a, as.CollaborationResponsePayload{RequestID: first, Status: as.StatusCompleted, ResultData: json.RawMessage(`1`)})
-	ptWantCode(t, err, as.ErrWrongResponder)
+	wantCode(t, err, as.ErrWrongResponder)
 	_, err = respond(f.b, a, map[string]string{"request_id": first, "status": string(as.StatusError)})
-	e := ptWantCode(t, err, as.ErrInvalidMessageFormat)
+	e := wantCode(t, err, as.ErrInvalidMessageFormat)
 	if diff := cmp.Diff([]string{"error_message"}, e.MissingFields); diff != "" {
 		t.Fatalf("MissingFields (-want +got):\n%s", diff)
 	}
@@ -316,7 +302,7 @@ func TestRefusals_CollaborationRequestLifecycle(t *testing.T) {
 	}
 	f.rec.expect(t, a, m.ID)
 	_, err = respond(f.b, a, as.CollaborationResponsePayload{RequestID: first, Status: as.StatusRejected, ErrorMessage: "changed my mind"})
-	ptWantCode(t, err, as.ErrRequestClosed)
+	wantCode(t, err, as.ErrRequestClosed)
 
 	// A supplied request_id is kept, and cannot be used twice.
 	msg, err := f.g.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: "req-mine", SubtaskDescription: "x"}})
@@ -329,9 +315,9 @@ func TestRefusals_CollaborationRequestLifecycle(t *testing.T) {
 	}
 	f.rec.expect(t, b, msg.ID)
 	_, err = f.a.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: "req-mine", SubtaskDescription: "y"}})
-	ptWantCode(t, err, as.ErrDuplicateRequest)
+	wantCode(t, err, as.ErrDuplicateRequest)
 	_, err = f.a.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: first, SubtaskDescription: "y"}})
-	ptWantCode(t, err, as.ErrDuplicateRequest)
+	wantCode(t, err, as.ErrDuplicateRequest)
 	f.assertQuiet(t)
 }
 
@@ -339,7 +325,7 @@ func TestRefusals_CollaborationRequestLifecycle(t *testing.T) {
 // answer any more is settled with an error, so Collaborate returns.
 func TestCollaborateWithATerminatedResponderIsSettled(t *testing.T) {
 	ctx := context.Background()
-	s := newSociety(t, as.Config{DefaultBehavior: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
+	s := newSociety(t, as.Config{DefaultBehavior: noop})
 	received := make(chan struct{}, 1)
 	aa, ba := chain(t, s, as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
 		received <- struct{}{} // the request is pending, and never answered
@@ -371,7 +357,7 @@ func TestCollaborateWithATerminatedResponderIsSettled(t *testing.T) {
 
 func TestCloseWakesCollaborate(t *testing.T) {
 	ctx := context.Background()
-	s, err := as.New(ctx, as.Config{Logger: quiet, DefaultBehavior: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
+	s, err := as.New(ctx, as.Config{Logger: quiet, DefaultBehavior: noop})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,14 +105,14 @@ func TestIntroductionThroughAChainOfTwoIntroducers(t *testing.T) {
 			if m.From != a {
 				t.Fatalf("T got a message from %s, want %s", m.From, a)
 			}
-			c, ok := contactOf(s, a, target)
+			c, ok := findContact(contactsOf(t, s, a), target)
 			if !ok || c.Source != as.SourceIntroduction || c.IntroducedBy != y || c.Role != "tester" || c.InterfaceSpec == nil || c.InterfaceSpec.Services != "tester services" {
 				t.Fatalf("A's entry for T = %+v, %v; want an introduction by Y with T's real role and spec", c, ok)
 			}
 			if s.IsKnown(x, target) {
 				t.Fatal("the forwarder must not have been given T")
 			}
-			if c, ok := contactOf(s, target, a); !ok || c.Source != as.SourceFirstMessage {
+			if c, ok := findContact(contactsOf(t, s, target), a); !ok || c.Source != as.SourceFirstMessage {
 				t.Fatalf("T's entry for A = %+v, %v; want first_message", c, ok)
 			}
 		})
@@ -121,12 +121,12 @@ func TestIntroductionThroughAChainOfTwoIntroducers(t *testing.T) {
 
 func TestRefusals_IntroductionAddsTheRealTarget(t *testing.T) {
 	ctx := context.Background()
-	f := rfSetup(t, as.Config{ContactPolicy: as.ContactStrict})
+	f := newSmallOrg(t, as.Config{ContactPolicy: as.ContactStrict})
 	a, b := f.a.ID(), f.b.ID()
 
 	// Under the strict policy a may not write to b before an introduction.
 	_, err := f.a.SendText(ctx, b, "hello?")
-	ptWantCode(t, err, as.ErrUnknownContact)
+	wantCode(t, err, as.ErrUnknownContact)
 
 	// root introduces b to a, with a made-up role and spec: the society
 	// records and delivers b's real ones.
@@ -147,16 +147,16 @@ func TestRefusals_IntroductionAddsTheRealTarget(t *testing.T) {
 	if err := got.Decode(&p); err != nil {
 		t.Fatal(err)
 	}
-	wantP := as.IntroductionResponsePayload{TargetAgentID: b, TargetRole: "reviewer", TargetInterfaceSpec: rfReviewerSpec, Advice: "找他做代码评审"}
+	wantP := as.IntroductionResponsePayload{TargetAgentID: b, TargetRole: "reviewer", TargetInterfaceSpec: reviewerSpec, Advice: "找他做代码评审"}
 	if diff := cmp.Diff(wantP, p); diff != "" {
 		t.Fatalf("delivered payload (-want +got):\n%s", diff)
 	}
-	c, ok := ptFindContact(ptContacts(t, f.s, a), b)
-	wantC := as.Contact{ID: b, Role: "reviewer", InterfaceSpec: rfReviewerSpec, Source: as.SourceIntroduction, IntroducedBy: as.RootID, Note: "找他做代码评审"}
+	c, ok := findContact(contactsOf(t, f.s, a), b)
+	wantC := as.Contact{ID: b, Role: "reviewer", InterfaceSpec: reviewerSpec, Source: as.SourceIntroduction, IntroducedBy: as.RootID, Note: "找他做代码评审"}
 	if !ok {
 		t.Fatalf("a does not know b after the introduction")
 	}
-	if diff := cmp.Diff(wantC, c, ptIgnoreAddedAt); diff != "" {
+	if diff := cmp.Diff(wantC, c, ignoreAddedAt); diff != "" {
 		t.Fatalf("a's entry for b (-want +got):\n%s", diff)
 	}
 	// The introduction told b nothing: b does not know a yet.
@@ -170,7 +170,7 @@ func TestRefusals_IntroductionAddsTheRealTarget(t *testing.T) {
 		t.Fatalf("a -> b after the introduction: %v", err)
 	}
 	f.rec.expect(t, b, m.ID)
-	if c, ok := ptFindContact(ptContacts(t, f.s, b), a); !ok || c.Source != as.SourceFirstMessage || c.Role != "lead" {
+	if c, ok := findContact(contactsOf(t, f.s, b), a); !ok || c.Source != as.SourceFirstMessage || c.Role != "lead" {
 		t.Fatalf("b's entry for a: %+v (found %v), want first_message with role lead", c, ok)
 	}
 
@@ -189,17 +189,17 @@ func TestRefusals_IntroductionAddsTheRealTarget(t *testing.T) {
 	if p.TargetRole != as.UserID || p.TargetInterfaceSpec != nil || got.ID != msg.ID {
 		t.Fatalf("introduction of user delivered %+v, want role user and no spec", p)
 	}
-	if c, ok := ptFindContact(ptContacts(t, f.s, a), as.UserID); !ok || c.Source != as.SourceIntroduction || c.IntroducedBy != as.RootID || c.InterfaceSpec != nil || c.Role != as.UserID {
+	if c, ok := findContact(contactsOf(t, f.s, a), as.UserID); !ok || c.Source != as.SourceIntroduction || c.IntroducedBy != as.RootID || c.InterfaceSpec != nil || c.Role != as.UserID {
 		t.Fatalf("a's entry for user: %+v (found %v)", c, ok)
 	}
 
 	// Introducing b again changes nothing: the first entry wins.
-	before := ptContacts(t, f.s, a)
+	before := contactsOf(t, f.s, a)
 	if _, err := f.root.Send(ctx, as.Outgoing{To: a, Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{TargetAgentID: b, Advice: "again"}}); err != nil {
 		t.Fatal(err)
 	}
 	f.rec.next(t, a)
-	if diff := cmp.Diff(before, ptContacts(t, f.s, a)); diff != "" {
+	if diff := cmp.Diff(before, contactsOf(t, f.s, a)); diff != "" {
 		t.Fatalf("a second introduction changed a's registry (-before +after):\n%s", diff)
 	}
 }
@@ -208,38 +208,38 @@ func TestRefusals_IntroductionAddsTheRealTarget(t *testing.T) {
 
 func TestProperty3_ContactRegistryInitialisation(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		s, done := ptOpen(t, as.Config{})
+		s, done := openSociety(t, as.Config{})
 		defer done()
 
 		// root knows exactly user, and user exactly root, from the start.
 		wantRoot := []as.Contact{{ID: as.UserID, Role: as.UserID, Source: as.SourceSystem}}
 		wantUser := []as.Contact{{ID: as.RootID, Role: as.RootID, Source: as.SourceSystem}}
-		if diff := cmp.Diff(wantRoot, ptContacts(t, s, as.RootID), ptIgnoreAddedAt); diff != "" {
+		if diff := cmp.Diff(wantRoot, contactsOf(t, s, as.RootID), ignoreAddedAt); diff != "" {
 			t.Fatalf("root's initial registry (-want +got):\n%s", diff)
 		}
-		if diff := cmp.Diff(wantUser, ptContacts(t, s, as.UserID), ptIgnoreAddedAt); diff != "" {
+		if diff := cmp.Diff(wantUser, contactsOf(t, s, as.UserID), ignoreAddedAt); diff != "" {
 			t.Fatalf("user's initial registry (-want +got):\n%s", diff)
 		}
 
-		m := ptNewModel()
-		agents := ptGrowTree(t, s, m, rapid.IntRange(1, 8).Draw(t, "spawns"), nil, func(parent, child string) {
+		m := newContactModel()
+		agents := growTree(t, s, m, rapid.IntRange(1, 8).Draw(t, "spawns"), nil, func(parent, child string) {
 			// A new agent knows its parent, and only its parent (its brief
 			// names no collaborators).
 			want := []as.Contact{{ID: parent, Role: m.role[parent], InterfaceSpec: m.spec[parent], Source: as.SourceParent}}
-			if diff := cmp.Diff(want, ptContacts(t, s, child), ptIgnoreAddedAt); diff != "" {
+			if diff := cmp.Diff(want, contactsOf(t, s, child), ignoreAddedAt); diff != "" {
 				t.Fatalf("registry of new agent %s, child of %s (-want +got):\n%s", child, parent, diff)
 			}
 		})
 		// The registries never forget: every agent still knows its parent.
 		for _, id := range agents[1:] {
 			a, _ := s.Agent(id)
-			c := ptContacts(t, s, id)
+			c := contactsOf(t, s, id)
 			if len(c) == 0 || c[0].ID != a.ParentID || c[0].Source != as.SourceParent || c[0].Role != m.role[a.ParentID] {
 				t.Fatalf("registry of %s does not start with its parent %s: %+v", id, a.ParentID, c)
 			}
 		}
 		// Spawning told user nothing.
-		if diff := cmp.Diff(wantUser, ptContacts(t, s, as.UserID), ptIgnoreAddedAt); diff != "" {
+		if diff := cmp.Diff(wantUser, contactsOf(t, s, as.UserID), ignoreAddedAt); diff != "" {
 			t.Fatalf("user's registry after spawns (-want +got):\n%s", diff)
 		}
 		m.check(t, s)
@@ -248,16 +248,16 @@ func TestProperty3_ContactRegistryInitialisation(t *testing.T) {
 
 func TestProperty4_ParentKnowsChild(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		s, done := ptOpen(t, as.Config{})
+		s, done := openSociety(t, as.Config{})
 		defer done()
-		m := ptNewModel()
-		ptGrowTree(t, s, m, rapid.IntRange(1, 8).Draw(t, "spawns"), nil, func(parent, child string) {
-			c, ok := ptFindContact(ptContacts(t, s, parent), child)
+		m := newContactModel()
+		growTree(t, s, m, rapid.IntRange(1, 8).Draw(t, "spawns"), nil, func(parent, child string) {
+			c, ok := findContact(contactsOf(t, s, parent), child)
 			if !ok {
 				t.Fatalf("parent %s does not know its new child %s", parent, child)
 			}
 			want := as.Contact{ID: child, Role: m.role[child], InterfaceSpec: m.spec[child], Source: as.SourceChild}
-			if diff := cmp.Diff(want, c, ptIgnoreAddedAt); diff != "" {
+			if diff := cmp.Diff(want, c, ignoreAddedAt); diff != "" {
 				t.Fatalf("parent %s's entry for child %s (-want +got):\n%s", parent, child, diff)
 			}
 			if !s.IsKnown(parent, child) {
@@ -265,7 +265,7 @@ func TestProperty4_ParentKnowsChild(t *testing.T) {
 			}
 			// The whole registry of the parent is what the model says: the
 			// spawn added the child and nothing else.
-			if diff := cmp.Diff(m.reg[parent], ptContacts(t, s, parent), ptIgnoreAddedAt); diff != "" {
+			if diff := cmp.Diff(m.reg[parent], contactsOf(t, s, parent), ignoreAddedAt); diff != "" {
 				t.Fatalf("registry of parent %s (-model +society):\n%s", parent, diff)
 			}
 		})
@@ -278,17 +278,17 @@ func TestProperty4_ParentKnowsChild(t *testing.T) {
 func TestProperty5_OpenPolicyNeverRefusesUnknownContact(t *testing.T) {
 	var unknownSends int
 	rapid.Check(t, func(t *rapid.T) {
-		s, done := ptOpen(t, as.Config{})
+		s, done := openSociety(t, as.Config{})
 		defer done()
 		if s.ContactPolicy() != as.ContactOpen {
 			t.Fatalf("default policy %v, want open", s.ContactPolicy())
 		}
-		m := ptNewModel()
-		agents := ptGrowTree(t, s, m, rapid.IntRange(1, 5).Draw(t, "spawns"), nil, nil)
+		m := newContactModel()
+		agents := growTree(t, s, m, rapid.IntRange(1, 5).Draw(t, "spawns"), nil, nil)
 		all := append([]string{as.UserID}, agents...)
 		ctx := context.Background()
 		for range rapid.IntRange(1, 12).Draw(t, "sends") {
-			from, to := ptDrawPair(t, all)
+			from, to := drawPair(t, all)
 			known := m.knows(from, to)
 			if got := s.IsKnown(from, to); got != known {
 				t.Fatalf("IsKnown(%s, %s) = %v, want %v", from, to, got, known)
@@ -296,7 +296,7 @@ func TestProperty5_OpenPolicyNeverRefusesUnknownContact(t *testing.T) {
 			if !known {
 				unknownSends++
 			}
-			msg, err := ptActor(t, s, from).SendText(ctx, to, "你好")
+			msg, err := actorOf(t, s, from).SendText(ctx, to, "你好")
 			if err != nil {
 				t.Fatalf("open policy: %s -> %s (known=%v): %v", from, to, known, err)
 			}
@@ -319,22 +319,22 @@ func TestProperty5_OpenPolicyNeverRefusesUnknownContact(t *testing.T) {
 func TestProperty5_StrictPolicyRefusesUnknownContact(t *testing.T) {
 	var refused, accepted int
 	rapid.Check(t, func(t *rapid.T) {
-		rec := ptNewRecorder()
-		s, done := ptOpen(t, as.Config{ContactPolicy: as.ContactStrict, Root: rec.behavior()})
+		rec := newMailboxes()
+		s, done := openSociety(t, as.Config{ContactPolicy: as.ContactStrict, Root: rec.behavior()})
 		defer done()
 		rec.watchUser(s)
-		m := ptNewModel()
-		agents := ptGrowTree(t, s, m, rapid.IntRange(1, 5).Draw(t, "spawns"), rec.behavior(), nil)
+		m := newContactModel()
+		agents := growTree(t, s, m, rapid.IntRange(1, 5).Draw(t, "spawns"), rec.behavior(), nil)
 		all := append([]string{as.UserID}, agents...)
 		ctx := context.Background()
 		for i := range rapid.IntRange(1, 12).Draw(t, "sends") {
-			from, to := ptDrawPair(t, all)
+			from, to := drawPair(t, all)
 			known := m.knows(from, to)
 			if got := s.IsKnown(from, to); got != known {
 				t.Fatalf("IsKnown(%s, %s) = %v, want %v", from, to, got, known)
 			}
-			agentsBefore, before := s.Agents(), ptAllContacts(t, s)
-			msg, err := ptActor(t, s, from).SendText(ctx, to, fmt.Sprintf("msg %d", i))
+			agentsBefore, before := s.Agents(), allContacts(t, s)
+			msg, err := actorOf(t, s, from).SendText(ctx, to, fmt.Sprintf("msg %d", i))
 			if known || from == as.UserID || to == as.UserID {
 				if err != nil {
 					t.Fatalf("strict policy: %s -> %s (known=%v) refused: %v", from, to, known, err)
@@ -346,11 +346,11 @@ func TestProperty5_StrictPolicyRefusesUnknownContact(t *testing.T) {
 				continue
 			}
 			refused++
-			e := ptWantCode(t, err, as.ErrUnknownContact)
+			e := wantCode(t, err, as.ErrUnknownContact)
 			if e.AgentID != to {
 				t.Fatalf("ErrUnknownContact names %q, want %q", e.AgentID, to)
 			}
-			if diff := cmp.Diff(before, ptAllContacts(t, s)); diff != "" {
+			if diff := cmp.Diff(before, allContacts(t, s)); diff != "" {
 				t.Fatalf("a refused send changed registries (-before +after):\n%s", diff)
 			}
 			if diff := cmp.Diff(agentsBefore, s.Agents()); diff != "" {
@@ -358,7 +358,7 @@ func TestProperty5_StrictPolicyRefusesUnknownContact(t *testing.T) {
 			}
 			// Nothing was queued: a marker from user (always allowed) is the
 			// next message the receiver sees.
-			marker, err := ptActor(t, s, as.UserID).SendText(ctx, to, "marker")
+			marker, err := actorOf(t, s, as.UserID).SendText(ctx, to, "marker")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -376,10 +376,10 @@ func TestProperty5_StrictPolicyRefusesUnknownContact(t *testing.T) {
 func TestProperty6_PresetCollaborators(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		policy := rapid.SampledFrom([]as.ContactPolicy{as.ContactOpen, as.ContactStrict}).Draw(t, "policy")
-		s, done := ptOpen(t, as.Config{ContactPolicy: policy})
+		s, done := openSociety(t, as.Config{ContactPolicy: policy})
 		defer done()
-		m := ptNewModel()
-		agents := ptGrowTree(t, s, m, rapid.IntRange(1, 5).Draw(t, "spawns"), nil, nil)
+		m := newContactModel()
+		agents := growTree(t, s, m, rapid.IntRange(1, 5).Draw(t, "spawns"), nil, nil)
 		parent := rapid.SampledFrom(agents).Draw(t, "parent")
 
 		var candidates []string
@@ -403,11 +403,11 @@ func TestProperty6_PresetCollaborators(t *testing.T) {
 				Description: rapid.StringOfN(rapid.RuneFrom([]rune("如需界面设计建议可联系此智能体 review")), 0, 20, -1).Draw(t, "description"),
 			})
 		}
-		child := ptSpawnStep(t, s, m, parent, "task-preset", collabs, nil)
+		child := spawnStep(t, s, m, parent, "task-preset", collabs, nil)
 
-		got := ptContacts(t, s, child)
+		got := contactsOf(t, s, child)
 		for _, col := range collabs {
-			c, ok := ptFindContact(got, col.AgentID)
+			c, ok := findContact(got, col.AgentID)
 			if !ok {
 				t.Fatalf("child %s does not know its collaborator %s: %+v", child, col.AgentID, got)
 			}
@@ -418,7 +418,7 @@ func TestProperty6_PresetCollaborators(t *testing.T) {
 		m.check(t, s) // exactly [parent, collaborators...] for the child
 
 		ctx := context.Background()
-		x := ptActor(t, s, child)
+		x := actorOf(t, s, child)
 		for _, id := range chosen {
 			if !s.IsKnown(child, id) {
 				t.Fatalf("IsKnown(%s, %s) = false for a collaborator", child, id)
@@ -432,7 +432,7 @@ func TestProperty6_PresetCollaborators(t *testing.T) {
 			for _, id := range agents {
 				if id != parent && !slices.Contains(chosen, id) {
 					_, err := x.SendText(ctx, id, "hello?")
-					ptWantCode(t, err, as.ErrUnknownContact)
+					wantCode(t, err, as.ErrUnknownContact)
 				}
 			}
 		}

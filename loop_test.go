@@ -44,7 +44,7 @@ func TestToolLoopRootSpawnsLeadWhoAnswersUser(t *testing.T) {
 				json.Unmarshal([]byte(last), &r)
 				return call("c3", "send_message", `{"to":"`+r.AgentID+`","payload":"please build it"}`), nil
 			default:
-				return say("delegated"), nil
+				return llmtest.Say("delegated"), nil
 			}
 		}
 		mu.Lock()
@@ -56,7 +56,7 @@ func TestToolLoopRootSpawnsLeadWhoAnswersUser(t *testing.T) {
 		if last == "" {
 			return call("d1", "send_message", `{"to":"user","message_type":"status_report","payload":{"status":"done","text":"built"}}`), nil
 		}
-		return say(""), nil
+		return llmtest.Say(""), nil
 	})
 	s := newSociety(t, as.Config{Model: model})
 	task, err := s.SubmitRequirement(ctx, "a calculator")
@@ -92,7 +92,7 @@ func TestToolLoopBadArgumentsGetCodedResults(t *testing.T) {
 		call("3", "no_such_tool", `{}`),
 		call("4", "spawn_agent", `{"roleId":"role-1","taskBrief":{"objective":"x"}}`),
 		call("5", "send_message", `{"to":"agent-404","payload":{"text":"hi"}}`),
-		say("giving up"),
+		llmtest.Say("giving up"),
 	}
 	var step int
 	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
@@ -167,18 +167,18 @@ func TestToolLoopTransientFailureIsRetriedThenReported(t *testing.T) {
 
 func TestStepLimitReportsToParentAndTheAgentGoesOn(t *testing.T) {
 	const maxSteps = 3
-	rootInbox := make(mtInbox, 16)
+	rootInbox := newInbox()
 	model := llmtest.New(
 		llmtest.Rule{Name: "first turn", SystemContains: "MARK-steps", LastContains: "FIRST", Response: llmtest.Call("list_contacts", nil)},
 		llmtest.Rule{Name: "loop", SystemContains: "MARK-steps", AfterTool: "list_contacts", Response: llmtest.Call("list_contacts", nil)},
 		llmtest.Rule{Name: "second turn", SystemContains: "MARK-steps", LastContains: "SECOND", Response: llmtest.Call("send_message", `{"to":"root","payload":{"text":"second handled"}}`)},
-		llmtest.Rule{Name: "end", SystemContains: "MARK-steps", AfterTool: "send_message", Response: say("")},
+		llmtest.Rule{Name: "end", SystemContains: "MARK-steps", AfterTool: "send_message", Response: llmtest.Say("")},
 	)
-	s := newSociety(t, as.Config{Model: model, MaxSteps: maxSteps, Root: rootInbox})
-	worker := mtSpawn(t, s, "t1", "looper", "MARK-steps", nil)
+	s := newSociety(t, as.Config{Model: model, MaxSteps: maxSteps, Root: rootInbox.behavior()})
+	worker := rootSpawn(t, s, "t1", "looper", "MARK-steps", nil)
 
-	first := mtSendAs(t, s, as.RootID, worker.ID, "FIRST")
-	report := mtRecv(t, rootInbox, "the step_limit report")
+	first := sendAs(t, s, as.RootID, worker.ID, "FIRST")
+	report := recv(t, rootInbox.ch, "the step_limit report")
 	if n := len(model.RequestsFor(worker.ID)); n != maxSteps {
 		t.Errorf("the turn made %d model calls, want exactly MaxSteps = %d", n, maxSteps)
 	}
@@ -188,8 +188,8 @@ func TestStepLimitReportsToParentAndTheAgentGoesOn(t *testing.T) {
 		t.Fatalf("root got %+v (%s), want a status_report from %s with status error naming step_limit and message %s", report, report.Payload, worker.ID, first.ID)
 	}
 
-	mtSendAs(t, s, as.RootID, worker.ID, "SECOND")
-	m := mtRecv(t, rootInbox, "the answer to the second message")
+	sendAs(t, s, as.RootID, worker.ID, "SECOND")
+	m := recv(t, rootInbox.ch, "the answer to the second message")
 	if m.From != worker.ID || m.Text() != "second handled" {
 		t.Fatalf("root got %+v, want %q from %s", m, "second handled", worker.ID)
 	}
@@ -200,7 +200,7 @@ func TestStepLimitReportsToParentAndTheAgentGoesOn(t *testing.T) {
 	// history handed on holds each call with its result.
 	reqs := model.RequestsFor(worker.ID)
 	for i := 1; i < maxSteps; i++ {
-		if call, _ := mtLastResult(t, reqs[i]); call.Name != "list_contacts" {
+		if call, _ := lastCallAndResult(t, reqs[i]); call.Name != "list_contacts" {
 			t.Errorf("call %d answers %s", i, call.Name)
 		}
 	}
@@ -211,7 +211,7 @@ func TestModelCallsInFlightAreCapped(t *testing.T) {
 	for _, c := range []struct{ maxCalls, want int }{{4, 4}, {100, agents}} {
 		t.Run(fmt.Sprintf("MaxModelCalls=%d", c.maxCalls), func(t *testing.T) {
 			// A call holds its slot until want calls are in flight at once
-			// (or mtTimeout passes), so that the peak does not hang on
+			// (or hangGuard passes), so that the peak does not hang on
 			// timing: a society that lets fewer calls run together fails.
 			var arrived atomic.Int32
 			reached := make(chan struct{})
@@ -223,23 +223,23 @@ func TestModelCallsInFlightAreCapped(t *testing.T) {
 				}
 				select {
 				case <-reached:
-				case <-time.After(mtTimeout):
+				case <-time.After(hangGuard):
 				}
 				done <- req.Agent
-				return say(""), nil
+				return llmtest.Say(""), nil
 			}})
 			model.Delay = 20 * time.Millisecond
 			s := newSociety(t, as.Config{Model: model, MaxModelCalls: c.maxCalls})
 			var workers []as.Agent
 			for i := range agents {
-				workers = append(workers, mtSpawn(t, s, fmt.Sprintf("t%d", i), "worker", "work", nil))
+				workers = append(workers, rootSpawn(t, s, fmt.Sprintf("t%d", i), "worker", "work", nil))
 			}
 			for _, w := range workers {
-				mtSendAs(t, s, as.RootID, w.ID, "go")
+				sendAs(t, s, as.RootID, w.ID, "go")
 			}
 			seen := map[string]bool{}
 			for range agents {
-				seen[mtRecv(t, done, "a model call")] = true
+				seen[recv(t, done, "a model call")] = true
 			}
 			if len(seen) != agents {
 				t.Errorf("%d distinct agents called the model, want %d", len(seen), agents)
@@ -262,7 +262,7 @@ func statusReportTo(t *testing.T, m as.Message, from string) as.StatusReportPayl
 
 func TestModelFailureIsReported(t *testing.T) {
 	ctx := context.Background()
-	wctx, cancel := context.WithTimeout(ctx, mtTimeout)
+	wctx, cancel := context.WithTimeout(ctx, hangGuard)
 	defer cancel()
 	for _, c := range []struct {
 		name     string
@@ -282,7 +282,7 @@ func TestModelFailureIsReported(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			model := llmtest.New(
 				llmtest.Rule{Agent: as.RootID, LastContains: "REQ", Response: llmtest.Call("send_message", `{"to":"user","payload":{"text":"answer"}}`)},
-				llmtest.Rule{Agent: as.RootID, AfterTool: "send_message", Response: say("")},
+				llmtest.Rule{Agent: as.RootID, AfterTool: "send_message", Response: llmtest.Say("")},
 			)
 			model.FailNext(c.fail, c.err)
 			s := newSociety(t, as.Config{Model: model, ModelRetries: c.retries, RetryBackoff: time.Millisecond})
@@ -331,12 +331,12 @@ func TestFailingModelDoesNotStallOtherAgents(t *testing.T) {
 		llmtest.Rule{Agent: as.RootID, Reply: func(*llm.Request) (*llm.Response, error) {
 			select {
 			case <-alive:
-			case <-time.After(mtTimeout):
+			case <-time.After(hangGuard):
 			}
 			return nil, llm.ErrServer
 		}},
 		llmtest.Rule{SystemContains: "MARK-alive", LastContains: "PING", Response: llmtest.Call("send_message", `{"to":"user","payload":{"text":"alive"}}`)},
-		llmtest.Rule{SystemContains: "MARK-alive", AfterTool: "send_message", Response: say("")},
+		llmtest.Rule{SystemContains: "MARK-alive", AfterTool: "send_message", Response: llmtest.Say("")},
 	)
 	s, err := as.New(ctx, as.Config{Model: model, Logger: quiet, ModelRetries: 2, RetryBackoff: time.Millisecond, MaxModelCalls: 2})
 	if err != nil {
@@ -349,14 +349,14 @@ func TestFailingModelDoesNotStallOtherAgents(t *testing.T) {
 			once.Do(func() { close(alive) })
 		}
 	})
-	other := mtSpawn(t, s, "t-other", "other", "MARK-alive", nil)
+	other := rootSpawn(t, s, "t-other", "other", "MARK-alive", nil)
 	if _, err := s.SubmitRequirement(ctx, "REQ"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.SendTextToAgent(ctx, other.ID, "PING", ""); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, mtTimeout)
+	wctx, cancel := context.WithTimeout(ctx, hangGuard)
 	defer cancel()
 	first, err := s.WaitForUserMessage(wctx, nil)
 	if err != nil {
@@ -403,7 +403,7 @@ func TestCloseDuringRetryBackoff(t *testing.T) {
 	if _, err := s.SubmitRequirement(ctx, "REQ"); err != nil {
 		t.Fatal(err)
 	}
-	mtRecv(t, failed, "the failing call")
+	recv(t, failed, "the failing call")
 	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -419,36 +419,36 @@ func TestCloseDuringRetryBackoff(t *testing.T) {
 	}
 }
 
-// mtHistory is what mtHistoryRun saw.
-type mtHistory struct {
+// historyRun is what runHistory saw.
+type historyRun struct {
 	reqs   []llm.Request
 	full   []llm.Message // the whole conversation, as if nothing were dropped
 	bounds []int         // the index in full where each turn starts
 	sys    string
 }
 
-// mtHistoryRun delivers one message per text to a model-driven agent whose
+// runHistory delivers one message per text to a model-driven agent whose
 // every turn is: the message, a list_contacts call, its result, and "noted".
 // It returns the agent's requests and the full history the agent built.
-func mtHistoryRun(t *testing.T, budget int, sum as.Summarizer, texts []string) mtHistory {
+func runHistory(t *testing.T, budget int, sum as.Summarizer, texts []string) historyRun {
 	turnDone := make(chan struct{}, len(texts))
 	model := llmtest.New(
 		llmtest.Rule{SystemContains: "MARK-history", LastContains: "TURN-", Response: llmtest.Call("list_contacts", nil)},
 		llmtest.Rule{SystemContains: "MARK-history", AfterTool: "list_contacts", Reply: func(*llm.Request) (*llm.Response, error) {
 			turnDone <- struct{}{}
-			return say("noted"), nil
+			return llmtest.Say("noted"), nil
 		}},
 	)
-	s := newSociety(t, as.Config{Model: model, HistoryBudget: budget, Summarize: sum, Root: make(mtInbox, 1)})
-	worker := mtSpawn(t, s, "t1", "historian", "MARK-history", nil)
+	s := newSociety(t, as.Config{Model: model, HistoryBudget: budget, Summarize: sum, Root: newInbox().behavior()})
+	worker := rootSpawn(t, s, "t1", "historian", "MARK-history", nil)
 	var sent []as.Message
 	for _, text := range texts {
-		sent = append(sent, mtSendAs(t, s, as.RootID, worker.ID, text))
+		sent = append(sent, sendAs(t, s, as.RootID, worker.ID, text))
 	}
 	for i := range texts {
-		mtRecv(t, turnDone, fmt.Sprintf("turn %d", i+1))
+		recv(t, turnDone, fmt.Sprintf("turn %d", i+1))
 	}
-	h := mtHistory{reqs: model.RequestsFor(worker.ID)}
+	h := historyRun{reqs: model.RequestsFor(worker.ID)}
 	if len(h.reqs) != 2*len(texts) {
 		t.Fatalf("%d model calls, want 2 per turn", len(h.reqs))
 	}
@@ -465,9 +465,9 @@ func mtHistoryRun(t *testing.T, budget int, sum as.Summarizer, texts []string) m
 	return h
 }
 
-// mtContentSize is the size of messages as the history budget counts it:
+// contentSize is the size of messages as the history budget counts it:
 // bytes of content, tool calls included.
-func mtContentSize(msgs []llm.Message) int {
+func contentSize(msgs []llm.Message) int {
 	n := 0
 	for _, m := range msgs {
 		n += len(m.Content)
@@ -478,7 +478,7 @@ func mtContentSize(msgs []llm.Message) int {
 	return n
 }
 
-func mtHistoryTexts() []string {
+func historyTexts() []string {
 	pad := strings.Repeat("x", 150)
 	return []string{
 		"TURN-1 " + pad,
@@ -490,11 +490,11 @@ func mtHistoryTexts() []string {
 	}
 }
 
-// mtCheckWellFormed checks what holds of every request whatever the budget:
+// checkWellFormed checks what holds of every request whatever the budget:
 // the system prompt is the same, with the brief; the history starts at a
 // delivered message; every tool result follows its call; and the current
 // turn is there.
-func mtCheckWellFormed(t *testing.T, h mtHistory, msgs []llm.Message, req llm.Request, turn, step int) {
+func checkWellFormed(t *testing.T, h historyRun, msgs []llm.Message, req llm.Request, turn, step int) {
 	t.Helper()
 	if req.System != h.sys || !strings.Contains(req.System, validBrief().Objective) {
 		t.Errorf("turn %d: the system prompt changed or lost the brief:\n%s", turn+1, req.System)
@@ -518,7 +518,7 @@ func mtCheckWellFormed(t *testing.T, h mtHistory, msgs []llm.Message, req llm.Re
 
 func TestHistoryBudgetDropsWholeOldestTurns(t *testing.T) {
 	const budget = 700
-	h := mtHistoryRun(t, budget, nil, mtHistoryTexts())
+	h := runHistory(t, budget, nil, historyTexts())
 	// The expected window: the oldest turns go, whole, while the history is
 	// over the budget, and never the current turn; what is dropped stays
 	// dropped.
@@ -528,14 +528,14 @@ func TestHistoryBudgetDropsWholeOldestTurns(t *testing.T) {
 		turn, step := i/2, i%2
 		end := h.bounds[turn] + 1 + 2*step // the delivered message, then the call and its result
 		for b := start; b < h.bounds[turn]; {
-			if mtContentSize(h.full[b:end]) <= budget {
+			if contentSize(h.full[b:end]) <= budget {
 				break
 			}
 			b = h.bounds[indexOfBound(h.bounds, b)+1]
 			start = b
 		}
 		want := h.full[start:end]
-		mtCheckWellFormed(t, h, req.Messages, req, turn, step)
+		checkWellFormed(t, h, req.Messages, req, turn, step)
 		if !reflect.DeepEqual(req.Messages, want) {
 			t.Errorf("turn %d call %d: history of %d messages from %q,\nwant %d from %q", turn+1, step+1,
 				len(req.Messages), clipText(req.Messages[0].Content), len(want), clipText(want[0].Content))
@@ -593,7 +593,7 @@ func TestHistoryBudgetSummarisesDroppedTurns(t *testing.T) {
 		sums = append(sums, sumCall{agent, previous, cp})
 		return fmt.Sprintf("S%d", len(sums)), nil
 	}
-	h := mtHistoryRun(t, budget, summarize, mtHistoryTexts())
+	h := runHistory(t, budget, summarize, historyTexts())
 	mu.Lock()
 	defer mu.Unlock()
 	if len(sums) == 0 {
@@ -651,11 +651,11 @@ func TestHistoryBudgetSummarisesDroppedTurns(t *testing.T) {
 			t.Errorf("turn %d: dropped turns came back", turn+1)
 		}
 		seen = dropped
-		mtCheckWellFormed(t, h, msgs, req, turn, step)
+		checkWellFormed(t, h, msgs, req, turn, step)
 		if !reflect.DeepEqual(msgs, h.full[dropped:end]) {
 			t.Errorf("turn %d call %d: %d messages after the summary, want the %d not yet summarised", turn+1, step+1, len(msgs), end-dropped)
 		}
-		if size := len(fmt.Sprintf("S%d", summaries)) + mtContentSize(msgs); summaries > 0 && size > budget && dropped != h.bounds[turn] {
+		if size := len(fmt.Sprintf("S%d", summaries)) + contentSize(msgs); summaries > 0 && size > budget && dropped != h.bounds[turn] {
 			t.Errorf("turn %d: %d bytes over the budget of %d with older turns left", turn+1, size, budget)
 		}
 	}
@@ -669,25 +669,25 @@ func TestHistoryBudgetSummarisesDroppedTurns(t *testing.T) {
 }
 
 func TestPlainTextIsLoggedAsThoughtAndSentToNobody(t *testing.T) {
-	st := newMTStore()
-	logs := make(chan map[string]string, 4096)
+	st := newRecordingStore()
+	logs := &logRecorder{}
 	const thought = "I should tell the user the answer is 42"
-	model := llmtest.New(llmtest.Rule{SystemContains: "MARK-thinker", Response: say(thought)})
-	rootInbox := make(mtInbox, 4)
-	s := newSociety(t, as.Config{Model: model, Store: st, Root: rootInbox, Logger: slog.New(mtLogRecorder{logs})})
-	worker := mtSpawn(t, s, "t1", "thinker", "MARK-thinker", nil)
-	before := mtSnapshot(t, s)
+	model := llmtest.New(llmtest.Rule{SystemContains: "MARK-thinker", Response: llmtest.Say(thought)})
+	rootInbox := newInbox()
+	s := newSociety(t, as.Config{Model: model, Store: st, Root: rootInbox.behavior(), Logger: slog.New(logs)})
+	worker := rootSpawn(t, s, "t1", "thinker", "MARK-thinker", nil)
+	before := snapshot(t, s)
 	mark := st.mark()
-	kick := mtSendAs(t, s, as.RootID, worker.ID, "what is the answer?")
+	kick := sendAs(t, s, as.RootID, worker.ID, "what is the answer?")
 	st.waitFinished(t, kick.ID)
 
 	st.assertOnly(t, mark, kick)
-	mtSameState(t, before, s)
+	sameState(t, before, s)
 	if n := model.Calls(); n != 1 {
 		t.Errorf("%d model calls, want 1", n)
 	}
 	select {
-	case m := <-rootInbox:
+	case m := <-rootInbox.ch:
 		t.Errorf("root got %+v", m)
 	default:
 	}
@@ -697,38 +697,35 @@ func TestPlainTextIsLoggedAsThoughtAndSentToNobody(t *testing.T) {
 		t.Errorf("user got %+v", m)
 	}
 	found := false
-	for len(logs) > 0 {
-		r := <-logs
-		if r["_message"] == "thought" {
-			if r["agent"] != worker.ID || r["text"] != thought {
-				t.Errorf("thought record %v, want agent %s and the text", r, worker.ID)
-			}
-			found = true
+	for _, r := range logs.records("thought") {
+		if r["agent"] != worker.ID || r["text"] != thought {
+			t.Errorf("thought record %v, want agent %s and the text", r, worker.ID)
 		}
+		found = true
 	}
 	if !found {
 		t.Error("no \"thought\" record was logged")
 	}
 }
 
-// mtSystemPrompts runs a society on prompts and returns the system prompts
+// systemPrompts runs a society on prompts and returns the system prompts
 // of root and of a model-driven worker (role "dev", prompt "MARK-dev role
 // prompt").
-func mtSystemPrompts(t *testing.T, prompts fs.FS) (root, worker string, workerID string) {
+func systemPrompts(t *testing.T, prompts fs.FS) (root, worker string, workerID string) {
 	t.Helper()
 	got := make(chan llm.Request, 2)
 	model := llmtest.New(llmtest.Rule{Reply: func(req *llm.Request) (*llm.Response, error) {
 		got <- *req
-		return say(""), nil
+		return llmtest.Say(""), nil
 	}})
 	s := newSociety(t, as.Config{Model: model, Prompts: prompts})
-	w := mtSpawn(t, s, "t1", "dev", "MARK-dev role prompt", nil)
+	w := rootSpawn(t, s, "t1", "dev", "MARK-dev role prompt", nil)
 	if _, err := s.SubmitRequirement(context.Background(), "x"); err != nil {
 		t.Fatal(err)
 	}
-	mtSendAs(t, s, as.RootID, w.ID, "go")
+	sendAs(t, s, as.RootID, w.ID, "go")
 	for range 2 {
-		req := mtRecv(t, got, "a model call")
+		req := recv(t, got, "a model call")
 		if req.Agent == as.RootID {
 			root = req.System
 		} else {
@@ -738,9 +735,9 @@ func mtSystemPrompts(t *testing.T, prompts fs.FS) (root, worker string, workerID
 	return root, worker, w.ID
 }
 
-// mtDefaultPrompt reads one of the embedded default prompt files from the
+// defaultPrompt reads one of the embedded default prompt files from the
 // source tree.
-func mtDefaultPrompt(t *testing.T, name string) string {
+func defaultPrompt(t *testing.T, name string) string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("internal", "prompts", name))
 	if err != nil {
@@ -751,8 +748,8 @@ func mtDefaultPrompt(t *testing.T, name string) string {
 
 func TestPromptsOverrideBaseOnly(t *testing.T) {
 	const base = "OVERRIDDEN BASE PROMPT"
-	root, worker, _ := mtSystemPrompts(t, fstest.MapFS{"base.txt": {Data: []byte(base + "\n")}})
-	rootTxt := mtDefaultPrompt(t, "root.txt")
+	root, worker, _ := systemPrompts(t, fstest.MapFS{"base.txt": {Data: []byte(base + "\n")}})
+	rootTxt := defaultPrompt(t, "root.txt")
 	if !strings.HasPrefix(root, base) || !strings.HasPrefix(worker, base) {
 		t.Errorf("the system prompts do not start with the overriding base.txt:\n%s\n---\n%s", root, worker)
 	}
@@ -766,7 +763,7 @@ func TestPromptsOverrideBaseOnly(t *testing.T) {
 		t.Errorf("the worker's system prompt lacks its role prompt:\n%s", worker)
 	}
 	for _, p := range []string{root, worker} {
-		if strings.Contains(p, mtDefaultPrompt(t, "base.txt")) {
+		if strings.Contains(p, defaultPrompt(t, "base.txt")) {
 			t.Errorf("the default base.txt is still there:\n%s", p)
 		}
 		if !strings.Contains(p, "## 你的身份") {
@@ -776,7 +773,7 @@ func TestPromptsOverrideBaseOnly(t *testing.T) {
 }
 
 func TestPromptsOverrideRuntimeTemplate(t *testing.T) {
-	root, worker, workerID := mtSystemPrompts(t, fstest.MapFS{"runtime.tmpl": {Data: []byte("{{.ID}}")}})
+	root, worker, workerID := systemPrompts(t, fstest.MapFS{"runtime.tmpl": {Data: []byte("{{.ID}}")}})
 	if !strings.HasSuffix(root, "\n"+as.RootID) || !strings.HasSuffix(worker, "\n"+workerID) {
 		t.Errorf("the system prompts do not end with the agent's id alone:\n%s\n---\n%s", root, worker)
 	}
@@ -784,11 +781,11 @@ func TestPromptsOverrideRuntimeTemplate(t *testing.T) {
 		if strings.Contains(p, "## 你的身份") || strings.Contains(p, "## 联系人") || strings.Contains(p, "## 任务委托书") {
 			t.Errorf("the default runtime facts are still there:\n%s", p)
 		}
-		if !strings.HasPrefix(p, mtDefaultPrompt(t, "base.txt")) {
+		if !strings.HasPrefix(p, defaultPrompt(t, "base.txt")) {
 			t.Errorf("the default base.txt is gone:\n%s", p)
 		}
 	}
-	if !strings.Contains(root, mtDefaultPrompt(t, "root.txt")) {
+	if !strings.Contains(root, defaultPrompt(t, "root.txt")) {
 		t.Errorf("root.txt is gone:\n%s", root)
 	}
 }
@@ -831,7 +828,7 @@ func TestPromptsFromADirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	root, worker, workerID := mtSystemPrompts(t, os.DirFS(dir))
+	root, worker, workerID := systemPrompts(t, os.DirFS(dir))
 	if want := "DIR BASE\n\nDIR ROOT\n\nid=root role=root"; root != want {
 		t.Errorf("root's system prompt is %q, want %q", root, want)
 	}
@@ -847,7 +844,7 @@ func TestPromptsFromADirectory(t *testing.T) {
 // are passed down as they are.
 func TestDefaultPromptsTeachTheRules(t *testing.T) {
 	// With base.txt blanked out, what root's prompt says comes from root.txt.
-	rootOnly, _, _ := mtSystemPrompts(t, fstest.MapFS{"base.txt": {Data: []byte("B")}})
+	rootOnly, _, _ := systemPrompts(t, fstest.MapFS{"base.txt": {Data: []byte("B")}})
 	rootPart := strings.TrimPrefix(rootOnly, "B")
 	for _, want := range []string{"objective", "constraints", "inputs", "outputs", "completion_criteria", "spawn_agent", "静态网页", "Python"} {
 		if !strings.Contains(rootPart, want) {
@@ -855,7 +852,7 @@ func TestDefaultPromptsTeachTheRules(t *testing.T) {
 		}
 	}
 	// A worker's prompt has base.txt and no root.txt.
-	root, worker, _ := mtSystemPrompts(t, nil)
+	root, worker, _ := systemPrompts(t, nil)
 	for _, want := range []string{"introduction_request", "introduction_response", "发送者 ID", "send_message", "constraints", "静态网页", "Python"} {
 		if !strings.Contains(worker, want) {
 			t.Errorf("base.txt does not mention %q:\n%s", want, worker)
@@ -883,7 +880,7 @@ func TestPromptOverhead(t *testing.T) {
 				close(both)
 			}
 		}
-		return say(""), nil
+		return llmtest.Say(""), nil
 	})
 	s := newSociety(t, as.Config{Model: model})
 	root, _ := s.Actor(as.RootID)
@@ -951,7 +948,7 @@ func TestProperty2_TaskBriefInjectedIntoContext(t *testing.T) {
 			case first <- req:
 			default:
 			}
-			return say(""), nil
+			return llmtest.Say(""), nil
 		})
 		ctx := context.Background()
 		s, err := as.New(ctx, as.Config{Model: model, Logger: quiet})
@@ -1066,19 +1063,19 @@ func foRun(tb testing.TB, maxCalls int, startTimer, stopTimer func()) foResult {
 		}},
 		llmtest.Rule{Name: "parent ends", SystemContains: "FANOUT-LEAD", AfterTool: "send_message", Reply: func(*llm.Request) (*llm.Response, error) {
 			done <- struct{}{}
-			return say(""), nil
+			return llmtest.Say(""), nil
 		}},
 		llmtest.Rule{Name: "child", SystemContains: "FANOUT-WORKER", Reply: func(*llm.Request) (*llm.Response, error) {
 			done <- struct{}{}
-			return say(""), nil
+			return llmtest.Say(""), nil
 		}},
 	)
 	model.Delay = foDelay
-	s, err := as.New(ctx, as.Config{Model: model, Logger: quiet, MaxModelCalls: maxCalls, Root: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })})
+	s, err := as.New(ctx, as.Config{Model: model, Logger: quiet, MaxModelCalls: maxCalls, Root: noop})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	lead := mtSpawn(tb, s, "fan", "lead", "FANOUT-LEAD: split the work", nil)
+	lead := rootSpawn(tb, s, "fan", "lead", "FANOUT-LEAD: split the work", nil)
 	leadActor, err := s.Actor(lead.ID)
 	if err != nil {
 		tb.Fatal(err)
@@ -1099,14 +1096,14 @@ func foRun(tb testing.TB, maxCalls int, startTimer, stopTimer func()) foResult {
 	for i := range foChildren + 1 {
 		select {
 		case <-done:
-		case <-time.After(mtTimeout):
+		case <-time.After(hangGuard):
 			tb.Fatalf("only %d of %d agents finished their model call", i, foChildren+1)
 		}
 	}
 	wall := time.Since(start)
 	stopTimer()
 
-	cctx, cancel := context.WithTimeout(ctx, mtTimeout)
+	cctx, cancel := context.WithTimeout(ctx, hangGuard)
 	defer cancel()
 	if err := s.Close(cctx); err != nil {
 		tb.Fatal(err)

@@ -15,8 +15,8 @@ import (
 
 // Property 10: payloads are checked against their message type.
 
-// ptP10Case is one generated message with what the spec says of it.
-type ptP10Case struct {
+// p10Case is one generated message with what the spec says of it.
+type p10Case struct {
 	typ     as.MessageType
 	payload any
 	valid   bool
@@ -28,40 +28,40 @@ type ptP10Case struct {
 	request string
 }
 
-type ptFieldState int
+type fieldState int
 
 const (
-	ptAbsent ptFieldState = iota
-	ptBlankField
-	ptPresent
-	ptWrongTypeField
+	fieldAbsent fieldState = iota
+	fieldBlank
+	fieldPresent
+	fieldWrongType
 )
 
-var ptWrongType = rapid.SampledFrom([]any{42, true, nil, []any{"x"}, map[string]any{"text": "x"}})
+var wrongTypes = rapid.SampledFrom([]any{42, true, nil, []any{"x"}, map[string]any{"text": "x"}})
 
-// ptDrawField sets obj[name] to an absent, blank, present (from present) or
+// drawField sets obj[name] to an absent, blank, present (from present) or
 // wrongly typed value; with wantValid it is always present. It reports
 // whether the field holds a non-blank string.
-func ptDrawField(t *rapid.T, obj map[string]any, name string, wantValid bool, states []ptFieldState, present func() any) bool {
-	st := ptPresent
+func drawField(t *rapid.T, obj map[string]any, name string, wantValid bool, states []fieldState, present func() any) bool {
+	st := fieldPresent
 	if !wantValid {
 		st = rapid.SampledFrom(states).Draw(t, name+".state")
 	}
 	switch st {
-	case ptBlankField:
-		obj[name] = ptBlank.Draw(t, name+".blank")
-	case ptPresent:
+	case fieldBlank:
+		obj[name] = blanks.Draw(t, name+".blank")
+	case fieldPresent:
 		obj[name] = present()
-	case ptWrongTypeField:
-		obj[name] = ptWrongType.Draw(t, name+".wrong")
+	case fieldWrongType:
+		obj[name] = wrongTypes.Draw(t, name+".wrong")
 	}
-	return st == ptPresent
+	return st == fieldPresent
 }
 
-var ptAllStates = []ptFieldState{ptAbsent, ptBlankField, ptPresent, ptWrongTypeField}
+var allFieldStates = []fieldState{fieldAbsent, fieldBlank, fieldPresent, fieldWrongType}
 
-func ptDrawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID func() string) ptP10Case {
-	c := ptP10Case{typ: typ}
+func drawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID func() string) p10Case {
+	c := p10Case{typ: typ}
 	wantValid := rapid.Bool().Draw(t, "want valid")
 	text := func(label string) func() any {
 		return func() any {
@@ -89,9 +89,9 @@ func ptDrawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID fu
 	case as.TaskAssignment:
 		// A brief's fields of the wrong JSON type do not decode at all; null
 		// is the one wrong value that decodes (to missing).
-		states := []ptFieldState{ptAbsent, ptBlankField, ptPresent}
+		states := []fieldState{fieldAbsent, fieldBlank, fieldPresent}
 		str := func(name string) {
-			ok := ptDrawField(t, obj, name, wantValid, states, text(name))
+			ok := drawField(t, obj, name, wantValid, states, text(name))
 			if !ok && !wantValid && rapid.Bool().Draw(t, name+".null?") {
 				obj[name] = nil
 			}
@@ -116,18 +116,18 @@ func ptDrawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID fu
 		str("outputs")
 		str("completion_criteria")
 	case as.StatusReport:
-		status := ptDrawField(t, obj, "status", false, ptAllStates, text("status"))
-		txt := ptDrawField(t, obj, "text", false, ptAllStates, text("text"))
+		status := drawField(t, obj, "status", false, allFieldStates, text("status"))
+		txt := drawField(t, obj, "text", false, allFieldStates, text("text"))
 		if wantValid && !status && !txt {
 			obj["status"] = "进行中"
 			status = true
 		}
 		need("status", status || txt)
 	case as.IntroductionRequest:
-		need("reason", ptDrawField(t, obj, "reason", wantValid, ptAllStates, text("reason")))
-		need("required_capability", ptDrawField(t, obj, "required_capability", wantValid, ptAllStates, text("required_capability")))
+		need("reason", drawField(t, obj, "reason", wantValid, allFieldStates, text("reason")))
+		need("required_capability", drawField(t, obj, "required_capability", wantValid, allFieldStates, text("required_capability")))
 	case as.IntroductionResponse:
-		need("target_agent_id", ptDrawField(t, obj, "target_agent_id", wantValid, ptAllStates, func() any {
+		need("target_agent_id", drawField(t, obj, "target_agent_id", wantValid, allFieldStates, func() any {
 			return rapid.SampledFrom(targets).Draw(t, "target")
 		}))
 		if rapid.Bool().Draw(t, "advice?") {
@@ -138,30 +138,30 @@ func ptDrawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID fu
 			obj["target_interface_spec"] = map[string]any{"services": "fake"}
 		}
 	case as.CollaborationRequest:
-		need("subtask_description", ptDrawField(t, obj, "subtask_description", wantValid, ptAllStates, text("subtask_description")))
-		rid := ptAbsent
+		need("subtask_description", drawField(t, obj, "subtask_description", wantValid, allFieldStates, text("subtask_description")))
+		rid := fieldAbsent
 		if !wantValid {
-			rid = rapid.SampledFrom(ptAllStates).Draw(t, "request_id.state")
+			rid = rapid.SampledFrom(allFieldStates).Draw(t, "request_id.state")
 		} else if rapid.Bool().Draw(t, "request_id?") {
-			rid = ptPresent
+			rid = fieldPresent
 		}
 		switch rid {
-		case ptBlankField:
-			obj["request_id"] = ptBlank.Draw(t, "request_id.blank")
-		case ptPresent:
+		case fieldBlank:
+			obj["request_id"] = blanks.Draw(t, "request_id.blank")
+		case fieldPresent:
 			obj["request_id"] = newRequestID()
-		case ptWrongTypeField:
+		case fieldWrongType:
 			// null reads as absent; a number or a list is a malformed id.
 			obj["request_id"] = rapid.SampledFrom([]any{7, []any{"r"}}).Draw(t, "request_id.wrong")
 		}
 		if rapid.Bool().Draw(t, "context?") {
 			obj["context"] = map[string]any{"artifact": "artifact:a-1"}
 		}
-		c.valid = len(c.missing) == 0 && (rid == ptAbsent || rid == ptPresent)
+		c.valid = len(c.missing) == 0 && (rid == fieldAbsent || rid == fieldPresent)
 		c.payload = obj
 		return c
 	case as.CollaborationResponse:
-		ridOK := ptDrawField(t, obj, "request_id", wantValid, ptAllStates, func() any {
+		ridOK := drawField(t, obj, "request_id", wantValid, allFieldStates, func() any {
 			c.request = newRequestID()
 			return c.request
 		})
@@ -176,10 +176,10 @@ func ptDrawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID fu
 		case "":
 			need("status", false)
 		case "blank":
-			obj["status"] = ptBlank.Draw(t, "status.blank")
+			obj["status"] = blanks.Draw(t, "status.blank")
 			need("status", false)
 		case "wrong":
-			obj["status"] = ptWrongType.Draw(t, "status.wrong")
+			obj["status"] = wrongTypes.Draw(t, "status.wrong")
 			need("status", false)
 		case as.StatusCompleted:
 			obj["status"] = status
@@ -196,7 +196,7 @@ func ptDrawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID fu
 			need("result_data", rd == 2)
 		case as.StatusError, as.StatusRejected:
 			obj["status"] = status
-			need("error_message", ptDrawField(t, obj, "error_message", wantValid, ptAllStates, text("error_message")))
+			need("error_message", drawField(t, obj, "error_message", wantValid, allFieldStates, text("error_message")))
 		default:
 			obj["status"] = status
 			bogus = true
@@ -221,11 +221,11 @@ func TestProperty10_MessageTypeValidation(t *testing.T) {
 		counts[typ] = &tally{}
 	}
 	rapid.Check(t, func(t *rapid.T) {
-		rec := ptNewRecorder()
-		s, done := ptOpen(t, as.Config{})
+		rec := newMailboxes()
+		s, done := openSociety(t, as.Config{})
 		defer done()
 		ctx := context.Background()
-		root := ptActor(t, s, as.RootID)
+		root := actorOf(t, s, as.RootID)
 		role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "worker", InterfaceSpec: &as.InterfaceSpec{Services: "写代码"}})
 		if err != nil {
 			t.Fatal(err)
@@ -244,7 +244,7 @@ func TestProperty10_MessageTypeValidation(t *testing.T) {
 		a := spawn("t3", brief, nil)
 		// a sends, c receives; a can introduce the agents it knows but c.
 		targets := []string{as.RootID, b, as.UserID}
-		sender, receiver := ptActor(t, s, a), ptActor(t, s, c)
+		sender, receiver := actorOf(t, s, a), actorOf(t, s, c)
 		n := 0
 		newRequestID := func() string {
 			n++
@@ -254,18 +254,18 @@ func TestProperty10_MessageTypeValidation(t *testing.T) {
 		var accepted []string
 		for range rapid.IntRange(1, 8).Draw(t, "messages") {
 			typ := rapid.SampledFrom(as.MessageTypes()).Draw(t, "type")
-			pc := ptDrawP10(t, typ, targets, newRequestID)
+			pc := drawP10(t, typ, targets, newRequestID)
 			if pc.request != "" {
 				if _, err := receiver.Send(ctx, as.Outgoing{To: a, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: pc.request, SubtaskDescription: "做个子任务"}}); err != nil {
 					t.Fatalf("setting up request %s: %v", pc.request, err)
 				}
 			}
-			agentsBefore, before := s.Agents(), ptAllContacts(t, s)
+			agentsBefore, before := s.Agents(), allContacts(t, s)
 			msg, err := sender.Send(ctx, as.Outgoing{To: c, Type: typ, Payload: pc.payload})
 			if pc.valid {
 				counts[typ].valid++
 				if err != nil {
-					t.Fatalf("%s with payload %s refused: %v", typ, ptShow(pc.payload), err)
+					t.Fatalf("%s with payload %s refused: %v", typ, showPayload(pc.payload), err)
 				}
 				if msg.Type != typ || msg.From != a || msg.To != c {
 					t.Fatalf("accepted %+v, want a %s from %s to %s", msg, typ, a, c)
@@ -275,16 +275,16 @@ func TestProperty10_MessageTypeValidation(t *testing.T) {
 			}
 			counts[typ].invalid++
 			if err == nil {
-				t.Fatalf("%s with payload %s accepted, want invalid_message_format (missing %v)", typ, ptShow(pc.payload), pc.missing)
+				t.Fatalf("%s with payload %s accepted, want invalid_message_format (missing %v)", typ, showPayload(pc.payload), pc.missing)
 			}
-			e := ptWantCode(t, err, as.ErrInvalidMessageFormat)
+			e := wantCode(t, err, as.ErrInvalidMessageFormat)
 			if e.MessageType != typ {
 				t.Fatalf("refusal of %s names message type %q", typ, e.MessageType)
 			}
 			if diff := cmp.Diff(pc.missing, e.MissingFields, cmpopts.EquateEmpty()); diff != "" {
-				t.Fatalf("%s with payload %s: MissingFields (-want +got):\n%s", typ, ptShow(pc.payload), diff)
+				t.Fatalf("%s with payload %s: MissingFields (-want +got):\n%s", typ, showPayload(pc.payload), diff)
 			}
-			if diff := cmp.Diff(before, ptAllContacts(t, s)); diff != "" {
+			if diff := cmp.Diff(before, allContacts(t, s)); diff != "" {
 				t.Fatalf("a refused message changed registries (-before +after):\n%s", diff)
 			}
 			if diff := cmp.Diff(agentsBefore, s.Agents()); diff != "" {
@@ -305,7 +305,7 @@ func TestProperty10_MessageTypeValidation(t *testing.T) {
 	}
 }
 
-func ptShow(payload any) string {
+func showPayload(payload any) string {
 	if raw, ok := payload.(json.RawMessage); ok {
 		return string(raw)
 	}

@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -50,7 +49,7 @@ func TestReopen_PendingRequestTimesOutAfterRestart(t *testing.T) {
 	})
 	cfg := as.Config{DefaultBehavior: inbox}
 
-	s, st := durOpen(t, dir, cfg)
+	s, st := openFS(t, dir, filestore.SyncEveryRecord, cfg)
 	root, _ := s.Actor(as.RootID)
 	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "worker"})
 	if err != nil {
@@ -70,7 +69,7 @@ func TestReopen_PendingRequestTimesOutAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := durRecv(t, got, 5*time.Second, "the request"); m.Type != as.CollaborationRequest || m.To != b.ID {
+	if m := recv(t, got, "the request"); m.Type != as.CollaborationRequest || m.To != b.ID {
 		t.Fatalf("%s got %s, want the collaboration request", m.To, m.Type)
 	}
 	if err := s.Close(ctx); err != nil {
@@ -91,9 +90,9 @@ func TestReopen_PendingRequestTimesOutAfterRestart(t *testing.T) {
 
 	time.Sleep(300 * time.Millisecond)
 	start := time.Now()
-	s, st = durOpen(t, dir, cfg)
-	defer durShut(t, s, st)
-	m := durRecv(t, got, 5*time.Second, "the timeout outcome after reopening")
+	s, st = openFS(t, dir, filestore.SyncEveryRecord, cfg)
+	defer closeFS(t, s, st)
+	m := recv(t, got, "the timeout outcome after reopening")
 	after := time.Since(start)
 	var p as.CollaborationResponsePayload
 	if err := m.Decode(&p); err != nil {
@@ -105,7 +104,7 @@ func TestReopen_PendingRequestTimesOutAfterRestart(t *testing.T) {
 	}
 	// The deadline had passed 100 ms before: a timer armed again for the
 	// whole 200 ms would answer 200 ms after reopening.
-	if os.Getenv(durVerboseEnv) != "" {
+	if os.Getenv(crashVerboseEnv) != "" {
 		t.Logf("closed %v after the request; the outcome came %v after reopening", closed, after)
 	}
 	if after > 150*time.Millisecond {
@@ -224,7 +223,7 @@ func TestReopen_ExpiredRequestsAndPendingMessages(t *testing.T) {
 	}
 	defer s.Close(ctx)
 	for range messages {
-		durRecv(t, spawned, 10*time.Second, "the pending messages to be handled")
+		recv(t, spawned, "the pending messages to be handled")
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -311,7 +310,7 @@ func TestReopen_NewMessagesDoNotOvertakePendingOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(ctx)
-	durRecv(t, done, 10*time.Second, "x's messages")
+	recv(t, done, "x's messages")
 	mu.Lock()
 	defer mu.Unlock()
 	seqs := map[uint64]string{}
@@ -452,7 +451,7 @@ func TestRedelivery_RootSpawnsForTwoTasksInOneTurn(t *testing.T) {
 	if _, err := s.SendTextToAgent(ctx, as.RootID, "build it", "t"); err != nil {
 		t.Fatal(err)
 	}
-	firstID := durRecv(t, crashed, 5*time.Second, "the first handling")
+	firstID := recv(t, crashed, "the first handling")
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -462,7 +461,7 @@ func TestRedelivery_RootSpawnsForTwoTasksInOneTurn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(ctx)
-	got := durRecv(t, handled, 5*time.Second, "the second handling")
+	got := recv(t, handled, "the second handling")
 	if got[0].ID != firstID || got[0].TaskID != "t" {
 		t.Errorf("handled again, the first spawn returned %s on task %q; want %s on task t", got[0].ID, got[0].TaskID, firstID)
 	}
@@ -562,7 +561,7 @@ func TestHistorySurvivesReopening(t *testing.T) {
 		cp.Messages = append([]llm.Message(nil), req.Messages...)
 		requests <- &cp
 		if lastToolResult(req) != "" {
-			return say("done"), nil
+			return llmtest.Say("done"), nil
 		}
 		return call("c1", "list_contacts", `not json, kept as written`), nil
 	})
@@ -661,7 +660,7 @@ func TestVolatileStore_MessagesAreRecordedOnlyInDurableStores(t *testing.T) {
 				}
 			}
 			wg.Wait()
-			waitFor(t, func() bool { return volatile || st.finished.Load()-fin0 == n })
+			waitFor(t, "the end of every handling to be recorded", func() bool { return volatile || st.finished.Load()-fin0 == n })
 			acc, fin := st.accepted.Load()-acc0, st.finished.Load()-fin0
 			want := int64(n)
 			if volatile {
@@ -708,7 +707,7 @@ func TestVolatileStore_QueuedMessagesOutliveClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	durRecv(t, started, 10*time.Second, "x's first message")
+	recv(t, started, "x's first message")
 	if st, _ := mem.Load(ctx); len(st.Pending) != 0 {
 		t.Fatalf("%d messages recorded in a volatile store while the society runs", len(st.Pending))
 	}
@@ -727,7 +726,7 @@ func TestVolatileStore_QueuedMessagesOutliveClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	durRecv(t, started, 10*time.Second, "x's first restored message")
+	recv(t, started, "x's first restored message")
 	if err := s.Close(cancelled); err != context.Canceled {
 		t.Fatalf("Close = %v, want context.Canceled", err)
 	}
@@ -758,7 +757,7 @@ func TestVolatileStore_QueuedMessagesOutliveClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	durRecv(t, done, 10*time.Second, "the restored messages")
+	recv(t, done, "the restored messages")
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -815,7 +814,7 @@ func TestVolatileStore_CancelledSendIsRefused(t *testing.T) {
 // recorded either.
 func TestVolatileStore_TimedOutCloseLogsNoRecordFailure(t *testing.T) {
 	ctx := context.Background()
-	rec := &recorder{}
+	rec := &logRecorder{}
 	started := make(chan struct{})
 	s, err := as.New(ctx, as.Config{Logger: slog.New(rec), Root: as.BehaviorFunc(func(ctx context.Context, _ *as.Actor, _ as.Message) error {
 		close(started)
@@ -849,7 +848,7 @@ func TestVolatileStore_TimedOutCloseLogsNoRecordFailure(t *testing.T) {
 // moments, again and again on the same directory; then it finishes the
 // workload in a society of its own on that directory.
 //
-// The workload has durTasks tasks. For each task T:
+// The workload has crashTasks tasks. For each task T:
 //
 //   - user sends root "req T"; root (Go code) records the message as the
 //     task's owner in the project state (a second requirement for T, should
@@ -919,22 +918,22 @@ func TestCrash_SocietyOnFileStore(t *testing.T) {
 		t.Skip("starts processes")
 	}
 	iterations := 20
-	if v := os.Getenv(durIterEnv); v != "" {
+	if v := os.Getenv(crashIterEnv); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			t.Fatalf("%s=%q: want a positive number", durIterEnv, v)
+			t.Fatalf("%s=%q: want a positive number", crashIterEnv, v)
 		}
 		iterations = n
 	}
 	seed := uint64(time.Now().UnixNano())
-	if v := os.Getenv(durSeedEnv); v != "" {
+	if v := os.Getenv(crashSeedEnv); v != "" {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			t.Fatalf("%s=%q: want a number", durSeedEnv, v)
+			t.Fatalf("%s=%q: want a number", crashSeedEnv, v)
 		}
 		seed = n
 	}
-	t.Logf("kill timing seed %d (%s=%d to repeat it)", seed, durSeedEnv, seed)
+	t.Logf("kill timing seed %d (%s=%d to repeat it)", seed, crashSeedEnv, seed)
 	r := rand.New(rand.NewPCG(seed, 4))
 	exe, err := os.Executable()
 	if err != nil {
@@ -942,13 +941,13 @@ func TestCrash_SocietyOnFileStore(t *testing.T) {
 	}
 	dir := t.TempDir()
 	scratch := t.TempDir()
-	l := newDurLedger()
+	l := newCrashLedger()
 	start := time.Now()
 	// The requirements come over the first three quarters of the runs,
 	// and a run is killed after a random number of acknowledgements, so
 	// that the kills spread over the workload whatever the machine's speed.
 	ramp := max(1, iterations*3/4)
-	maxTarget := max(4, durTasks*durAcksPerTask/ramp)
+	maxTarget := max(4, crashTasks*crashAcksPerTask/ramp)
 	var stats struct {
 		early, beforeReady, idle, orgJSON, pending, torn int
 	}
@@ -959,10 +958,10 @@ func TestCrash_SocietyOnFileStore(t *testing.T) {
 	for i := range iterations {
 		l.setRun(i)
 		cmd := exec.Command(exe, "-test.run=^TestCrashHelper_Society$", "-test.count=1")
-		submit := min(durTasks, (durTasks*(i+1)+ramp-1)/ramp)
-		cmd.Env = append(os.Environ(), durDirEnv+"="+dir, durSubmitEnv+"="+strconv.Itoa(submit))
+		submit := min(crashTasks, (crashTasks*(i+1)+ramp-1)/ramp)
+		cmd.Env = append(os.Environ(), crashDirEnv+"="+dir, crashSubmitEnv+"="+strconv.Itoa(submit))
 		if i%2 == 1 {
-			cmd.Env = append(cmd.Env, durCompactEnv+"=1")
+			cmd.Env = append(cmd.Env, crashCompactEnv+"=1")
 		}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -1037,21 +1036,21 @@ func TestCrash_SocietyOnFileStore(t *testing.T) {
 		idle.Stop()
 		err = cmd.Wait()
 		if ws, ok := cmd.ProcessState.Sys().(interface{ Signaled() bool }); !ok || !ws.Signaled() {
-			t.Fatalf("run %d: the helper was not killed: %v\n%s", i, err, durTail(stderr.String()))
+			t.Fatalf("run %d: the helper was not killed: %v\n%s", i, err, crashTail(stderr.String()))
 		}
 		if !ready && !early {
-			t.Fatalf("run %d: the helper never became ready\n%s", i, durTail(stderr.String()))
+			t.Fatalf("run %d: the helper never became ready\n%s", i, crashTail(stderr.String()))
 		}
 		switch s := stderr.String(); {
 		case strings.Contains(s, "panic:") || strings.Contains(s, "fatal error"):
-			t.Fatalf("run %d: the helper crashed:\n%s", i, durTail(s))
+			t.Fatalf("run %d: the helper crashed:\n%s", i, crashTail(s))
 		case strings.Contains(s, "handler failed") || strings.Contains(s, "the store failed") || strings.Contains(s, "compaction failed"):
-			t.Fatalf("run %d: the helper logged a failure:\n%s", i, durTail(s))
+			t.Fatalf("run %d: the helper logged a failure:\n%s", i, crashTail(s))
 		case strings.Contains(s, "DATA RACE"):
 			// Reported once; the kills go on, so that the log says
 			// whether the durability checks hold as well.
 			if races++; races == 1 {
-				t.Errorf("run %d: the helper process (this test binary, built with -race) reported a data race:\n%s", i, durTail(s))
+				t.Errorf("run %d: the helper process (this test binary, built with -race) reported a data race:\n%s", i, crashTail(s))
 			}
 		}
 		if strings.Contains(stderr.String(), "torn or corrupt tail") {
@@ -1063,13 +1062,13 @@ func TestCrash_SocietyOnFileStore(t *testing.T) {
 		np, failures := l.check(t, dir, scratch, false)
 		stats.pending += np
 		lastPending = np
-		if os.Getenv(durVerboseEnv) != "" {
+		if os.Getenv(crashVerboseEnv) != "" {
 			l.mu.Lock()
 			t.Logf("run %d early=%v ready=%v target=%d acks=%d pending=%d reports=%d handled=%d spawns=%d respawns=%d msgs=%d arts=%d startup=%v", i, early, ready, target, acks, np, len(l.reports), len(l.handled), len(l.spawns), l.respawns, len(l.msgs), len(l.arts), startup)
 			l.mu.Unlock()
 		}
 		if failures > 0 {
-			t.Fatalf("run %d failed; its helper's stderr:\n%s", i, durTail(stderr.String()))
+			t.Fatalf("run %d failed; its helper's stderr:\n%s", i, crashTail(stderr.String()))
 		}
 	}
 
@@ -1081,17 +1080,17 @@ func TestCrash_SocietyOnFileStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sink := &durSink{w: durLineWriter{l}}
+	sink := &crashSink{w: crashLineWriter{l}}
 	loaded, err := st.Load(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := as.New(ctx, durConfig(st, sink, quiet))
+	s, err := as.New(ctx, crashConfig(st, sink, quiet))
 	if err != nil {
 		st.Close()
 		t.Fatal(err)
 	}
-	if err := durSubmit(ctx, s, loaded, durTasks, sink); err != nil {
+	if err := crashSubmit(ctx, s, loaded, crashTasks, sink); err != nil {
 		t.Fatal(err)
 	}
 	// Wait until the workload is done, and fail when nothing happens for
@@ -1117,7 +1116,7 @@ func TestCrash_SocietyOnFileStore(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	durCheckSociety(t, s)
+	crashCheckSociety(t, s)
 	if err := s.Close(ctx); err != nil {
 		t.Error(err)
 	}
@@ -1144,19 +1143,19 @@ func TestCrash_SocietyOnFileStore(t *testing.T) {
 
 // Environment of the helper process.
 const (
-	durDirEnv     = "AGENTSOCIETY_CRASH_DIR"
-	durCompactEnv = "AGENTSOCIETY_CRASH_COMPACT"
-	durIterEnv    = "AGENTSOCIETY_CRASH_ITERATIONS"
-	durSeedEnv    = "AGENTSOCIETY_CRASH_SEED"
-	durSubmitEnv  = "AGENTSOCIETY_CRASH_SUBMIT"
-	durVerboseEnv = "AGENTSOCIETY_CRASH_VERBOSE"
+	crashDirEnv     = "AGENTSOCIETY_CRASH_DIR"
+	crashCompactEnv = "AGENTSOCIETY_CRASH_COMPACT"
+	crashIterEnv    = "AGENTSOCIETY_CRASH_ITERATIONS"
+	crashSeedEnv    = "AGENTSOCIETY_CRASH_SEED"
+	crashSubmitEnv  = "AGENTSOCIETY_CRASH_SUBMIT"
+	crashVerboseEnv = "AGENTSOCIETY_CRASH_VERBOSE"
 )
 
 const (
-	// durTasks is the number of requirements of the workload.
-	durTasks = 30
-	// durAcksPerTask is about how many acknowledgements a task makes.
-	durAcksPerTask = 20
+	// crashTasks is the number of requirements of the workload.
+	crashTasks = 30
+	// crashAcksPerTask is about how many acknowledgements a task makes.
+	crashAcksPerTask = 20
 )
 
 // TestCrashHelper_Society is the process TestCrash_SocietyOnFileStore kills.
@@ -1166,13 +1165,13 @@ const (
 // submitted before, and runs until it is killed. Without
 // AGENTSOCIETY_CRASH_DIR it returns at once.
 func TestCrashHelper_Society(t *testing.T) {
-	dir := os.Getenv(durDirEnv)
+	dir := os.Getenv(crashDirEnv)
 	if dir == "" {
 		return // only the helper process of TestCrash_SocietyOnFileStore
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	opts := filestore.Options{Logger: log}
-	if os.Getenv(durCompactEnv) != "" {
+	if os.Getenv(crashCompactEnv) != "" {
 		opts.CompactAfter = 64 // compactions while it runs, so some kills cut one short
 	}
 	st, err := filestore.Open(dir, opts)
@@ -1180,25 +1179,25 @@ func TestCrashHelper_Society(t *testing.T) {
 		fmt.Fprintln(os.Stderr, "helper: filestore.Open:", err)
 		os.Exit(3)
 	}
-	out := &durSink{w: os.Stdout}
+	out := &crashSink{w: os.Stdout}
 	ctx := context.Background()
 	loaded, err := st.Load(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper: Load:", err)
 		os.Exit(3)
 	}
-	s, err := as.New(ctx, durConfig(st, out, log))
+	s, err := as.New(ctx, crashConfig(st, out, log))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper: New:", err)
 		os.Exit(3)
 	}
 	out.printf("ready")
-	submit, err := strconv.Atoi(os.Getenv(durSubmitEnv))
+	submit, err := strconv.Atoi(os.Getenv(crashSubmitEnv))
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "helper:", durSubmitEnv, err)
+		fmt.Fprintln(os.Stderr, "helper:", crashSubmitEnv, err)
 		os.Exit(3)
 	}
-	if err := durSubmit(ctx, s, loaded, submit, out); err != nil {
+	if err := crashSubmit(ctx, s, loaded, submit, out); err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		os.Exit(4)
 	}
@@ -1208,12 +1207,12 @@ func TestCrashHelper_Society(t *testing.T) {
 	os.Exit(5)
 }
 
-// durSubmit submits the requirements of the first tasks tasks, except those
+// crashSubmit submits the requirements of the first tasks tasks, except those
 // that the store, as it was before the society reopened, shows a trace of:
 // a child of root, an owner in the task's state, a requirement pending.
 // (Should a requirement be submitted twice all the same, root skips the
 // second.)
-func durSubmit(ctx context.Context, s *as.Society, loaded store.State, tasks int, out *durSink) error {
+func crashSubmit(ctx context.Context, s *as.Society, loaded store.State, tasks int, out *crashSink) error {
 	have := map[string]bool{}
 	for _, a := range loaded.Agents {
 		if a.ParentID == as.RootID {
@@ -1231,11 +1230,11 @@ func durSubmit(ctx context.Context, s *as.Society, loaded store.State, tasks int
 		}
 	}
 	for k := range tasks {
-		task := durTask(k)
+		task := crashTask(k)
 		if have[task] {
 			continue
 		}
-		tok := durNewTok()
+		tok := crashNewTok()
 		m, err := s.SendTextToAgent(ctx, as.RootID, "req "+task+" tok="+tok, task)
 		if err != nil {
 			return fmt.Errorf("submitting %s: %w", task, err)
@@ -1245,10 +1244,10 @@ func durSubmit(ctx context.Context, s *as.Society, loaded store.State, tasks int
 	return nil
 }
 
-func durTask(k int) string { return fmt.Sprintf("task-%02d", k) }
+func crashTask(k int) string { return fmt.Sprintf("task-%02d", k) }
 
-// durContent is the content of the artifact named name.
-func durContent(name string) []byte {
+// crashContent is the content of the artifact named name.
+func crashContent(name string) []byte {
 	var b strings.Builder
 	for i := range 12 {
 		fmt.Fprintf(&b, "%s, line %02d: 内容 ✓ <ok> & \"quoted\"\n", name, i)
@@ -1256,55 +1255,45 @@ func durContent(name string) []byte {
 	return []byte(b.String())
 }
 
-func durSHA(data []byte) string {
+func crashSHA(data []byte) string {
 	sum := sha256.Sum256(data)
 	return hex.EncodeToString(sum[:])
 }
 
-func durNewTok() string { return fmt.Sprintf("t%016x", rand.Uint64()) }
-
-func durBrief(objective string) *as.TaskBrief {
-	return &as.TaskBrief{
-		Objective:          objective,
-		Constraints:        []string{"deterministic content"},
-		Inputs:             "the task id",
-		Outputs:            "artifacts, reported by reference",
-		CompletionCriteria: "the report reached user",
-	}
-}
+func crashNewTok() string { return fmt.Sprintf("t%016x", rand.Uint64()) }
 
 // The role prompts; the script tells the roles apart by them.
 const (
-	durLeadPrompt   = "ROLE=lead: own one task end to end."
-	durWorkerPrompt = "ROLE=maker:worker: make what you are asked for."
-	durHelperPrompt = "ROLE=maker:helper: review what the lead asks."
+	crashLeadPrompt   = "ROLE=lead: own one task end to end."
+	crashWorkerPrompt = "ROLE=maker:worker: make what you are asked for."
+	crashHelperPrompt = "ROLE=maker:helper: review what the lead asks."
 )
 
 var (
-	durTokRE     = regexp.MustCompile(`tok=(t[0-9a-f]{16})`)
-	durReportRE  = regexp.MustCompile(`report (task-\d+) `)
-	durLeadRE    = regexp.MustCompile(`objective: lead:(task-\d+)`)
-	durTargetRE  = regexp.MustCompile(`"target_agent_id": "([^"]+)"`)
-	durNameRE    = regexp.MustCompile(`"name": "(task-\d+/[a-z0-9]+)"`)
-	durSenderRE  = regexp.MustCompile(`（([^）]+)）的消息】`)
-	durReqIDRE   = regexp.MustCompile(`"request_id": "([^"]+)"`)
-	durSubtaskRE = regexp.MustCompile(`"subtask_description": "make ([^"]+)"`)
+	crashTokRE     = regexp.MustCompile(`tok=(t[0-9a-f]{16})`)
+	crashReportRE  = regexp.MustCompile(`report (task-\d+) `)
+	crashLeadRE    = regexp.MustCompile(`objective: lead:(task-\d+)`)
+	crashTargetRE  = regexp.MustCompile(`"target_agent_id": "([^"]+)"`)
+	crashNameRE    = regexp.MustCompile(`"name": "(task-\d+/[a-z0-9]+)"`)
+	crashSenderRE  = regexp.MustCompile(`（([^）]+)）的消息】`)
+	crashReqIDRE   = regexp.MustCompile(`"request_id": "([^"]+)"`)
+	crashSubtaskRE = regexp.MustCompile(`"subtask_description": "make ([^"]+)"`)
 )
 
-func durTokOf(s string) string {
-	if m := durTokRE.FindStringSubmatch(s); m != nil {
+func crashTokOf(s string) string {
+	if m := crashTokRE.FindStringSubmatch(s); m != nil {
 		return m[1]
 	}
 	return ""
 }
 
-// durSink writes the helper's lines, one write each.
-type durSink struct {
+// crashSink writes the helper's lines, one write each.
+type crashSink struct {
 	mu sync.Mutex
 	w  io.Writer
 }
 
-func (s *durSink) printf(format string, args ...any) {
+func (s *crashSink) printf(format string, args ...any) {
 	line := fmt.Sprintf(format, args...)
 	line = strings.ReplaceAll(line, "\n", `\n`) + "\n"
 	s.mu.Lock()
@@ -1312,45 +1301,45 @@ func (s *durSink) printf(format string, args ...any) {
 	io.WriteString(s.w, line)
 }
 
-// durLineWriter feeds the lines of a society run in the test's own process
+// crashLineWriter feeds the lines of a society run in the test's own process
 // to the ledger.
-type durLineWriter struct{ l *durLedger }
+type crashLineWriter struct{ l *crashLedger }
 
-func (w durLineWriter) Write(p []byte) (int, error) {
+func (w crashLineWriter) Write(p []byte) (int, error) {
 	for _, line := range strings.Split(strings.TrimSuffix(string(p), "\n"), "\n") {
 		w.l.line(line)
 	}
 	return len(p), nil
 }
 
-// durConfig is the configuration of the workload's society on st.
-func durConfig(st store.Store, out *durSink, log *slog.Logger) as.Config {
+// crashConfig is the configuration of the workload's society on st.
+func crashConfig(st store.Store, out *crashSink, log *slog.Logger) as.Config {
 	model := llmtest.New(
 		llmtest.Rule{Name: "lead", SystemContains: "ROLE=lead", Reply: func(req *llm.Request) (*llm.Response, error) {
-			return durLead(out, req), nil
+			return crashLead(out, req), nil
 		}},
 		llmtest.Rule{Name: "maker", SystemContains: "ROLE=maker:", Reply: func(req *llm.Request) (*llm.Response, error) {
-			return durMaker(out, req), nil
+			return crashMaker(out, req), nil
 		}},
 	)
 	return as.Config{
 		Store:         st,
 		Logger:        log,
-		Root:          durRoot(out),
+		Root:          crashRoot(out),
 		Model:         model,
 		Tools:         toolset.State(),
-		UserConsole:   durConsole{out},
+		UserConsole:   crashConsole{out},
 		HistoryBudget: 1 << 24, // keep every turn: the test counts them
 	}
 }
 
-// durConsole is user's console: it acknowledges each message to user.
-type durConsole struct{ out *durSink }
+// crashConsole is user's console: it acknowledges each message to user.
+type crashConsole struct{ out *crashSink }
 
-func (c durConsole) Write(p []byte) (int, error) {
+func (c crashConsole) Write(p []byte) (int, error) {
 	s := string(p)
-	tok := durTokOf(s)
-	m := durReportRE.FindStringSubmatch(s)
+	tok := crashTokOf(s)
+	m := crashReportRE.FindStringSubmatch(s)
 	if tok == "" || m == nil {
 		c.out.printf("E user got an unexpected message: %s", s)
 		return len(p), nil
@@ -1360,10 +1349,10 @@ func (c durConsole) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// durRoot is root's behaviour.
-func durRoot(out *durSink) as.Behavior {
+// crashRoot is root's behaviour.
+func crashRoot(out *crashSink) as.Behavior {
 	return as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
-		out.printf("h %s", durTokOf(string(m.Payload)))
+		out.printf("h %s", crashTokOf(string(m.Payload)))
 		fail := func(err error) error {
 			out.printf("E root handling %s: %v", m.ID, err)
 			return err
@@ -1387,16 +1376,16 @@ func durRoot(out *durSink) as.Behavior {
 			} else if err := self.SetState(ctx, "owner", m.ID, as.ScopeProject); err != nil {
 				return fail(err)
 			}
-			role, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: durLeadPrompt})
+			role, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: crashLeadPrompt})
 			if err != nil {
 				return fail(err)
 			}
-			lead, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: durBrief("lead:" + task)})
+			lead, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(withObjective("lead:" + task))})
 			if err != nil {
 				return fail(err)
 			}
 			out.printf("spawn %s %s %s %s", lead.ID, as.RootID, lead.TaskID, lead.Brief.Objective)
-			tok := durNewTok()
+			tok := crashNewTok()
 			sent, err := self.SendText(ctx, lead.ID, "start "+task+" tok="+tok)
 			if err != nil {
 				return fail(err)
@@ -1406,18 +1395,18 @@ func durRoot(out *durSink) as.Behavior {
 
 		case strings.HasPrefix(text, "need helper "):
 			task := m.TaskID
-			role, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "helper", Prompt: durHelperPrompt})
+			role, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "helper", Prompt: crashHelperPrompt})
 			if err != nil {
 				return fail(err)
 			}
-			brief := durBrief("helper:" + task)
+			brief := validBrief(withObjective("helper:" + task))
 			brief.Collaborators = []as.Collaborator{{AgentID: m.From, Description: "the lead of " + task}}
-			h, _, err := self.WithTask(task+"-h").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: brief, Behavior: durHelper(out)})
+			h, _, err := self.WithTask(task+"-h").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: brief, Behavior: crashHelper(out)})
 			if err != nil {
 				return fail(err)
 			}
 			out.printf("spawn %s %s %s %s", h.ID, as.RootID, h.TaskID, h.Brief.Objective)
-			tok := durNewTok()
+			tok := crashNewTok()
 			sent, err := self.Send(ctx, as.Outgoing{To: m.From, Type: as.IntroductionResponse,
 				Payload: as.IntroductionResponsePayload{TargetAgentID: h.ID, Text: "your helper tok=" + tok}})
 			if err != nil {
@@ -1431,11 +1420,11 @@ func durRoot(out *durSink) as.Behavior {
 	})
 }
 
-// durHelper is the helper's behaviour while the process that spawned it
+// crashHelper is the helper's behaviour while the process that spawned it
 // lives; after a restart the script's maker does the same.
-func durHelper(out *durSink) as.Behavior {
+func crashHelper(out *crashSink) as.Behavior {
 	return as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
-		out.printf("h %s", durTokOf(string(m.Payload)))
+		out.printf("h %s", crashTokOf(string(m.Payload)))
 		fail := func(err error) error {
 			out.printf("E helper %s handling %s: %v", self.ID(), m.ID, err)
 			return err
@@ -1446,17 +1435,17 @@ func durHelper(out *durSink) as.Behavior {
 			return nil
 		}
 		name := strings.TrimPrefix(p.SubtaskDescription, "make ")
-		data := durContent(name)
+		data := crashContent(name)
 		art, err := self.PutArtifact(ctx, as.ArtifactSpec{Name: name, MediaType: "text/plain; charset=utf-8", Data: data})
 		if err != nil {
 			return fail(err)
 		}
-		out.printf("art %s %s %s", art.ID, name, durSHA(data))
+		out.printf("art %s %s %s", art.ID, name, crashSHA(data))
 		if err := self.SetState(ctx, "review", art.Ref(), as.ScopeProject); err != nil {
 			return fail(err)
 		}
 		result, _ := json.Marshal(map[string]string{"name": name, "ref": art.Ref()})
-		tok := durNewTok()
+		tok := crashNewTok()
 		sent, err := self.Respond(ctx, p.RequestID, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: result, Text: "made " + name + " tok=" + tok})
 		if errors.Is(err, as.ErrRequestClosed) {
 			return nil // answered before a crash
@@ -1469,10 +1458,10 @@ func durHelper(out *durSink) as.Behavior {
 	})
 }
 
-// durTurn is the turn a model-driven agent is in: the message that opened
+// crashTurn is the turn a model-driven agent is in: the message that opened
 // it, the history before it, and the tool calls made since, with their
 // results (the script makes one call per step).
-type durTurn struct {
+type crashTurn struct {
 	msg     string
 	before  []llm.Message
 	calls   []llm.ToolCall
@@ -1480,12 +1469,12 @@ type durTurn struct {
 	raw     []string
 }
 
-func durTurnOf(req *llm.Request) durTurn {
+func crashTurnOf(req *llm.Request) crashTurn {
 	start := len(req.Messages) - 1
 	for start > 0 && req.Messages[start].Role != llm.RoleUser {
 		start--
 	}
-	t := durTurn{msg: req.Messages[start].Content, before: req.Messages[:start]}
+	t := crashTurn{msg: req.Messages[start].Content, before: req.Messages[:start]}
 	results := map[string]string{}
 	for _, m := range req.Messages[start+1:] {
 		switch m.Role {
@@ -1506,7 +1495,7 @@ func durTurnOf(req *llm.Request) durTurn {
 
 // last returns a string field of the result of the turn's last call, and
 // whether that call succeeded.
-func (t *durTurn) last(field string) (string, bool) {
+func (t *crashTurn) last(field string) (string, bool) {
 	r := t.results[len(t.results)-1]
 	if _, failed := r["error"]; failed || r == nil {
 		return "", false
@@ -1516,17 +1505,17 @@ func (t *durTurn) last(field string) (string, bool) {
 }
 
 // lastError returns the error code of the turn's last call, if it failed.
-func (t *durTurn) lastError() string {
+func (t *crashTurn) lastError() string {
 	r := t.results[len(t.results)-1]
 	s, _ := r["error"].(string)
 	return s
 }
 
-// durLead is the script of a lead.
-func durLead(out *durSink, req *llm.Request) *llm.Response {
-	t := durTurnOf(req)
+// crashLead is the script of a lead.
+func crashLead(out *crashSink, req *llm.Request) *llm.Response {
+	t := crashTurnOf(req)
 	step := len(t.calls)
-	m := durLeadRE.FindStringSubmatch(req.System)
+	m := crashLeadRE.FindStringSubmatch(req.System)
 	if m == nil {
 		out.printf("E lead %s: no task in its prompt", req.Agent)
 		return llmtest.Say("confused")
@@ -1546,7 +1535,7 @@ func durLead(out *durSink, req *llm.Request) *llm.Response {
 	ackArt := func(name string) bool {
 		ref, ok := t.last("ref")
 		if ok {
-			out.printf("art %s %s %s", strings.TrimPrefix(ref, as.ArtifactRefPrefix), name, durSHA(durContent(name)))
+			out.printf("art %s %s %s", strings.TrimPrefix(ref, as.ArtifactRefPrefix), name, crashSHA(crashContent(name)))
 		}
 		return ok
 	}
@@ -1557,13 +1546,13 @@ func durLead(out *durSink, req *llm.Request) *llm.Response {
 				To string `json:"to"`
 			}
 			json.Unmarshal(t.calls[step-1].Arguments, &a)
-			out.printf("msg %s %s %s", id, a.To, durTokOf(string(t.calls[step-1].Arguments)))
+			out.printf("msg %s %s %s", id, a.To, crashTokOf(string(t.calls[step-1].Arguments)))
 		}
 		return ok
 	}
 	request := func(to, name string) *llm.Response {
 		return llmtest.Call("send_message", map[string]any{"to": to, "message_type": "collaboration_request",
-			"payload": map[string]any{"subtask_description": "make " + name, "text": "please tok=" + durNewTok()}})
+			"payload": map[string]any{"subtask_description": "make " + name, "text": "please tok=" + crashNewTok()}})
 	}
 	switch {
 	case strings.Contains(t.msg, "\nstart "+task+" tok="):
@@ -1573,13 +1562,13 @@ func durLead(out *durSink, req *llm.Request) *llm.Response {
 			}
 		}
 		brief := func(objective string) map[string]any {
-			b := durBrief(objective)
+			b := validBrief(withObjective(objective))
 			return map[string]any{"objective": b.Objective, "constraints": b.Constraints, "inputs": b.Inputs,
 				"outputs": b.Outputs, "completion_criteria": b.CompletionCriteria}
 		}
 		switch step {
 		case 0:
-			return llmtest.Call("create_role", map[string]any{"name": "worker", "rolePrompt": durWorkerPrompt})
+			return llmtest.Call("create_role", map[string]any{"name": "worker", "rolePrompt": crashWorkerPrompt})
 		case 1:
 			role, ok := t.last("roleId")
 			if !ok {
@@ -1597,7 +1586,7 @@ func durLead(out *durSink, req *llm.Request) *llm.Response {
 				return bad("spawn_agent")
 			}
 			name := task + "/plan"
-			return llmtest.Call("put_artifact", map[string]any{"name": name, "content": string(durContent(name))})
+			return llmtest.Call("put_artifact", map[string]any{"name": name, "content": string(crashContent(name))})
 		case 4:
 			if !ackArt(task + "/plan") {
 				return bad("put_artifact")
@@ -1614,7 +1603,7 @@ func durLead(out *durSink, req *llm.Request) *llm.Response {
 			if !ackMsg() {
 				return bad("send_message")
 			}
-			return llmtest.Call("send_message", map[string]any{"to": as.RootID, "payload": map[string]any{"text": "need helper for " + task + " tok=" + durNewTok()}})
+			return llmtest.Call("send_message", map[string]any{"to": as.RootID, "payload": map[string]any{"text": "need helper for " + task + " tok=" + crashNewTok()}})
 		default:
 			if !ackMsg() {
 				return bad("send_message")
@@ -1623,7 +1612,7 @@ func durLead(out *durSink, req *llm.Request) *llm.Response {
 		}
 
 	case strings.Contains(t.msg, "message_type: introduction_response"):
-		m := durTargetRE.FindStringSubmatch(t.msg)
+		m := crashTargetRE.FindStringSubmatch(t.msg)
 		if m == nil {
 			out.printf("E lead %s: an introduction without a target: %s", req.Agent, t.msg)
 			return llmtest.Say("confused")
@@ -1644,7 +1633,7 @@ func durLead(out *durSink, req *llm.Request) *llm.Response {
 		have := map[string]bool{}
 		for _, h := range req.Messages {
 			if h.Role == llm.RoleUser && strings.Contains(h.Content, "message_type: collaboration_response") {
-				for _, n := range durNameRE.FindAllStringSubmatch(h.Content, -1) {
+				for _, n := range crashNameRE.FindAllStringSubmatch(h.Content, -1) {
 					have[n[1]] = true
 				}
 			}
@@ -1662,14 +1651,14 @@ func durLead(out *durSink, req *llm.Request) *llm.Response {
 		name := task + "/report"
 		switch step {
 		case 0:
-			return llmtest.Call("put_artifact", map[string]any{"name": name, "content": string(durContent(name))})
+			return llmtest.Call("put_artifact", map[string]any{"name": name, "content": string(crashContent(name))})
 		case 1:
 			if !ackArt(name) {
 				return bad("put_artifact")
 			}
 			ref, _ := t.last("ref")
 			return llmtest.Call("send_message", map[string]any{"to": as.UserID, "message_type": "status_report",
-				"payload": map[string]any{"status": "completed", "text": "report " + task + " " + ref + " tok=" + durNewTok()}})
+				"payload": map[string]any{"status": "completed", "text": "report " + task + " " + ref + " tok=" + crashNewTok()}})
 		default:
 			if !ackMsg() {
 				return bad("send_message")
@@ -1681,15 +1670,15 @@ func durLead(out *durSink, req *llm.Request) *llm.Response {
 	return llmtest.Say("confused")
 }
 
-// durMaker is the script of a worker, and of a helper restored after a
+// crashMaker is the script of a worker, and of a helper restored after a
 // crash: it makes the artifact it is asked for, records it in its state and
 // answers with its reference.
-func durMaker(out *durSink, req *llm.Request) *llm.Response {
-	t := durTurnOf(req)
+func crashMaker(out *crashSink, req *llm.Request) *llm.Response {
+	t := crashTurnOf(req)
 	step := len(t.calls)
-	from := durSenderRE.FindStringSubmatch(t.msg)
-	reqID := durReqIDRE.FindStringSubmatch(t.msg)
-	name := durSubtaskRE.FindStringSubmatch(t.msg)
+	from := crashSenderRE.FindStringSubmatch(t.msg)
+	reqID := crashReqIDRE.FindStringSubmatch(t.msg)
+	name := crashSubtaskRE.FindStringSubmatch(t.msg)
 	if !strings.Contains(t.msg, "message_type: collaboration_request") || from == nil || reqID == nil || name == nil {
 		out.printf("E maker %s got an unexpected message: %s", req.Agent, t.msg)
 		return llmtest.Say("confused")
@@ -1700,13 +1689,13 @@ func durMaker(out *durSink, req *llm.Request) *llm.Response {
 	}
 	switch step {
 	case 0:
-		return llmtest.Call("put_artifact", map[string]any{"name": name[1], "content": string(durContent(name[1]))})
+		return llmtest.Call("put_artifact", map[string]any{"name": name[1], "content": string(crashContent(name[1]))})
 	case 1:
 		ref, ok := t.last("ref")
 		if !ok {
 			return bad("put_artifact")
 		}
-		out.printf("art %s %s %s", strings.TrimPrefix(ref, as.ArtifactRefPrefix), name[1], durSHA(durContent(name[1])))
+		out.printf("art %s %s %s", strings.TrimPrefix(ref, as.ArtifactRefPrefix), name[1], crashSHA(crashContent(name[1])))
 		if strings.Contains(req.System, "ROLE=maker:helper") {
 			return llmtest.Call("state_set", map[string]any{"key": "review", "value": ref, "scope": "project"})
 		}
@@ -1718,7 +1707,7 @@ func durMaker(out *durSink, req *llm.Request) *llm.Response {
 		ref, _ := t.results[0]["ref"].(string)
 		return llmtest.Call("send_message", map[string]any{"to": from[1], "message_type": "collaboration_response",
 			"payload": map[string]any{"request_id": reqID[1], "status": "completed",
-				"result_data": map[string]any{"name": name[1], "ref": ref}, "text": "made " + name[1] + " tok=" + durNewTok()}})
+				"result_data": map[string]any{"name": name[1], "ref": ref}, "text": "made " + name[1] + " tok=" + crashNewTok()}})
 	default:
 		id, ok := t.last("messageId")
 		if !ok {
@@ -1727,27 +1716,27 @@ func durMaker(out *durSink, req *llm.Request) *llm.Response {
 			}
 			return bad("send_message")
 		}
-		out.printf("msg %s %s %s", id, from[1], durTokOf(string(t.calls[step-1].Arguments)))
+		out.printf("msg %s %s %s", id, from[1], crashTokOf(string(t.calls[step-1].Arguments)))
 		return llmtest.Say("done")
 	}
 }
 
-// durLedger is what the helpers acknowledged and handled, run after run.
-type durLedger struct {
+// crashLedger is what the helpers acknowledged and handled, run after run.
+type crashLedger struct {
 	mu       sync.Mutex
 	run      int
-	msgs     map[string]*durMsg   // by token
-	spawns   map[string]durSpawn  // by agent id
-	arts     map[string]durArtAck // by artifact id
-	handled  map[string]int       // token -> "h" lines
-	reports  map[string]bool      // tasks reported to user
+	msgs     map[string]*crashMsg   // by token
+	spawns   map[string]crashSpawn  // by agent id
+	arts     map[string]crashArtAck // by artifact id
+	handled  map[string]int         // token -> "h" lines
+	reports  map[string]bool        // tasks reported to user
 	errs     []string
 	acks     int
 	respawns int // spawn acknowledgements of an agent acknowledged before
 	lines    int
 }
 
-type durMsg struct {
+type crashMsg struct {
 	id, to string
 	run    int
 	// When a check first finds the message finished: the check, and how
@@ -1757,21 +1746,21 @@ type durMsg struct {
 	prints, inHist int
 }
 
-type durSpawn struct{ parent, task, objective string }
+type crashSpawn struct{ parent, task, objective string }
 
-type durArtAck struct{ name, sha string }
+type crashArtAck struct{ name, sha string }
 
-func newDurLedger() *durLedger {
-	return &durLedger{
-		msgs:    map[string]*durMsg{},
-		spawns:  map[string]durSpawn{},
-		arts:    map[string]durArtAck{},
+func newCrashLedger() *crashLedger {
+	return &crashLedger{
+		msgs:    map[string]*crashMsg{},
+		spawns:  map[string]crashSpawn{},
+		arts:    map[string]crashArtAck{},
 		handled: map[string]int{},
 		reports: map[string]bool{},
 	}
 }
 
-func (l *durLedger) setRun(run int) {
+func (l *crashLedger) setRun(run int) {
 	l.mu.Lock()
 	l.run = run
 	l.mu.Unlock()
@@ -1779,7 +1768,7 @@ func (l *durLedger) setRun(run int) {
 
 // line records one line of a helper and reports whether it acknowledges an
 // operation.
-func (l *durLedger) line(line string) bool {
+func (l *crashLedger) line(line string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.lines++
@@ -1793,9 +1782,9 @@ func (l *durLedger) line(line string) bool {
 			l.errs = append(l.errs, "a message acknowledged twice or without a token: "+line)
 			return false
 		}
-		l.msgs[f[3]] = &durMsg{id: f[1], to: f[2], run: l.run, finished: -1}
+		l.msgs[f[3]] = &crashMsg{id: f[1], to: f[2], run: l.run, finished: -1}
 	case f[0] == "spawn" && len(f) == 5:
-		s := durSpawn{parent: f[2], task: f[3], objective: f[4]}
+		s := crashSpawn{parent: f[2], task: f[3], objective: f[4]}
 		if old, ok := l.spawns[f[1]]; ok {
 			if old != s {
 				l.errs = append(l.errs, fmt.Sprintf("agent %s acknowledged as %+v and as %+v", f[1], old, s))
@@ -1804,7 +1793,7 @@ func (l *durLedger) line(line string) bool {
 		}
 		l.spawns[f[1]] = s
 	case f[0] == "art" && len(f) == 4:
-		l.arts[f[1]] = durArtAck{name: f[2], sha: f[3]}
+		l.arts[f[1]] = crashArtAck{name: f[2], sha: f[3]}
 	case f[0] == "h" && len(f) == 2:
 		l.handled[f[1]]++
 		return false
@@ -1821,25 +1810,25 @@ func (l *durLedger) line(line string) bool {
 	return true
 }
 
-func (l *durLedger) lineCount() int {
+func (l *crashLedger) lineCount() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lines
 }
 
-func (l *durLedger) errors() []string {
+func (l *crashLedger) errors() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]string(nil), l.errs...)
 }
 
-func (l *durLedger) missingReports() []string {
+func (l *crashLedger) missingReports() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
-	for k := range durTasks {
-		if !l.reports[durTask(k)] {
-			out = append(out, durTask(k))
+	for k := range crashTasks {
+		if !l.reports[crashTask(k)] {
+			out = append(out, crashTask(k))
 		}
 	}
 	return out
@@ -1848,7 +1837,7 @@ func (l *durLedger) missingReports() []string {
 // check opens a copy of dir with the store and checks it against what was
 // acknowledged; final adds the checks of a finished workload. It returns
 // the number of messages pending.
-func (l *durLedger) check(t *testing.T, dir, scratch string, final bool) (pending, failures int) {
+func (l *crashLedger) check(t *testing.T, dir, scratch string, final bool) (pending, failures int) {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -1863,12 +1852,12 @@ func (l *durLedger) check(t *testing.T, dir, scratch string, final bool) (pendin
 	l.errs = nil
 
 	if data, err := os.ReadFile(filepath.Join(dir, "org.json")); err == nil && !json.Valid(data) {
-		t.Fatalf("run %d: org.json is not JSON after the kill:\n%s", l.run, durTail(string(data)))
+		t.Fatalf("run %d: org.json is not JSON after the kill:\n%s", l.run, crashTail(string(data)))
 	}
-	copyDir := filepath.Join(scratch, strconv.Itoa(l.run))
-	durCopyDir(t, dir, copyDir)
-	defer os.RemoveAll(copyDir)
-	fst, err := filestore.Open(copyDir, filestore.Options{Logger: quiet})
+	copied := filepath.Join(scratch, strconv.Itoa(l.run))
+	copyDir(t, dir, copied)
+	defer os.RemoveAll(copied)
+	fst, err := filestore.Open(copied, filestore.Options{Logger: quiet})
 	if err != nil {
 		t.Fatalf("run %d: opening the store after the kill: %v", l.run, err)
 	}
@@ -1896,7 +1885,7 @@ func (l *durLedger) check(t *testing.T, dir, scratch string, final bool) (pendin
 		if other, dup := seen[k]; dup {
 			errorf("run %d: agents %s (spawn key %s) and %s (spawn key %s) are both %q on role %s under %s: a spawn was duplicated",
 				l.run, other, agents[other].SpawnKey, a.ID, a.SpawnKey, b.Objective, a.RoleID, a.ParentID)
-			if os.Getenv(durVerboseEnv) != "" {
+			if os.Getenv(crashVerboseEnv) != "" {
 				for _, h := range st.Histories {
 					if h.AgentID == a.ParentID {
 						t.Logf("the history of %s:\n%s", h.AgentID, h.Messages)
@@ -1937,8 +1926,8 @@ func (l *durLedger) check(t *testing.T, dir, scratch string, final bool) (pendin
 		switch {
 		case err != nil:
 			errorf("run %d: acknowledged artifact %s (%s): %v", l.run, id, a.name, err)
-		case durSHA(data) != a.sha || meta.Name != a.name || !bytes.Equal(data, durContent(a.name)):
-			errorf("run %d: artifact %s (%s) reads back %d bytes, SHA-256 %s, as %q; acknowledged %s", l.run, id, a.name, len(data), durSHA(data), meta.Name, a.sha)
+		case crashSHA(data) != a.sha || meta.Name != a.name || !bytes.Equal(data, crashContent(a.name)):
+			errorf("run %d: artifact %s (%s) reads back %d bytes, SHA-256 %s, as %q; acknowledged %s", l.run, id, a.name, len(data), crashSHA(data), meta.Name, a.sha)
 		}
 	}
 
@@ -1956,7 +1945,7 @@ func (l *durLedger) check(t *testing.T, dir, scratch string, final bool) (pendin
 		counts := map[string]int{}
 		for _, m := range msgs {
 			if m.Role == string(llm.RoleUser) {
-				if tok := durTokOf(m.Content); tok != "" {
+				if tok := crashTokOf(m.Content); tok != "" {
 					counts[tok]++
 					if counts[tok] == 2 {
 						errorf("run %d: %s handled message %s twice:\n%s", l.run, h.AgentID, tok, m.Content)
@@ -2002,8 +1991,8 @@ func (l *durLedger) check(t *testing.T, dir, scratch string, final bool) (pendin
 	if len(st.Pending) > 0 {
 		errorf("%d messages are pending at the end", len(st.Pending))
 	}
-	for k := range durTasks {
-		task := durTask(k)
+	for k := range crashTasks {
+		task := crashTask(k)
 		if !l.reports[task] {
 			errorf("%s never reported to user", task)
 		}
@@ -2015,7 +2004,7 @@ func (l *durLedger) check(t *testing.T, dir, scratch string, final bool) (pendin
 		for _, a := range st.Agents {
 			if a.ParentID == lead.ID {
 				workers = append(workers, objective[a.ID])
-				if ok := durHasState(st, "agent:"+a.ID, "made:"+objective[a.ID]); !ok {
+				if ok := crashHasState(st, "agent:"+a.ID, "made:"+objective[a.ID]); !ok {
 					errorf("%s: worker %s did not record what it made", task, a.ID)
 				}
 			}
@@ -2024,12 +2013,12 @@ func (l *durLedger) check(t *testing.T, dir, scratch string, final bool) (pendin
 		if strings.Join(workers, " ") != task+"/w1 "+task+"/w2" {
 			errorf("%s: the lead %s has the workers %q, want %s/w1 and %s/w2", task, lead.ID, workers, task, task)
 		}
-		if !durHasState(st, "task:"+task, "owner") || !durHasState(st, "task:"+task, "review") {
+		if !crashHasState(st, "task:"+task, "owner") || !crashHasState(st, "task:"+task, "review") {
 			errorf("%s: the project state lacks owner or review", task)
 		}
 	}
-	if len(st.Agents) != 4*durTasks {
-		errorf("%d agents at the end, want %d", len(st.Agents), 4*durTasks)
+	if len(st.Agents) != 4*crashTasks {
+		errorf("%d agents at the end, want %d", len(st.Agents), 4*crashTasks)
 	}
 	roles := map[string]bool{}
 	for _, r := range st.Roles {
@@ -2039,8 +2028,8 @@ func (l *durLedger) check(t *testing.T, dir, scratch string, final bool) (pendin
 		}
 		roles[k] = true
 	}
-	if len(st.Roles) != 2+durTasks {
-		errorf("%d roles at the end, want %d", len(st.Roles), 2+durTasks)
+	if len(st.Roles) != 2+crashTasks {
+		errorf("%d roles at the end, want %d", len(st.Roles), 2+crashTasks)
 	}
 	for _, r := range st.Requests {
 		if r.Status != string(as.StatusCompleted) {
@@ -2050,7 +2039,7 @@ func (l *durLedger) check(t *testing.T, dir, scratch string, final bool) (pendin
 	return 0, failures
 }
 
-func durHasState(st store.State, scope, key string) bool {
+func crashHasState(st store.State, scope, key string) bool {
 	for _, e := range st.States {
 		if e.Scope == scope && e.Key == key && len(e.Value) > 0 {
 			return true
@@ -2059,9 +2048,9 @@ func durHasState(st store.State, scope, key string) bool {
 	return false
 }
 
-// durCheckSociety checks the reopened society's own view of the finished
+// crashCheckSociety checks the reopened society's own view of the finished
 // workload.
-func durCheckSociety(t *testing.T, s *as.Society) {
+func crashCheckSociety(t *testing.T, s *as.Society) {
 	t.Helper()
 	children := map[string][]as.Agent{}
 	for _, a := range s.Agents() {
@@ -2074,8 +2063,8 @@ func durCheckSociety(t *testing.T, s *as.Society) {
 		}
 		byTask[a.TaskID] = a
 	}
-	for k := range durTasks {
-		task := durTask(k)
+	for k := range crashTasks {
+		task := crashTask(k)
 		lead, ok := byTask[task]
 		if !ok || lead.Brief.Objective != "lead:"+task {
 			t.Errorf("%s has no lead", task)
@@ -2098,43 +2087,14 @@ func durCheckSociety(t *testing.T, s *as.Society) {
 		}
 		var ref string
 		json.Unmarshal(v.Value, &ref)
-		if _, data, err := s.GetArtifact(context.Background(), ref); err != nil || !bytes.Equal(data, durContent(task+"/review")) {
+		if _, data, err := s.GetArtifact(context.Background(), ref); err != nil || !bytes.Equal(data, crashContent(task+"/review")) {
 			t.Errorf("%s: the review %s does not read back: %v", task, ref, err)
 		}
 	}
 }
 
-// durCopyDir copies the regular files under src to dst.
-func durCopyDir(t *testing.T, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o755)
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		data, err := os.ReadFile(path)
-		if err != nil {
-			return err
-		}
-		return os.WriteFile(target, data, 0o644)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// durTail returns the end of a long text.
-func durTail(s string) string {
+// crashTail returns the end of a long text.
+func crashTail(s string) string {
 	const n = 4000
 	if len(s) > n {
 		return "…" + s[len(s)-n:]

@@ -78,8 +78,8 @@ func TestSecondCloseWaitsForTheFirst(t *testing.T) {
 
 func TestRefusals_AfterClose(t *testing.T) {
 	ctx := context.Background()
-	f := rfSetup(t, as.Config{})
-	before := rfSnapshot(t, f.s)
+	f := newSmallOrg(t, as.Config{})
+	before := snapshot(t, f.s)
 	if err := f.s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -88,20 +88,20 @@ func TestRefusals_AfterClose(t *testing.T) {
 	}
 	ops := map[string]func() error{
 		"SpawnAgent": func() error {
-			return rfSpawnErr(ctx, f.a, as.SpawnSpec{RoleID: f.worker.ID, Brief: validBrief()})
+			return spawnErr(ctx, f.a, as.SpawnSpec{RoleID: f.worker.ID, Brief: validBrief()})
 		},
 		"SpawnAgent by root on a new task": func() error {
-			return rfSpawnErr(ctx, f.root.WithTask("t9"), as.SpawnSpec{RoleID: f.lead.ID, Brief: validBrief()})
+			return spawnErr(ctx, f.root.WithTask("t9"), as.SpawnSpec{RoleID: f.lead.ID, Brief: validBrief()})
 		},
 		"CreateRole": func() error {
 			_, _, err := f.a.CreateRole(ctx, as.RoleSpec{Name: "late"})
 			return err
 		},
 		"Send": func() error {
-			return rfSendErr(ctx, f.a, as.Outgoing{To: as.RootID, Payload: as.Text("anyone?")})
+			return sendErr(ctx, f.a, as.Outgoing{To: as.RootID, Payload: as.Text("anyone?")})
 		},
 		"Send collaboration_request": func() error {
-			return rfSendErr(ctx, f.a, as.Outgoing{To: f.b.ID(), Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{SubtaskDescription: "x"}})
+			return sendErr(ctx, f.a, as.Outgoing{To: f.b.ID(), Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{SubtaskDescription: "x"}})
 		},
 		"SubmitRequirement": func() error {
 			_, err := f.s.SubmitRequirement(ctx, "a calculator")
@@ -122,8 +122,8 @@ func TestRefusals_AfterClose(t *testing.T) {
 	}
 	for name, op := range ops {
 		t.Run(name, func(t *testing.T) {
-			ptWantCode(t, op(), as.ErrClosed)
-			rfSameState(t, before, f.s)
+			wantCode(t, op(), as.ErrClosed)
+			sameState(t, before, f.s)
 		})
 	}
 }
@@ -504,7 +504,7 @@ func TestStress_ExactlyOnceInOrder(t *testing.T) {
 
 func TestLogRecordsCarryTheIDsInvolved(t *testing.T) {
 	ctx := context.Background()
-	rec := &recorder{}
+	rec := &logRecorder{}
 	s := newSociety(t, as.Config{Logger: slog.New(rec)})
 	root, _ := s.Actor(as.RootID)
 	root = root.WithTask("task-1")
