@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	as "agentsociety"
 
@@ -96,12 +95,7 @@ func TestIntroductionThroughAChainOfTwoIntroducers(t *testing.T) {
 				Reason: "my page needs testing", RequiredCapability: "testing"}}); err != nil {
 				t.Fatal(err)
 			}
-			var m as.Message
-			select {
-			case m = <-done:
-			case <-time.After(5 * time.Second):
-				t.Fatal("T never heard from A")
-			}
+			m := recv(t, done, "T to hear from A")
 			if m.From != a {
 				t.Fatalf("T got a message from %s, want %s", m.From, a)
 			}

@@ -25,12 +25,7 @@ func TestHandlerPanicIsReportedToParent(t *testing.T) {
 	if _, err := s.SubmitRequirement(ctx, "anything"); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	m, err := s.WaitForUserMessage(wctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := userMessage(t, s)
 	var p as.StatusReportPayload
 	if err := m.Decode(&p); err != nil || m.Type != as.StatusReport || p.Status != string(as.StatusError) || m.From != as.RootID {
 		t.Fatalf("got %+v (%v), want an error status_report from root", m, err)
@@ -39,9 +34,7 @@ func TestHandlerPanicIsReportedToParent(t *testing.T) {
 	if _, err := s.SubmitRequirement(ctx, "again"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.WaitForUserMessage(wctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	userMessage(t, s)
 }
 
 // A handler's turn holds an idle agent it sends to, for its own drainer to
@@ -66,7 +59,7 @@ func TestDrainer_HandlerBlockedAfterSendingIsNotWaitedFor(t *testing.T) {
 		select {
 		case <-acted:
 			result <- nil
-		case <-time.After(10 * time.Second):
+		case <-time.After(hangGuard):
 			result <- errors.New("the receiver never ran while its sender's handler waited for it")
 		}
 		return nil
@@ -104,13 +97,8 @@ func TestDrainer_HandleKeptPastItsTurn(t *testing.T) {
 	if _, err := self.SendText(ctx, b.ID(), "late"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case m := <-got:
-		if m.From != a.ID() {
-			t.Fatalf("message from %s, want %s", m.From, a.ID())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a message sent through a handle after its turn ended was never handled")
+	if m := recv(t, got, "the message sent through a handle after its turn ended"); m.From != a.ID() {
+		t.Fatalf("message from %s, want %s", m.From, a.ID())
 	}
 }
 
@@ -148,7 +136,7 @@ func TestDrainer_FanOutRunsInParallel(t *testing.T) {
 	for i := range n {
 		select {
 		case <-arrived:
-		case <-time.After(10 * time.Second):
+		case <-time.After(hangGuard):
 			t.Fatalf("%d of %d children ran while their parent's handler waited", i, n)
 		}
 	}
@@ -273,7 +261,7 @@ func runTraffic(t *testing.T, n int, trips []trip) error {
 			if h.Wait {
 				select {
 				case <-began:
-				case <-time.After(10 * time.Second):
+				case <-time.After(hangGuard):
 					failf("%s never started while %s, which sent it, waited", next.ID, self.ID())
 				}
 			}
@@ -292,7 +280,7 @@ func runTraffic(t *testing.T, n int, trips []trip) error {
 	go func() { total.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-time.After(30 * time.Second):
+	case <-time.After(hangGuard):
 		return errors.New("not every message was handled")
 	}
 	mu.Lock()
@@ -309,7 +297,8 @@ func runTraffic(t *testing.T, n int, trips []trip) error {
 }
 
 // blockFinish is a durable store whose record of a given message's end
-// waits until wait is closed, as a slow disk would.
+// waits until wait is closed, as a slow disk would, or until hangGuard
+// passes.
 type blockFinish struct {
 	store.Store
 	id   atomic.Value // string: the message whose finish waits
@@ -321,7 +310,7 @@ func (b *blockFinish) Apply(ctx context.Context, c store.Change) error {
 	if id, _ := b.id.Load().(string); id != "" && slices.Contains(c.Finished, id) {
 		select {
 		case <-b.wait:
-		case <-time.After(2 * time.Second):
+		case <-time.After(hangGuard):
 			b.late.Store(true)
 		}
 	}
@@ -351,7 +340,7 @@ func TestDrainer_HeldAgentDoesNotWaitForTheStore(t *testing.T) {
 	}
 	select {
 	case <-st.wait:
-	case <-time.After(10 * time.Second):
+	case <-time.After(2 * hangGuard): // after blockFinish gives up
 		t.Fatal("the receiver never ran")
 	}
 	if st.late.Load() {

@@ -122,7 +122,7 @@ func Example() {
 	if _, err := s.SubmitRequirement(ctx, "a calculator"); err != nil {
 		panic(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	reply, err := s.WaitForUserMessage(wctx, nil)
 	if err != nil {
@@ -168,7 +168,7 @@ func ExampleNewTool() {
 	if _, err := s.SubmitRequirement(ctx, "how many words in 'the quick brown fox'?"); err != nil {
 		panic(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	reply, err := s.WaitForUserMessage(wctx, nil)
 	if err != nil {

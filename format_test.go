@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	as "agentsociety"
 
@@ -32,13 +31,8 @@ func TestRewrittenPayloadsKeepHTMLReadable(t *testing.T) {
 		Payload: as.CollaborationRequestPayload{SubtaskDescription: "check <script> & a > b"}}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case m := <-got:
-		if text := s.Format(m); !strings.Contains(text, "check <script> & a > b") {
-			t.Fatalf("the receiver reads:\n%s", text)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("not delivered")
+	if text := s.Format(recv(t, got, "the delivery")); !strings.Contains(text, "check <script> & a > b") {
+		t.Fatalf("the receiver reads:\n%s", text)
 	}
 }
 

@@ -140,34 +140,11 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		lead, roleID := hostLead(t, s, "close", "busy")
 		return s, lead, roleID
 	}
-	spawn := func(t *testing.T, lead *as.Actor, roleID string, b as.Behavior) string {
-		a, _, err := lead.SpawnAgent(context.Background(), as.SpawnSpec{RoleID: roleID, Brief: validBrief(), Behavior: b})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a.ID
-	}
 	sendN := func(t *testing.T, from *as.Actor, to string, n int) {
 		for i := range n {
 			if _, err := from.SendText(context.Background(), to, "work "+strconv.Itoa(i)); err != nil {
 				t.Fatal(err)
 			}
-		}
-	}
-	// settle polls until the number of goroutines is back to baseline.
-	settle := func(t *testing.T, baseline int) {
-		deadline := time.Now().Add(time.Minute) // a hang guard: goroutines end at once
-		for {
-			n := runtime.NumGoroutine()
-			if n <= baseline {
-				return
-			}
-			if time.Now().After(deadline) {
-				buf := make([]byte, 1<<20)
-				buf = buf[:runtime.Stack(buf, true)]
-				t.Fatalf("%d goroutines a minute after Close, %d before the society started:\n%s", n, baseline, buf)
-			}
-			time.Sleep(10 * time.Millisecond)
 		}
 	}
 	sleeper := func(handled *atomic.Int64) as.Behavior {
@@ -190,17 +167,11 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 			return ctx.Err() // reported to the parent, which the closed society refuses
 		})
 		for range busy {
-			sendN(t, lead, spawn(t, lead, roleID, blocker), 3)
-			sendN(t, lead, spawn(t, lead, roleID, sleeper(&handled)), 50)
+			sendN(t, lead, spawnWith(t, s, lead, roleID, blocker).ID(), 3)
+			sendN(t, lead, spawnWith(t, s, lead, roleID, sleeper(&handled)).ID(), 50)
 		}
-		wait, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		for range busy {
-			select {
-			case <-started:
-			case <-wait.Done():
-				t.Fatal("the blocking handlers did not all start")
-			}
+		for i := range busy {
+			recv(t, started, fmt.Sprintf("blocking handler %d of %d to start", i+1, busy))
 		}
 
 		ctx, cancelClose := context.WithTimeout(context.Background(), 50*time.Millisecond)
@@ -208,13 +179,8 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		t0 := time.Now()
 		closed := make(chan error, 1)
 		go func() { closed <- s.Close(ctx) }()
-		var err error
-		select {
-		case err = <-closed:
-		case <-time.After(5 * time.Second):
-			t.Fatal("Close did not return 5s after its deadline: the blocked handlers were not cancelled")
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
+		// The blocked handlers return only once cancelled.
+		if err := recv(t, closed, "Close to return after its deadline"); !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("Close = %v, want context.DeadlineExceeded", err)
 		}
 		t.Logf("Close returned after %v; sleepers handled %d of %d messages", time.Since(t0).Round(time.Millisecond), handled.Load(), busy*50)
@@ -229,7 +195,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		if len(started) != 0 {
 			t.Errorf("%d more blocked handlers started after the first", len(started))
 		}
-		settle(t, baseline)
+		waitGoroutines(t, baseline)
 	})
 
 	t.Run("sleeping handlers", func(t *testing.T) {
@@ -237,9 +203,9 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		s, lead, roleID := setup(t)
 		var handled atomic.Int64
 		for range busy {
-			sendN(t, lead, spawn(t, lead, roleID, sleeper(&handled)), 50)
+			sendN(t, lead, spawnWith(t, s, lead, roleID, sleeper(&handled)).ID(), 50)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 		defer cancel()
 		if err := s.Close(ctx); err != nil {
 			t.Fatalf("Close = %v, want nil: the handlers return on their own", err)
@@ -254,7 +220,7 @@ func TestCloseLeavesNoGoroutine(t *testing.T) {
 		if handled.Load() != n {
 			t.Errorf("handlers ran after Close returned")
 		}
-		settle(t, baseline)
+		waitGoroutines(t, baseline)
 	})
 }
 
@@ -323,7 +289,9 @@ func TestStress_ExactlyOnceInOrder(t *testing.T) {
 	s := newSociety(t, as.Config{MaxAgents: 1000})
 	lead, roleID := hostLead(t, s, "stress", "peer")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// A hang guard: the exchange takes seconds, a few times that on a
+	// loaded machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*hangGuard)
 	defer cancel()
 
 	var (
@@ -453,7 +421,7 @@ func TestStress_ExactlyOnceInOrder(t *testing.T) {
 	timedOut := ctx.Err() != nil
 	cancel() // stops the spawner if it still waits
 	wg.Wait()
-	cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+	cctx, ccancel := context.WithTimeout(context.Background(), hangGuard)
 	defer ccancel()
 	if err := s.Close(cctx); err != nil {
 		t.Fatalf("Close: %v", err)
@@ -525,11 +493,7 @@ func TestLogRecordsCarryTheIDsInvolved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if _, err := s.WaitForUserMessage(wctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	userMessage(t, s)
 	_, _ = lead.SendText(ctx, "agent-404", "nobody")
 
 	for _, want := range []struct {

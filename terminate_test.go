@@ -77,17 +77,12 @@ func TestTerminateHandsOverThenEndsTheSubtree(t *testing.T) {
 	}
 	close(release)
 
-	select {
-	case m := <-reports:
-		if m.From != d.ID || m.Type != as.StatusReport {
-			t.Fatalf("lead got %+v, want the developer's handoff report", m)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no handoff report")
+	if m := recv(t, reports, "the handoff report"); m.From != d.ID || m.Type != as.StatusReport {
+		t.Fatalf("lead got %+v, want the developer's handoff report", m)
 	}
 	// The termination completes after the handoff turn: wait for it by
 	// waiting for the store to say so.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(hangGuard)
 	for {
 		st, _ := mem.Load(ctx)
 		ended := 0
@@ -152,7 +147,7 @@ func TestNestedTerminationEndsEachAgentOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(release)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(hangGuard)
 	for {
 		a, _ := s.Agent(aa.ID())
 		b, _ := s.Agent(ba.ID())

@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	as "agentsociety"
 	"agentsociety/llm"
@@ -605,13 +604,8 @@ func TestHostToolErrorsKeepTheirCode(t *testing.T) {
 			if _, err := s.SubmitRequirement(context.Background(), "x"); err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case r := <-results:
-				if !strings.Contains(r, `"error":"`+tc.code+`"`) {
-					t.Fatalf("tool result %s, want code %s", r, tc.code)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("no tool result")
+			if r := recv(t, results, "the tool result"); !strings.Contains(r, `"error":"`+tc.code+`"`) {
+				t.Fatalf("tool result %s, want code %s", r, tc.code)
 			}
 		})
 	}
@@ -737,32 +731,22 @@ func TestRequestCollaborationTool(t *testing.T) {
 	step := 0
 	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
 		if r := lastToolResult(req); r != "" {
-			results <- r
+			select {
+			case results <- r:
+			default: // the requests that follow the first's timeout
+			}
 			return llmtest.Say("waiting"), nil
 		}
 		step++
 		return call("c1", "request_collaboration", `{"to":"agent-2","subtask_description":"review","context":"artifact:a-1","timeout_seconds":0.02}`), nil
 	})
 	s := newSociety(t, as.Config{Model: model, DefaultBehavior: nil})
-	root, _ := s.Actor(as.RootID)
-	root = root.WithTask("t")
-	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
-	lead, _, _ := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	la, _ := s.Actor(lead.ID)
-	hrole, _, _ := la.CreateRole(ctx, as.RoleSpec{Name: "helper"})
-	if _, _, err := la.SpawnAgent(ctx, as.SpawnSpec{RoleID: hrole.ID, Brief: validBrief(), Behavior: in.behavior()}); err != nil {
+	lead, _ := chain(t, s, in.behavior()) // agent-1, driven by the model, and agent-2
+	if _, err := s.SendTextToAgent(ctx, lead.ID(), "go", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SendTextToAgent(ctx, lead.ID, "go", ""); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case r := <-results:
-		if !strings.Contains(r, `"request_id":"req-`) || !strings.Contains(r, `"status":"pending"`) {
-			t.Fatalf("tool result %s", r)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no tool result")
+	if r := recv(t, results, "the tool result"); !strings.Contains(r, `"request_id":"req-`) || !strings.Contains(r, `"status":"pending"`) {
+		t.Fatalf("tool result %s", r)
 	}
 	m := in.next(t)
 	var p as.CollaborationRequestPayload

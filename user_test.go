@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"testing"
-	"time"
 
 	as "agentsociety"
 )
@@ -32,12 +31,7 @@ func TestSubmitRequirementRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	m, err := s.WaitForUserMessage(wctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := userMessage(t, s)
 	if m.Text() != "done: calc" || m.TaskID != task {
 		t.Fatalf("got %q on task %q, want %q on %q", m.Text(), m.TaskID, "done: calc", task)
 	}
@@ -60,11 +54,7 @@ func TestUserConsoleShowsNoReplyHint(t *testing.T) {
 	if _, err := root.SendText(context.Background(), as.UserID, "hello"); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := s.WaitForUserMessage(ctx, nil); err != nil {
-		t.Fatal(err)
-	}
+	userMessage(t, s)
 	if got, want := console.String(), "【来自 root（root）的消息】\nhello\n\n"; got != want {
 		t.Fatalf("console = %q, want %q", got, want)
 	}
