@@ -19,7 +19,7 @@ import (
 	"pgregory.net/rapid"
 )
 
-func TestRefusals_RootReusesItsChildPerTask(t *testing.T) {
+func TestRootReusesItsChildPerTask(t *testing.T) {
 	ctx := context.Background()
 	f := newSmallOrg(t, as.Config{})
 	aInfo := f.a.Agent()
@@ -55,7 +55,7 @@ func TestRefusals_RootReusesItsChildPerTask(t *testing.T) {
 	}
 }
 
-func TestRefusals_RoleReuse(t *testing.T) {
+func TestRoleReuse(t *testing.T) {
 	ctx := context.Background()
 	f := newSmallOrg(t, as.Config{})
 	before := snapshot(t, f.s)

@@ -10,7 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-func TestRefusals_ArtifactRoundTrip(t *testing.T) {
+func TestArtifactRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	const limit = 64
 	f := newSmallOrg(t, as.Config{MaxArtifactBytes: limit})

@@ -14,7 +14,6 @@ import (
 )
 
 // Property 7: a first message makes the contact mutual.
-
 func TestProperty7_FirstMessageMakesContactMutual(t *testing.T) {
 	var firsts, repeats int
 	rapid.Check(t, func(t *rapid.T) {
@@ -72,7 +71,6 @@ func TestProperty7_FirstMessageMakesContactMutual(t *testing.T) {
 }
 
 // Property 8: from is always the sender.
-
 func TestProperty8_FromIsAlwaysTheSender(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		rec := newMailboxes()

@@ -259,7 +259,7 @@ func TestRespondFindsTheRequester(t *testing.T) {
 	}
 }
 
-func TestRefusals_CollaborationRequestLifecycle(t *testing.T) {
+func TestCollaborationRequestLifecycle(t *testing.T) {
 	ctx := context.Background()
 	f := newSmallOrg(t, as.Config{})
 	a, b := f.a.ID(), f.b.ID()

@@ -113,7 +113,7 @@ func TestIntroductionThroughAChainOfTwoIntroducers(t *testing.T) {
 	}
 }
 
-func TestRefusals_IntroductionAddsTheRealTarget(t *testing.T) {
+func TestIntroductionAddsTheRealTarget(t *testing.T) {
 	ctx := context.Background()
 	f := newSmallOrg(t, as.Config{ContactPolicy: as.ContactStrict})
 	a, b := f.a.ID(), f.b.ID()
@@ -268,7 +268,6 @@ func TestProperty4_ParentKnowsChild(t *testing.T) {
 }
 
 // Property 5: the registry records; under ContactOpen it never refuses.
-
 func TestProperty5_OpenPolicyNeverRefusesUnknownContact(t *testing.T) {
 	var unknownSends int
 	rapid.Check(t, func(t *rapid.T) {
@@ -366,7 +365,6 @@ func TestProperty5_StrictPolicyRefusesUnknownContact(t *testing.T) {
 }
 
 // Property 6: preset collaborators.
-
 func TestProperty6_PresetCollaborators(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		policy := rapid.SampledFrom([]as.ContactPolicy{as.ContactOpen, as.ContactStrict}).Draw(t, "policy")

@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// TestRefusals checks that every refusal is an *as.Error with its code and
+// changes nothing: no agent, no role, no queued message, no contact.
 func TestRefusals(t *testing.T) {
 	type refusalCase struct {
 		name  string

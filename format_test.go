@@ -37,7 +37,6 @@ func TestRewrittenPayloadsKeepHTMLReadable(t *testing.T) {
 }
 
 // Property 9: message presentation (Requirement 10).
-
 func TestProperty9_MessagePresentation(t *testing.T) {
 	idGen := rapid.OneOf(
 		rapid.StringMatching(`agent-[0-9]{1,4}`),

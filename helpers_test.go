@@ -1,7 +1,11 @@
 package agentsociety_test
 
-// The helpers the tests of more than one file share. A helper only one
-// file's tests use stays in that file.
+// The tests of each feature are in the _test.go file beside its source
+// file: spawning in agent_test.go, delivery in delivery_test.go, and so on.
+// The helpers the tests of more than one file share are here; a helper
+// only one file's tests use stays in that file. TestPropertyN checks
+// correctness property N of the seed (seed 001), in the file of the
+// feature the property is about.
 
 import (
 	"context"
