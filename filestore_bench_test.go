@@ -16,7 +16,7 @@ import (
 	"agentsociety/store/filestore"
 )
 
-// The benchmarks of issue 4: the society on the durable file store.
+// The benchmarks of the society on the durable file store.
 //
 // BenchmarkFileStoreSpawn and BenchmarkFileStoreMessage run on societies
 // pre-filled with fsSizes idle agents, under each sync policy, and report on

@@ -52,19 +52,7 @@ func TestReopen_PendingRequestTimesOutAfterRestart(t *testing.T) {
 	cfg := as.Config{DefaultBehavior: inbox}
 
 	s, st := openFS(t, dir, filestore.SyncEveryRecord, cfg)
-	root, _ := s.Actor(as.RootID)
-	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "worker"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _, err := root.WithTask("a").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _, err := root.WithTask("b").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := rootSpawn(t, s, "a", "worker", "", nil), rootSpawn(t, s, "b", "worker", "", nil)
 	ax, _ := s.Actor(a.ID)
 	const timeout = time.Hour
 	reqID, err := ax.RequestCollaboration(ctx, b.ID, as.CollaborationRequestPayload{SubtaskDescription: "review the page"}, timeout)
@@ -198,16 +186,7 @@ func TestReopen_ExpiredRequestsAndPendingMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, _ := s.Actor(as.RootID)
-	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "worker"})
-	a, _, err := root.WithTask("a").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _, err := root.WithTask("b").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := rootSpawn(t, s, "a", "worker", "", nil), rootSpawn(t, s, "b", "worker", "", nil)
 	ax, _ := s.Actor(a.ID)
 	var ids []string
 	for range requests {
@@ -1395,7 +1374,7 @@ func crashRoot(out *crashSink) as.Behavior {
 			}
 			brief := validBrief(withObjective("helper:" + task))
 			brief.Collaborators = []as.Collaborator{{AgentID: m.From, Description: "the lead of " + task}}
-			h, _, err := self.WithTask(task+"-h").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: brief, Behavior: crashHelper(out)})
+			h, _, err := self.WithTask(task+"-h").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: brief, Behavior: crashHelperAgent(out)})
 			if err != nil {
 				return fail(err)
 			}
@@ -1414,9 +1393,9 @@ func crashRoot(out *crashSink) as.Behavior {
 	})
 }
 
-// crashHelper is the helper's behaviour while the process that spawned it
+// crashHelperAgent is the helper's behaviour while the process that spawned it
 // lives; after a restart the script's maker does the same.
-func crashHelper(out *crashSink) as.Behavior {
+func crashHelperAgent(out *crashSink) as.Behavior {
 	return as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
 		out.printf("h %s", crashTokOf(string(m.Payload)))
 		fail := func(err error) error {
