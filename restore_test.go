@@ -265,12 +265,7 @@ func TestReopen_NewMessagesDoNotOvertakePendingOnes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, _ := s.Actor(as.RootID)
-	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "worker"})
-	x, _, err := root.WithTask("x").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, x := actorOf(t, s, as.RootID), rootSpawn(t, s, "x", "worker", "", nil)
 	if _, err := s.SendTextToAgent(ctx, as.RootID, "go", "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -669,12 +664,7 @@ func TestVolatileStore_QueuedMessagesOutliveClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, _ := s.Actor(as.RootID)
-	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "worker"})
-	x, _, err := root.WithTask("x").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	root, x := actorOf(t, s, as.RootID), rootSpawn(t, s, "x", "worker", "", nil)
 	for i := range n {
 		if _, err := root.WithTask("x").SendText(ctx, x.ID, strconv.Itoa(i)); err != nil {
 			t.Fatal(err)
