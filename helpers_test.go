@@ -112,9 +112,9 @@ func newSociety(t testing.TB, cfg as.Config) *as.Society {
 	return s
 }
 
-// openSociety starts a society for one property check. The caller closes it
-// with the returned function (rapid checks cannot use newSociety, whose
-// cleanup runs at the end of the whole test).
+// openSociety starts a society and returns it with the function that closes
+// it. Rapid checks use it: newSociety's cleanup runs at the end of the
+// whole test, not of each check.
 func openSociety(t rapid.TB, cfg as.Config) (*as.Society, func()) {
 	t.Helper()
 	if cfg.Logger == nil {
