@@ -76,17 +76,6 @@ func pingPong(t *testing.T, s *as.Society, lead *as.Actor, roleID string, n int)
 	return done
 }
 
-// hangGuard fails t if ch is not closed within a minute, far beyond
-// normal: the test waits for the condition, not for a deadline.
-func hangGuard(t *testing.T, ch <-chan struct{}, what string) {
-	t.Helper()
-	select {
-	case <-ch:
-	case <-time.After(time.Minute):
-		t.Fatalf("%s: nothing after a minute", what)
-	}
-}
-
 // A store write that blocks delays only the operation that made it: sends
 // between other agents keep flowing, and Close returns by its deadline
 // whether the store honours the context or not.
@@ -131,7 +120,7 @@ func TestChange_StoreWriteThatBlocksDelaysOnlyItsOperation(t *testing.T) {
 			}
 
 			// Other agents, and the lead itself, go on.
-			hangGuard(t, pingPong(t, s, lead, roleID, 200), "ping-pong while two store writes hang")
+			recv(t, pingPong(t, s, lead, roleID, 200), "ping-pong while two store writes hang")
 			if _, _, err := lead.CreateRole(ctx, as.RoleSpec{Name: "free"}); err != nil {
 				t.Fatalf("a role by the agent whose other role is being recorded: %v", err)
 			}
@@ -166,20 +155,6 @@ func TestChange_StoreWriteThatBlocksDelaysOnlyItsOperation(t *testing.T) {
 				t.Fatalf("a role whose record failed is in the organisation: %+v", r)
 			}
 		})
-	}
-}
-
-// waitGoroutines waits until no more goroutines run than baseline, with a
-// minute as a hang guard.
-func waitGoroutines(t *testing.T, baseline int) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for runtime.NumGoroutine() > baseline {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines, %d before the society started:\n%s", runtime.NumGoroutine(), baseline, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -218,7 +193,7 @@ func TestChange_LogHandlerThatBlocksDelaysOnlyItsCaller(t *testing.T) {
 		lead.CreateRole(ctx, as.RoleSpec{Name: "logged"})
 	}()
 	<-h.blocked
-	hangGuard(t, pingPong(t, s, lead, roleID, 200), "ping-pong while a log handler blocks")
+	recv(t, pingPong(t, s, lead, roleID, 200), "ping-pong while a log handler blocks")
 	select {
 	case <-created:
 		t.Fatal("CreateRole returned while its log record was blocked")
@@ -277,7 +252,7 @@ func TestChange_ReceiverHandlesMessagesInSeqOrder(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	hangGuard(t, done, "every message handled")
+	recv(t, done, "every message handled")
 	if id := bad.Load(); id != nil {
 		t.Fatalf("message %s was handled after a message with a higher Seq", id)
 	}

@@ -2,72 +2,26 @@ package agentsociety_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
-
 	as "agentsociety"
-	"agentsociety/llm"
+
+	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
 )
-
-// inbox records what code-driven agents receive, by agent.
-type inbox struct {
-	mu  sync.Mutex
-	got map[string][]as.Message
-	ch  chan as.Message
-}
-
-func newInbox() *inbox {
-	return &inbox{got: map[string][]as.Message{}, ch: make(chan as.Message, 1024)}
-}
-
-func (in *inbox) behavior() as.Behavior {
-	return as.BehaviorFunc(func(_ context.Context, self *as.Actor, m as.Message) error {
-		in.mu.Lock()
-		in.got[self.ID()] = append(in.got[self.ID()], m)
-		in.mu.Unlock()
-		in.ch <- m
-		return nil
-	})
-}
-
-func (in *inbox) next(t rapid.TB) as.Message {
-	t.Helper()
-	select {
-	case m := <-in.ch:
-		return m
-	case <-time.After(5 * time.Second):
-		t.Fatal("no message delivered")
-		return as.Message{}
-	}
-}
 
 // twoAgents returns a society with a requester and a responder, both
 // code-driven and recording into in.
 func twoAgents(t testing.TB, in *inbox) (*as.Society, *as.Actor, *as.Actor) {
 	t.Helper()
-	ctx := context.Background()
 	s := newSociety(t, as.Config{DefaultBehavior: in.behavior()})
-	root, _ := s.Actor(as.RootID)
-	root = root.WithTask("t")
-	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
-	lead, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	la, _ := s.Actor(lead.ID)
-	hrole, _, _ := la.CreateRole(ctx, as.RoleSpec{Name: "helper"})
-	helper, _, err := la.SpawnAgent(ctx, as.SpawnSpec{RoleID: hrole.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ha, _ := s.Actor(helper.ID)
-	return s, la, ha
+	lead, helper := chain(t, s, nil)
+	return s, lead, helper
 }
 
 func answer(t rapid.TB, from *as.Actor, to, id string, status as.RequestStatus) error {
@@ -90,10 +44,15 @@ func TestCollaborationTimeoutSettlesAndRefusesLateAnswers(t *testing.T) {
 	if err != nil || !strings.HasPrefix(id, "req-") {
 		t.Fatalf("RequestCollaboration = %q, %v", id, err)
 	}
-	if m := in.next(t); m.To != helper.ID() || m.Type != as.CollaborationRequest {
-		t.Fatalf("helper got %+v", m)
+	// The request reaches the helper, and the timeout the lead: on a slow
+	// machine the timeout may be delivered first.
+	first, m := in.next(t), in.next(t)
+	if first.To == lead.ID() {
+		first, m = m, first
 	}
-	m := in.next(t)
+	if first.To != helper.ID() || first.Type != as.CollaborationRequest {
+		t.Fatalf("helper got %+v", first)
+	}
 	var p as.CollaborationResponsePayload
 	if err := m.Decode(&p); err != nil || m.To != lead.ID() || m.From != helper.ID() || p.RequestID != id || p.Status != as.StatusError || !strings.Contains(p.ErrorMessage, "timeout") {
 		t.Fatalf("lead got %+v (%+v), want a timeout error response for %s", m, p, id)
@@ -141,12 +100,21 @@ func TestCollaborateGivingUpSendsTheOutcomeToTheMailbox(t *testing.T) {
 	_, lead, helper := twoAgents(t, in)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if _, err := lead.Collaborate(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 30*time.Millisecond); !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := lead.Collaborate(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Collaborate = %v, want DeadlineExceeded", err)
 	}
-	in.next(t) // the request, to the helper
+	// The request has no timeout: its outcome is the helper's answer, given
+	// after Collaborate gave up however slow the machine.
+	req := in.next(t) // the request, to the helper
+	var p as.CollaborationRequestPayload
+	if err := req.Decode(&p); err != nil || req.To != helper.ID() || req.Type != as.CollaborationRequest {
+		t.Fatalf("helper got %+v (%v), want the request", req, err)
+	}
+	if err := answer(t, helper, lead.ID(), p.RequestID, as.StatusRejected); err != nil {
+		t.Fatal(err)
+	}
 	if m := in.next(t); m.To != lead.ID() || m.Type != as.CollaborationResponse {
-		t.Fatalf("got %+v, want the timeout in the lead's mailbox", m)
+		t.Fatalf("got %+v, want the outcome in the lead's mailbox", m)
 	}
 }
 
@@ -168,13 +136,7 @@ func TestCloseStopsRequestTimers(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > base && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > base {
-		t.Fatalf("%d goroutines after Close, %d before", n, base)
-	}
+	waitGoroutines(t, base)
 }
 
 // TestProperty_CollaborationOutcomesExactlyOnce drives random interleavings
@@ -250,7 +212,7 @@ func TestProperty_CollaborationOutcomesExactlyOnce(t *testing.T) {
 					m.Decode(&p)
 					outcomes[p.RequestID]++
 				}
-			case <-time.After(5 * time.Second):
+			case <-time.After(hangGuard):
 				rt.Fatalf("%d outcomes for %d requests", len(outcomes), len(reqs))
 			}
 		}
@@ -276,43 +238,144 @@ func TestProperty_CollaborationOutcomesExactlyOnce(t *testing.T) {
 	})
 }
 
-func TestRequestCollaborationTool(t *testing.T) {
+func TestRespondFindsTheRequester(t *testing.T) {
 	ctx := context.Background()
 	in := newInbox()
-	results := make(chan string, 4)
-	step := 0
-	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
-		if r := lastToolResult(req); r != "" {
-			results <- r
-			return say("waiting"), nil
-		}
-		step++
-		return call("c1", "request_collaboration", `{"to":"agent-2","subtask_description":"review","context":"artifact:a-1","timeout_seconds":0.02}`), nil
-	})
-	s := newSociety(t, as.Config{Model: model, DefaultBehavior: nil})
-	root, _ := s.Actor(as.RootID)
-	root = root.WithTask("t")
-	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
-	lead, _, _ := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	la, _ := s.Actor(lead.ID)
-	hrole, _, _ := la.CreateRole(ctx, as.RoleSpec{Name: "helper"})
-	if _, _, err := la.SpawnAgent(ctx, as.SpawnSpec{RoleID: hrole.ID, Brief: validBrief(), Behavior: in.behavior()}); err != nil {
+	_, lead, helper := twoAgents(t, in)
+	id, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.SendTextToAgent(ctx, lead.ID, "go", ""); err != nil {
+	in.next(t)
+	if _, err := lead.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`1`)}); err == nil {
+		t.Fatal("the requester answered its own request")
+	}
+	if _, err := helper.Respond(ctx, "req-unknown", as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"}); err == nil {
+		t.Fatal("answered an unknown request")
+	}
+	m, err := helper.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`1`)})
+	if err != nil || m.To != lead.ID() {
+		t.Fatalf("Respond = %+v, %v", m, err)
+	}
+}
+
+func TestCollaborationRequestLifecycle(t *testing.T) {
+	ctx := context.Background()
+	f := newSmallOrg(t, as.Config{})
+	a, b := f.a.ID(), f.b.ID()
+
+	// Without a request_id the society generates one, in the returned and
+	// the delivered message alike.
+	ids := map[string]bool{}
+	var first string
+	for i := range 2 {
+		msg, err := f.a.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{SubtaskDescription: "review the page", Context: json.RawMessage(`{"artifact":"artifact:x"}`)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p as.CollaborationRequestPayload
+		if err := msg.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(p.RequestID) == "" || ids[p.RequestID] {
+			t.Fatalf("request %d: request_id %q is empty or reused", i, p.RequestID)
+		}
+		ids[p.RequestID] = true
+		if p.SubtaskDescription != "review the page" || string(p.Context) != `{"artifact":"artifact:x"}` {
+			t.Fatalf("request payload changed: %+v", p)
+		}
+		got := f.rec.next(t, b)
+		if diff := cmp.Diff(msg, got); diff != "" {
+			t.Fatalf("delivered request differs from the accepted one (-accepted +delivered):\n%s", diff)
+		}
+		if i == 0 {
+			first = p.RequestID
+		}
+	}
+
+	// Refused answers leave the request pending.
+	respond := func(x *as.Actor, to string, p any) (as.Message, error) {
+		return x.Send(ctx, as.Outgoing{To: to, Type: as.CollaborationResponse, Payload: p})
+	}
+	_, err := respond(f.g, a, as.CollaborationResponsePayload{RequestID: first, Status: as.StatusCompleted, ResultData: json.RawMessage(`1`)})
+	wantCode(t, err, as.ErrWrongResponder)
+	_, err = respond(f.b, a, map[string]string{"request_id": first, "status": string(as.StatusError)})
+	e := wantCode(t, err, as.ErrInvalidMessageFormat)
+	if diff := cmp.Diff([]string{"error_message"}, e.MissingFields); diff != "" {
+		t.Fatalf("MissingFields (-want +got):\n%s", diff)
+	}
+	m, err := respond(f.b, a, as.CollaborationResponsePayload{RequestID: first, Status: as.StatusCompleted, ResultData: json.RawMessage(`{"verdict":"pass"}`)})
+	if err != nil {
+		t.Fatalf("the right answer: %v", err)
+	}
+	f.rec.expect(t, a, m.ID)
+	_, err = respond(f.b, a, as.CollaborationResponsePayload{RequestID: first, Status: as.StatusRejected, ErrorMessage: "changed my mind"})
+	wantCode(t, err, as.ErrRequestClosed)
+
+	// A supplied request_id is kept, and cannot be used twice.
+	msg, err := f.g.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: "req-mine", SubtaskDescription: "x"}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case r := <-results:
-		if !strings.Contains(r, `"request_id":"req-`) || !strings.Contains(r, `"status":"pending"`) {
-			t.Fatalf("tool result %s", r)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("no tool result")
-	}
-	m := in.next(t)
 	var p as.CollaborationRequestPayload
-	if m.Decode(&p); p.SubtaskDescription != "review" || string(p.Context) != `"artifact:a-1"` || p.TimeoutSeconds != 0.02 {
-		t.Fatalf("helper got %s", m.Payload)
+	if err := msg.Decode(&p); err != nil || p.RequestID != "req-mine" {
+		t.Fatalf("supplied request_id became %q (%v)", p.RequestID, err)
+	}
+	f.rec.expect(t, b, msg.ID)
+	_, err = f.a.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: "req-mine", SubtaskDescription: "y"}})
+	wantCode(t, err, as.ErrDuplicateRequest)
+	_, err = f.a.Send(ctx, as.Outgoing{To: b, Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: first, SubtaskDescription: "y"}})
+	wantCode(t, err, as.ErrDuplicateRequest)
+	f.assertQuiet(t)
+}
+
+// TestCollaborateWithATerminatedResponderIsSettled: a request no one can
+// answer any more is settled with an error, so Collaborate returns.
+func TestCollaborateWithATerminatedResponderIsSettled(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{DefaultBehavior: noop})
+	received := make(chan struct{}, 1)
+	aa, ba := chain(t, s, as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
+		received <- struct{}{} // the request is pending, and never answered
+		return nil
+	}))
+	done := make(chan as.Message, 1)
+	go func() {
+		m, err := aa.Collaborate(ctx, ba.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- m
+	}()
+	<-received
+	if err := aa.Terminate(ctx, ba.ID()); err != nil {
+		t.Fatal(err)
+	}
+	m := recv(t, done, "Collaborate to return")
+	var p as.CollaborationResponsePayload
+	json.Unmarshal(m.Payload, &p)
+	if p.Status != as.StatusError || !strings.Contains(p.ErrorMessage, "terminated") {
+		t.Fatalf("outcome %+v", p)
+	}
+}
+
+func TestCloseWakesCollaborate(t *testing.T) {
+	ctx := context.Background()
+	s, err := as.New(ctx, as.Config{Logger: quiet, DefaultBehavior: noop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	aa, ba := chain(t, s, nil)
+	got := make(chan error, 1)
+	go func() {
+		_, err := aa.Collaborate(ctx, ba.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+		got <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := recv(t, got, "Collaborate to return after Close"); !errors.Is(err, as.ErrClosed) {
+		t.Fatalf("Collaborate = %v, want ErrClosed", err)
 	}
 }

@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
 	as "agentsociety"
 	"agentsociety/llm"
 	"agentsociety/llm/llmtest"
+	"agentsociety/store/filestore"
 )
 
 // A Task Brief must carry the five required fields; Validate names every
@@ -120,7 +122,7 @@ func Example() {
 	if _, err := s.SubmitRequirement(ctx, "a calculator"); err != nil {
 		panic(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	reply, err := s.WaitForUserMessage(wctx, nil)
 	if err != nil {
@@ -166,7 +168,7 @@ func ExampleNewTool() {
 	if _, err := s.SubmitRequirement(ctx, "how many words in 'the quick brown fox'?"); err != nil {
 		panic(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	reply, err := s.WaitForUserMessage(wctx, nil)
 	if err != nil {
@@ -186,4 +188,99 @@ func ExampleNewTool() {
 	// {"error":"invalid_argument","message":"bad arguments for word_count: \"text\" holds a number where a string is expected"}
 	// {"words":4}
 	// 4 words
+}
+
+// A society on a file store keeps its organisation and its artifacts when it
+// is closed: opened again on the same directory, it has the same agents, on
+// the same roles, under the same parents, and every artifact reads back.
+func ExampleNew_fileStore() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "agentsociety-example-")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+
+	open := func() (*as.Society, *filestore.Store) {
+		st, err := filestore.Open(dir, filestore.Options{})
+		if err != nil {
+			panic(err)
+		}
+		s, err := as.New(ctx, as.Config{Store: st, Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			panic(err)
+		}
+		return s, st
+	}
+	shut := func(s *as.Society, st *filestore.Store) {
+		if err := s.Close(ctx); err != nil {
+			panic(err)
+		}
+		if err := st.Close(); err != nil {
+			panic(err)
+		}
+	}
+	show := func(s *as.Society) {
+		for _, a := range s.Agents() {
+			role, _ := s.Role(a.RoleID)
+			fmt.Printf("%s: role %s (%s), parent %s, task %s\n", a.ID, role.Name, role.ID, a.ParentID, a.TaskID)
+		}
+	}
+	brief := func(objective string) *as.TaskBrief {
+		return &as.TaskBrief{
+			Objective:          objective,
+			Constraints:        []string{"HTML + JavaScript", "static page"},
+			Inputs:             "the user's requirement",
+			Outputs:            "an artifact reference",
+			CompletionCriteria: "the page works",
+		}
+	}
+
+	s, st := open()
+	root, err := s.Actor(as.RootID)
+	if err != nil {
+		panic(err)
+	}
+	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "developer", Prompt: "Write the page."})
+	if err != nil {
+		panic(err)
+	}
+	var page as.Artifact
+	for _, task := range []string{"task-1", "task-2"} {
+		dev, _, err := root.WithTask(task).SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: brief("a calculator for " + task)})
+		if err != nil {
+			panic(err)
+		}
+		if task == "task-1" {
+			x, err := s.Actor(dev.ID)
+			if err != nil {
+				panic(err)
+			}
+			page, err = x.PutArtifact(ctx, as.ArtifactSpec{Name: "calc.html", MediaType: "text/html", Data: []byte("<html>1 + 1 = 2</html>")})
+			if err != nil {
+				panic(err)
+			}
+		}
+	}
+	fmt.Println("before closing:")
+	show(s)
+	shut(s, st)
+
+	s, st = open()
+	defer shut(s, st)
+	fmt.Println("after reopening:")
+	show(s)
+	a, data, err := s.GetArtifact(ctx, page.Ref())
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s by %s: %s\n", a.Name, a.CreatedBy, data)
+	// Output:
+	// before closing:
+	// agent-1: role developer (role-1), parent root, task task-1
+	// agent-2: role developer (role-1), parent root, task task-2
+	// after reopening:
+	// agent-1: role developer (role-1), parent root, task task-1
+	// agent-2: role developer (role-1), parent root, task task-2
+	// calc.html by agent-1: <html>1 + 1 = 2</html>
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,7 +16,7 @@ import (
 	"agentsociety/store/filestore"
 )
 
-// The benchmarks of issue 4: the society on the durable file store.
+// The benchmarks of the society on the durable file store.
 //
 // BenchmarkFileStoreSpawn and BenchmarkFileStoreMessage run on societies
 // pre-filled with fsSizes idle agents, under each sync policy, and report on
@@ -93,14 +92,7 @@ func buildOrg(tb testing.TB, dir string, n int) *fsOrg {
 	tb.Helper()
 	ctx := context.Background()
 	t0 := time.Now()
-	st, err := filestore.Open(dir, filestore.Options{Sync: filestore.SyncBatched, Logger: quiet})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s, err := as.New(ctx, as.Config{Store: st, Logger: quiet, MaxAgents: fsMaxAgents})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	s, st := openFS(tb, dir, filestore.SyncBatched, as.Config{MaxAgents: fsMaxAgents})
 	org := &fsOrg{dir: dir, agents: n}
 	parents := make([]*as.Actor, fsParents)
 	for i := range fsParents {
@@ -109,7 +101,7 @@ func buildOrg(tb testing.TB, dir string, n int) *fsOrg {
 		org.leads = append(org.leads, parents[i].ID())
 		org.roles = append(org.roles, role)
 	}
-	brief := smallBrief()
+	brief := validBrief(minimal)
 	for i := range n {
 		p := i % fsParents
 		if _, _, err := parents[p].SpawnAgent(ctx, as.SpawnSpec{RoleID: org.roles[p], Brief: brief}); err != nil {
@@ -143,24 +135,13 @@ func (org *fsOrg) open(tb testing.TB, base string, sync filestore.SyncMode) *fsS
 		tb.Fatal(err)
 	}
 	copyDir(tb, org.dir, dir)
-	st, err := filestore.Open(dir, filestore.Options{Sync: sync, Logger: quiet})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	s, err := as.New(context.Background(), as.Config{Store: st, Logger: quiet, MaxAgents: fsMaxAgents})
-	if err != nil {
-		tb.Fatal(err)
-	}
+	s, st := openFS(tb, dir, sync, as.Config{MaxAgents: fsMaxAgents})
 	if got, want := len(s.Agents()), org.agents+fsParents; got != want {
 		tb.Fatalf("reopened %d agents, want %d", got, want)
 	}
 	x := &fsSociety{dir: dir, st: st, s: s, roles: org.roles}
 	for _, id := range org.leads {
-		a, err := s.Actor(id)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		x.parents = append(x.parents, a)
+		x.parents = append(x.parents, actorOf(tb, s, id))
 	}
 	return x
 }
@@ -172,57 +153,6 @@ func (x *fsSociety) close(tb testing.TB) {
 	if err := os.RemoveAll(x.dir); err != nil {
 		tb.Fatal(err)
 	}
-}
-
-func closeFS(tb testing.TB, s *as.Society, st *filestore.Store) {
-	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if err := s.Close(ctx); err != nil {
-		tb.Fatal(err)
-	}
-	if err := st.Close(); err != nil {
-		tb.Fatal(err)
-	}
-}
-
-// copyDir copies the regular files and directories under src into dst.
-func copyDir(tb testing.TB, src, dst string) {
-	tb.Helper()
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		to := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(to, 0o700)
-		}
-		return copyFile(path, to)
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 func dirSize(tb testing.TB, dir string) int64 {
@@ -273,7 +203,7 @@ func BenchmarkFileStoreSpawn(b *testing.B) {
 					base := b.TempDir()
 					so := org.open(b, base, p.sync)
 					defer func() { so.close(b) }()
-					brief := smallBrief()
+					brief := validBrief(minimal)
 					grown, resets := 0, 0
 					b.ReportAllocs()
 					for b.Loop() {
@@ -323,9 +253,8 @@ func BenchmarkFileStoreMessage(b *testing.B) {
 						got <- struct{}{}
 						return nil
 					})
-					ignore := as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })
 					spawn := func(bh as.Behavior) *as.Actor {
-						a, _, err := so.parents[0].SpawnAgent(ctx, as.SpawnSpec{RoleID: so.roles[0], Brief: smallBrief(), Behavior: bh})
+						a, _, err := so.parents[0].SpawnAgent(ctx, as.SpawnSpec{RoleID: so.roles[0], Brief: validBrief(minimal), Behavior: bh})
 						if err != nil {
 							b.Fatal(err)
 						}
@@ -335,7 +264,7 @@ func BenchmarkFileStoreMessage(b *testing.B) {
 						}
 						return x
 					}
-					from, to := spawn(ignore), spawn(recv)
+					from, to := spawn(noop), spawn(recv)
 					out := as.Outgoing{To: to.ID(), Payload: benchPayloadAny}
 					// Warm up: the first message adds the sender to the
 					// receiver's contacts, under the write lock.

@@ -3,30 +3,27 @@ package agentsociety_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"testing/fstest"
 	"time"
+	"unicode/utf8"
 
 	as "agentsociety"
 	"agentsociety/llm"
+	"agentsociety/llm/llmtest"
+
+	"pgregory.net/rapid"
 )
-
-// call is a model reply that makes one tool call.
-func call(id, name, args string) *llm.Response {
-	return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: id, Name: name, Arguments: json.RawMessage(args)}}}}
-}
-
-func say(text string) *llm.Response {
-	return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Content: text}}
-}
-
-func lastToolResult(req *llm.Request) string {
-	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == llm.RoleTool {
-		return req.Messages[n-1].Content
-	}
-	return ""
-}
 
 func TestToolLoopRootSpawnsLeadWhoAnswersUser(t *testing.T) {
 	ctx := context.Background()
@@ -47,7 +44,7 @@ func TestToolLoopRootSpawnsLeadWhoAnswersUser(t *testing.T) {
 				json.Unmarshal([]byte(last), &r)
 				return call("c3", "send_message", `{"to":"`+r.AgentID+`","payload":"please build it"}`), nil
 			default:
-				return say("delegated"), nil
+				return llmtest.Say("delegated"), nil
 			}
 		}
 		mu.Lock()
@@ -59,19 +56,14 @@ func TestToolLoopRootSpawnsLeadWhoAnswersUser(t *testing.T) {
 		if last == "" {
 			return call("d1", "send_message", `{"to":"user","message_type":"status_report","payload":{"status":"done","text":"built"}}`), nil
 		}
-		return say(""), nil
+		return llmtest.Say(""), nil
 	})
 	s := newSociety(t, as.Config{Model: model})
 	task, err := s.SubmitRequirement(ctx, "a calculator")
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	m, err := s.WaitForUserMessage(wctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := userMessage(t, s)
 	if m.Type != as.StatusReport || m.Text() != "built" || m.TaskID != task || m.From != "agent-1" {
 		t.Fatalf("user got %+v", m)
 	}
@@ -95,7 +87,7 @@ func TestToolLoopBadArgumentsGetCodedResults(t *testing.T) {
 		call("3", "no_such_tool", `{}`),
 		call("4", "spawn_agent", `{"roleId":"role-1","taskBrief":{"objective":"x"}}`),
 		call("5", "send_message", `{"to":"agent-404","payload":{"text":"hi"}}`),
-		say("giving up"),
+		llmtest.Say("giving up"),
 	}
 	var step int
 	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
@@ -110,13 +102,8 @@ func TestToolLoopBadArgumentsGetCodedResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, want := range []string{`"error":"invalid_argument"`, `"error":"invalid_argument"`, `"error":"unknown_tool"`, `"missing_fields":["constraints","inputs","outputs","completion_criteria"]`, `"error":"agent_not_found"`} {
-		select {
-		case got := <-results:
-			if !strings.Contains(got, want) {
-				t.Errorf("tool result %s lacks %s", got, want)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("no tool result")
+		if got := recv(t, results, "a tool result"); !strings.Contains(got, want) {
+			t.Errorf("tool result %s lacks %s", got, want)
 		}
 	}
 }
@@ -130,12 +117,7 @@ func TestToolLoopStepLimitIsReportedToParent(t *testing.T) {
 	if _, err := s.SubmitRequirement(ctx, "loop forever"); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	m, err := s.WaitForUserMessage(wctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := userMessage(t, s)
 	if m.Type != as.StatusReport || !strings.Contains(m.Text(), "step_limit") {
 		t.Fatalf("user got %+v", m)
 	}
@@ -155,15 +137,1009 @@ func TestToolLoopTransientFailureIsRetriedThenReported(t *testing.T) {
 	if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	m, err := s.WaitForUserMessage(wctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := userMessage(t, s)
 	mu.Lock()
 	defer mu.Unlock()
 	if calls != 3 || !strings.Contains(m.Text(), "model_error") {
 		t.Fatalf("calls = %d, report %q; want 3 calls and a model_error report", calls, m.Text())
+	}
+}
+
+func TestStepLimitReportsToParentAndTheAgentGoesOn(t *testing.T) {
+	const maxSteps = 3
+	rootInbox := newInbox()
+	model := llmtest.New(
+		llmtest.Rule{Name: "first turn", SystemContains: "MARK-steps", LastContains: "FIRST", Response: llmtest.Call("list_contacts", nil)},
+		llmtest.Rule{Name: "loop", SystemContains: "MARK-steps", AfterTool: "list_contacts", Response: llmtest.Call("list_contacts", nil)},
+		llmtest.Rule{Name: "second turn", SystemContains: "MARK-steps", LastContains: "SECOND", Response: llmtest.Call("send_message", `{"to":"root","payload":{"text":"second handled"}}`)},
+		llmtest.Rule{Name: "end", SystemContains: "MARK-steps", AfterTool: "send_message", Response: llmtest.Say("")},
+	)
+	s := newSociety(t, as.Config{Model: model, MaxSteps: maxSteps, Root: rootInbox.behavior()})
+	worker := rootSpawn(t, s, "t1", "looper", "MARK-steps", nil)
+
+	first := sendAs(t, s, as.RootID, worker.ID, "FIRST")
+	report := recv(t, rootInbox.ch, "the step_limit report")
+	if n := len(model.RequestsFor(worker.ID)); n != maxSteps {
+		t.Errorf("the turn made %d model calls, want exactly MaxSteps = %d", n, maxSteps)
+	}
+	var p as.StatusReportPayload
+	if err := report.Decode(&p); err != nil || report.Type != as.StatusReport || report.From != worker.ID || report.TaskID != "t1" ||
+		p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrStepLimit)) || !strings.Contains(p.Text, first.ID) {
+		t.Fatalf("root got %+v (%s), want a status_report from %s with status error naming step_limit and message %s", report, report.Payload, worker.ID, first.ID)
+	}
+
+	sendAs(t, s, as.RootID, worker.ID, "SECOND")
+	m := recv(t, rootInbox.ch, "the answer to the second message")
+	if m.From != worker.ID || m.Text() != "second handled" {
+		t.Fatalf("root got %+v, want %q from %s", m, "second handled", worker.ID)
+	}
+	if n := len(model.RequestsFor(worker.ID)); n < maxSteps+1 {
+		t.Errorf("%d calls in all after the second message", n)
+	}
+	// Every one of the first turn's calls is answered by the society: the
+	// history handed on holds each call with its result.
+	reqs := model.RequestsFor(worker.ID)
+	for i := 1; i < maxSteps; i++ {
+		if call, _ := lastCallAndResult(t, reqs[i]); call.Name != "list_contacts" {
+			t.Errorf("call %d answers %s", i, call.Name)
+		}
+	}
+}
+
+func TestModelCallsInFlightAreCapped(t *testing.T) {
+	const agents = 20
+	for _, c := range []struct{ maxCalls, want int }{{4, 4}, {100, agents}} {
+		t.Run(fmt.Sprintf("MaxModelCalls=%d", c.maxCalls), func(t *testing.T) {
+			// A call holds its slot until want calls are in flight at once
+			// (or hangGuard passes), so that the peak does not hang on
+			// timing: a society that lets fewer calls run together fails.
+			var arrived atomic.Int32
+			reached := make(chan struct{})
+			var once sync.Once
+			done := make(chan string, agents)
+			model := llmtest.New(llmtest.Rule{Reply: func(req *llm.Request) (*llm.Response, error) {
+				if int(arrived.Add(1)) >= c.want {
+					once.Do(func() { close(reached) })
+				}
+				select {
+				case <-reached:
+				case <-time.After(hangGuard):
+				}
+				done <- req.Agent
+				return llmtest.Say(""), nil
+			}})
+			model.Delay = 20 * time.Millisecond
+			s := newSociety(t, as.Config{Model: model, MaxModelCalls: c.maxCalls})
+			var workers []as.Agent
+			for i := range agents {
+				workers = append(workers, rootSpawn(t, s, fmt.Sprintf("t%d", i), "worker", "work", nil))
+			}
+			for _, w := range workers {
+				sendAs(t, s, as.RootID, w.ID, "go")
+			}
+			seen := map[string]bool{}
+			for range agents {
+				seen[recv(t, done, "a model call")] = true
+			}
+			if len(seen) != agents {
+				t.Errorf("%d distinct agents called the model, want %d", len(seen), agents)
+			}
+			if got := model.MaxInFlight(); got != c.want {
+				t.Errorf("MaxInFlight = %d with MaxModelCalls = %d and %d agents, want %d", got, c.maxCalls, agents, c.want)
+			}
+		})
+	}
+}
+
+func statusReportTo(t *testing.T, m as.Message, from string) as.StatusReportPayload {
+	t.Helper()
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || m.Type != as.StatusReport || m.From != from {
+		t.Fatalf("got %+v (%s), want a status_report from %s", m, m.Payload, from)
+	}
+	return p
+}
+
+func TestModelFailureIsReported(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name     string
+		retries  int
+		fail     int
+		err      error
+		calls    int
+		reported bool
+	}{
+		{"bad request is not retried", 0, 1, llm.ErrBadRequest, 1, true},
+		{"auth failure is not retried", 2, 1, llm.ErrAuth, 1, true},
+		{"server error is retried then reported", 2, 3, llm.ErrServer, 3, true},
+		{"rate limit is retried then reported", 2, 3, llm.ErrRateLimited, 3, true},
+		{"server error once is retried and recovers", 2, 1, llm.ErrServer, 2, false},
+		{"no retries", -1, 1, llm.ErrServer, 1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			model := llmtest.New(
+				llmtest.Rule{Agent: as.RootID, LastContains: "REQ", Response: llmtest.Call("send_message", `{"to":"user","payload":{"text":"answer"}}`)},
+				llmtest.Rule{Agent: as.RootID, AfterTool: "send_message", Response: llmtest.Say("")},
+			)
+			model.FailNext(c.fail, c.err)
+			s := newSociety(t, as.Config{Model: model, ModelRetries: c.retries, RetryBackoff: time.Millisecond})
+			if _, err := s.SubmitRequirement(ctx, "REQ 1"); err != nil {
+				t.Fatal(err)
+			}
+			m := userMessage(t, s)
+			if c.reported {
+				p := statusReportTo(t, m, as.RootID)
+				if p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrModel)) {
+					t.Fatalf("user got %+v, want a model_error report", p)
+				}
+				if n := model.Calls(); n != c.calls {
+					t.Errorf("%d model calls before the report, want %d", n, c.calls)
+				}
+				// The agent goes on with its next message.
+				if _, err := s.SubmitRequirement(ctx, "REQ 2"); err != nil {
+					t.Fatal(err)
+				}
+				m = userMessage(t, s)
+			}
+			if m.From != as.RootID || m.Text() != "answer" {
+				t.Fatalf("user got %+v, want root's answer", m)
+			}
+			if !c.reported {
+				if n := len(model.RequestsFor(as.RootID)); n < c.calls {
+					t.Errorf("%d model calls, want at least %d", n, c.calls)
+				}
+			}
+		})
+	}
+}
+
+func TestFailingModelDoesNotStallOtherAgents(t *testing.T) {
+	ctx := context.Background()
+	alive := make(chan struct{})
+	model := llmtest.New(
+		// Root's model fails, transiently, every time; its first call
+		// fails only once the other agent has done its work, so that
+		// the work happens while root's call is in flight.
+		llmtest.Rule{Agent: as.RootID, Reply: func(*llm.Request) (*llm.Response, error) {
+			select {
+			case <-alive:
+			case <-time.After(hangGuard):
+			}
+			return nil, llm.ErrServer
+		}},
+		llmtest.Rule{SystemContains: "MARK-alive", LastContains: "PING", Response: llmtest.Call("send_message", `{"to":"user","payload":{"text":"alive"}}`)},
+		llmtest.Rule{SystemContains: "MARK-alive", AfterTool: "send_message", Response: llmtest.Say("")},
+	)
+	s, err := as.New(ctx, as.Config{Model: model, Logger: quiet, ModelRetries: 2, RetryBackoff: time.Millisecond, MaxModelCalls: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	var once sync.Once
+	s.OnUserMessage(func(m as.Message) {
+		if m.Text() == "alive" {
+			once.Do(func() { close(alive) })
+		}
+	})
+	other := rootSpawn(t, s, "t-other", "other", "MARK-alive", nil)
+	if _, err := s.SubmitRequirement(ctx, "REQ"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SendTextToAgent(ctx, other.ID, "PING", ""); err != nil {
+		t.Fatal(err)
+	}
+	first := userMessage(t, s)
+	if first.From != other.ID || first.Text() != "alive" {
+		t.Fatalf("user's first message is %+v, want the other agent's answer", first)
+	}
+	report := userMessage(t, s)
+	if p := statusReportTo(t, report, as.RootID); p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrModel)) {
+		t.Fatalf("user got %+v, want a model_error report", p)
+	}
+	if n := len(model.RequestsFor(as.RootID)); n != 3 {
+		t.Errorf("root made %d model calls, want 1 + ModelRetries = 3", n)
+	}
+	cctx, ccancel := context.WithTimeout(ctx, hangGuard)
+	defer ccancel()
+	if err := s.Close(cctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// TestCloseDuringRetryBackoff closes a society while an agent waits to
+// retry a failed model call: as Close documents, it cancels the handler when
+// its ctx ends and returns ctx.Err() promptly, with no handler left.
+func TestCloseDuringRetryBackoff(t *testing.T) {
+	ctx := context.Background()
+	failed := make(chan struct{}, 8)
+	model := llmtest.New(llmtest.Rule{Reply: func(*llm.Request) (*llm.Response, error) {
+		failed <- struct{}{}
+		return nil, llm.ErrServer
+	}})
+	s, err := as.New(ctx, as.Config{Model: model, Logger: quiet, ModelRetries: 3, RetryBackoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SubmitRequirement(ctx, "REQ"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, failed, "the failing call")
+	cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(cctx) }()
+	// The agent waits an hour to retry: Close returns within hangGuard only
+	// if it cancels that wait.
+	if err := recv(t, closed, "Close, while an agent waited an hour to retry"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close = %v, want the ctx's deadline error", err)
+	}
+	if n := model.Calls(); n != 1 {
+		t.Errorf("%d model calls, want 1: the retry was cancelled", n)
+	}
+}
+
+// historyRun is what runHistory saw.
+type historyRun struct {
+	reqs   []llm.Request
+	full   []llm.Message // the whole conversation, as if nothing were dropped
+	bounds []int         // the index in full where each turn starts
+	sys    string
+}
+
+// runHistory delivers one message per text to a model-driven agent whose
+// every turn is: the message, a list_contacts call, its result, and "noted".
+// It returns the agent's requests and the full history the agent built.
+func runHistory(t *testing.T, budget int, sum as.Summarizer, texts []string) historyRun {
+	turnDone := make(chan struct{}, len(texts))
+	model := llmtest.New(
+		llmtest.Rule{SystemContains: "MARK-history", LastContains: "TURN-", Response: llmtest.Call("list_contacts", nil)},
+		llmtest.Rule{SystemContains: "MARK-history", AfterTool: "list_contacts", Reply: func(*llm.Request) (*llm.Response, error) {
+			turnDone <- struct{}{}
+			return llmtest.Say("noted"), nil
+		}},
+	)
+	s := newSociety(t, as.Config{Model: model, HistoryBudget: budget, Summarize: sum, Root: newInbox().behavior()})
+	worker := rootSpawn(t, s, "t1", "historian", "MARK-history", nil)
+	var sent []as.Message
+	for _, text := range texts {
+		sent = append(sent, sendAs(t, s, as.RootID, worker.ID, text))
+	}
+	for i := range texts {
+		recv(t, turnDone, fmt.Sprintf("turn %d", i+1))
+	}
+	h := historyRun{reqs: model.RequestsFor(worker.ID)}
+	if len(h.reqs) != 2*len(texts) {
+		t.Fatalf("%d model calls, want 2 per turn", len(h.reqs))
+	}
+	for k, m := range sent {
+		second := h.reqs[2*k+1]
+		n := len(second.Messages)
+		h.bounds = append(h.bounds, len(h.full))
+		h.full = append(h.full,
+			llm.Message{Role: llm.RoleUser, Content: as.FormatMessage(m, as.RootID)},
+			second.Messages[n-2], second.Messages[n-1],
+			llm.Message{Role: llm.RoleAssistant, Content: "noted"})
+	}
+	h.sys = h.reqs[0].System
+	return h
+}
+
+// contentSize is the size of messages as the history budget counts it:
+// bytes of content, tool calls included.
+func contentSize(msgs []llm.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Content)
+		for _, c := range m.ToolCalls {
+			n += len(c.Name) + len(c.Arguments)
+		}
+	}
+	return n
+}
+
+func historyTexts() []string {
+	pad := strings.Repeat("x", 150)
+	return []string{
+		"TURN-1 " + pad,
+		"TURN-2 " + pad,
+		"TURN-3 " + pad,
+		"TURN-4 " + strings.Repeat("y", 900), // a turn over the budget by itself
+		"TURN-5 " + pad,
+		"TURN-6 " + pad,
+	}
+}
+
+// checkWellFormed checks what holds of every request whatever the budget:
+// the system prompt is the same, with the brief; the history starts at a
+// delivered message; every tool result follows its call; and the current
+// turn is there.
+func checkWellFormed(t *testing.T, h historyRun, msgs []llm.Message, req llm.Request, turn, step int) {
+	t.Helper()
+	if req.System != h.sys || !strings.Contains(req.System, validBrief().Objective) {
+		t.Errorf("turn %d: the system prompt changed or lost the brief:\n%s", turn+1, req.System)
+	}
+	if len(msgs) == 0 || msgs[0].Role != llm.RoleUser {
+		t.Fatalf("turn %d: the history does not start with a delivered message: %+v", turn+1, msgs)
+	}
+	calls := map[string]bool{}
+	for _, m := range msgs {
+		for _, c := range m.ToolCalls {
+			calls[c.ID] = true
+		}
+		if m.Role == llm.RoleTool && !calls[m.ToolCallID] {
+			t.Errorf("turn %d: the tool result %s comes without its call", turn+1, m.ToolCallID)
+		}
+	}
+	if i := len(msgs) - 1 - 2*step; i < 0 || !reflect.DeepEqual(msgs[i:], h.full[h.bounds[turn]:h.bounds[turn]+1+2*step]) {
+		t.Errorf("turn %d call %d: the current turn is not whole at the end of the history", turn+1, step+1)
+	}
+}
+
+func TestHistoryBudgetDropsWholeOldestTurns(t *testing.T) {
+	const budget = 700
+	h := runHistory(t, budget, nil, historyTexts())
+	// The expected window: the oldest turns go, whole, while the history is
+	// over the budget, and never the current turn; what is dropped stays
+	// dropped.
+	start := 0
+	dropped := false
+	for i, req := range h.reqs {
+		turn, step := i/2, i%2
+		end := h.bounds[turn] + 1 + 2*step // the delivered message, then the call and its result
+		for b := start; b < h.bounds[turn]; {
+			if contentSize(h.full[b:end]) <= budget {
+				break
+			}
+			b = h.bounds[indexOfBound(h.bounds, b)+1]
+			start = b
+		}
+		want := h.full[start:end]
+		checkWellFormed(t, h, req.Messages, req, turn, step)
+		if !reflect.DeepEqual(req.Messages, want) {
+			t.Errorf("turn %d call %d: history of %d messages from %q,\nwant %d from %q", turn+1, step+1,
+				len(req.Messages), clipText(req.Messages[0].Content), len(want), clipText(want[0].Content))
+		}
+		if start > 0 {
+			dropped = true
+		}
+		if strings.HasPrefix(req.Messages[0].Content, "【此前对话摘要】") {
+			t.Errorf("turn %d: a summary without a summariser", turn+1)
+		}
+	}
+	if !dropped {
+		t.Fatal("nothing was dropped: the test is vacuous")
+	}
+	// The turn over the budget by itself is sent alone, then dropped.
+	if got := h.reqs[6].Messages; len(got) != 1 || !strings.Contains(got[0].Content, "TURN-4") {
+		t.Errorf("the oversized turn's first call has %d messages", len(got))
+	}
+	for _, m := range h.reqs[8].Messages {
+		if strings.Contains(m.Content, "TURN-4") {
+			t.Error("the oversized turn is still sent with the next turn")
+		}
+	}
+}
+
+func indexOfBound(bounds []int, b int) int {
+	for i, x := range bounds {
+		if x == b {
+			return i
+		}
+	}
+	panic("not a turn boundary")
+}
+
+func clipText(s string) string {
+	if r := []rune(s); len(r) > 40 {
+		return string(r[:40]) + "…"
+	}
+	return s
+}
+
+func TestHistoryBudgetSummarisesDroppedTurns(t *testing.T) {
+	const budget = 700
+	type sumCall struct {
+		agent, previous string
+		dropped         []llm.Message
+	}
+	var mu sync.Mutex
+	var sums []sumCall
+	summarize := func(_ context.Context, agent, previous string, dropped []llm.Message) (string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		cp := make([]llm.Message, len(dropped))
+		copy(cp, dropped)
+		sums = append(sums, sumCall{agent, previous, cp})
+		return fmt.Sprintf("S%d", len(sums)), nil
+	}
+	h := runHistory(t, budget, summarize, historyTexts())
+	mu.Lock()
+	defer mu.Unlock()
+	if len(sums) == 0 {
+		t.Fatal("the summariser was never called")
+	}
+
+	// The summariser is given each dropped turn exactly once, whole and in
+	// order, with the summary it returned before.
+	var all []llm.Message
+	for i, c := range sums {
+		want := ""
+		if i > 0 {
+			want = fmt.Sprintf("S%d", i)
+		}
+		if c.previous != want || c.agent != h.reqs[0].Agent {
+			t.Errorf("summariser call %d for %s with previous %q, want %s and %q", i+1, c.agent, c.previous, h.reqs[0].Agent, want)
+		}
+		if len(c.dropped) == 0 || c.dropped[0].Role != llm.RoleUser {
+			t.Errorf("summariser call %d was not given whole turns: %+v", i+1, c.dropped)
+		}
+		all = append(all, c.dropped...)
+	}
+	if len(all) > len(h.full) || !reflect.DeepEqual(all, h.full[:len(all)]) {
+		t.Fatalf("the summariser was given %d messages that are not the oldest of the history", len(all))
+	}
+
+	// Each request: the summary first, once there is one, then the kept
+	// turns, exactly the ones not yet summarised.
+	summaries := 0
+	seen := 0
+	for i, req := range h.reqs {
+		turn, step := i/2, i%2
+		end := h.bounds[turn] + 1 + 2*step
+		msgs := req.Messages
+		if first := msgs[0]; strings.HasPrefix(first.Content, "【此前对话摘要】") {
+			if first.Role != llm.RoleUser {
+				t.Errorf("turn %d: the summary is a %s message", turn+1, first.Role)
+			}
+			var n int
+			if _, err := fmt.Sscanf(strings.TrimPrefix(first.Content, "【此前对话摘要】\n"), "S%d", &n); err != nil || n < summaries {
+				t.Errorf("turn %d: summary %q", turn+1, first.Content)
+			}
+			summaries = n
+			msgs = msgs[1:]
+		} else if summaries > 0 {
+			t.Errorf("turn %d: the summary is gone", turn+1)
+		}
+		// The kept messages are the history from the end of what the
+		// summaries so far hold.
+		dropped := 0
+		for _, c := range sums[:summaries] {
+			dropped += len(c.dropped)
+		}
+		if dropped < seen {
+			t.Errorf("turn %d: dropped turns came back", turn+1)
+		}
+		seen = dropped
+		checkWellFormed(t, h, msgs, req, turn, step)
+		if !reflect.DeepEqual(msgs, h.full[dropped:end]) {
+			t.Errorf("turn %d call %d: %d messages after the summary, want the %d not yet summarised", turn+1, step+1, len(msgs), end-dropped)
+		}
+		if size := len(fmt.Sprintf("S%d", summaries)) + contentSize(msgs); summaries > 0 && size > budget && dropped != h.bounds[turn] {
+			t.Errorf("turn %d: %d bytes over the budget of %d with older turns left", turn+1, size, budget)
+		}
+	}
+	if summaries == 0 {
+		t.Fatal("no request carried a summary")
+	}
+	last := h.reqs[len(h.reqs)-1].Messages[0]
+	if last.Content != fmt.Sprintf("【此前对话摘要】\nS%d", len(sums)) {
+		t.Errorf("the last request starts with %q, want the latest summary S%d", last.Content, len(sums))
+	}
+}
+
+func TestPlainTextIsLoggedAsThoughtAndSentToNobody(t *testing.T) {
+	st := newRecordingStore()
+	logs := &logRecorder{}
+	const thought = "I should tell the user the answer is 42"
+	model := llmtest.New(llmtest.Rule{SystemContains: "MARK-thinker", Response: llmtest.Say(thought)})
+	rootInbox := newInbox()
+	s := newSociety(t, as.Config{Model: model, Store: st, Root: rootInbox.behavior(), Logger: slog.New(logs)})
+	worker := rootSpawn(t, s, "t1", "thinker", "MARK-thinker", nil)
+	before := snapshot(t, s)
+	mark := st.mark()
+	kick := sendAs(t, s, as.RootID, worker.ID, "what is the answer?")
+	st.waitFinished(t, kick.ID)
+
+	st.assertOnly(t, mark, kick)
+	sameState(t, before, s)
+	if n := model.Calls(); n != 1 {
+		t.Errorf("%d model calls, want 1", n)
+	}
+	select {
+	case m := <-rootInbox.ch:
+		t.Errorf("root got %+v", m)
+	default:
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if m, err := s.WaitForUserMessage(ctx, nil); err == nil {
+		t.Errorf("user got %+v", m)
+	}
+	found := false
+	for _, r := range logs.records("thought") {
+		if r["agent"] != worker.ID || r["text"] != thought {
+			t.Errorf("thought record %v, want agent %s and the text", r, worker.ID)
+		}
+		found = true
+	}
+	if !found {
+		t.Error("no \"thought\" record was logged")
+	}
+}
+
+// systemPrompts runs a society on prompts and returns the system prompts
+// of root and of a model-driven worker (role "dev", prompt "MARK-dev role
+// prompt").
+func systemPrompts(t *testing.T, prompts fs.FS) (root, worker string, workerID string) {
+	t.Helper()
+	got := make(chan llm.Request, 2)
+	model := llmtest.New(llmtest.Rule{Reply: func(req *llm.Request) (*llm.Response, error) {
+		got <- *req
+		return llmtest.Say(""), nil
+	}})
+	s := newSociety(t, as.Config{Model: model, Prompts: prompts})
+	w := rootSpawn(t, s, "t1", "dev", "MARK-dev role prompt", nil)
+	if _, err := s.SubmitRequirement(context.Background(), "x"); err != nil {
+		t.Fatal(err)
+	}
+	sendAs(t, s, as.RootID, w.ID, "go")
+	for range 2 {
+		req := recv(t, got, "a model call")
+		if req.Agent == as.RootID {
+			root = req.System
+		} else {
+			worker = req.System
+		}
+	}
+	return root, worker, w.ID
+}
+
+// defaultPrompt reads one of the embedded default prompt files from the
+// source tree.
+func defaultPrompt(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("internal", "prompts", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func TestPromptsOverrideBaseOnly(t *testing.T) {
+	const base = "OVERRIDDEN BASE PROMPT"
+	root, worker, _ := systemPrompts(t, fstest.MapFS{"base.txt": {Data: []byte(base + "\n")}})
+	rootTxt := defaultPrompt(t, "root.txt")
+	if !strings.HasPrefix(root, base) || !strings.HasPrefix(worker, base) {
+		t.Errorf("the system prompts do not start with the overriding base.txt:\n%s\n---\n%s", root, worker)
+	}
+	if !strings.Contains(root, rootTxt) {
+		t.Errorf("root's system prompt lacks the default root.txt:\n%s", root)
+	}
+	if strings.Contains(worker, rootTxt) {
+		t.Errorf("a worker's system prompt holds root.txt:\n%s", worker)
+	}
+	if !strings.Contains(worker, "MARK-dev role prompt") {
+		t.Errorf("the worker's system prompt lacks its role prompt:\n%s", worker)
+	}
+	for _, p := range []string{root, worker} {
+		if strings.Contains(p, defaultPrompt(t, "base.txt")) {
+			t.Errorf("the default base.txt is still there:\n%s", p)
+		}
+		if !strings.Contains(p, "## 你的身份") {
+			t.Errorf("the default runtime facts are gone:\n%s", p)
+		}
+	}
+}
+
+func TestPromptsOverrideRuntimeTemplate(t *testing.T) {
+	root, worker, workerID := systemPrompts(t, fstest.MapFS{"runtime.tmpl": {Data: []byte("{{.ID}}")}})
+	if !strings.HasSuffix(root, "\n"+as.RootID) || !strings.HasSuffix(worker, "\n"+workerID) {
+		t.Errorf("the system prompts do not end with the agent's id alone:\n%s\n---\n%s", root, worker)
+	}
+	for _, p := range []string{root, worker} {
+		if strings.Contains(p, "## 你的身份") || strings.Contains(p, "## 联系人") || strings.Contains(p, "## 任务委托书") {
+			t.Errorf("the default runtime facts are still there:\n%s", p)
+		}
+		if !strings.HasPrefix(p, defaultPrompt(t, "base.txt")) {
+			t.Errorf("the default base.txt is gone:\n%s", p)
+		}
+	}
+	if !strings.Contains(root, defaultPrompt(t, "root.txt")) {
+		t.Errorf("root.txt is gone:\n%s", root)
+	}
+}
+
+func TestPromptsBadRuntimeTemplateFailsNew(t *testing.T) {
+	for _, tmpl := range []string{"{{.ID", "{{if .ID}}unclosed", "{{template \"missing\" .}} {{end}}"} {
+		s, err := as.New(context.Background(), as.Config{Logger: quiet, Prompts: fstest.MapFS{"runtime.tmpl": {Data: []byte(tmpl)}}})
+		if err == nil {
+			s.Close(context.Background())
+			t.Errorf("New accepted runtime.tmpl %q", tmpl)
+			continue
+		}
+		if !strings.Contains(err.Error(), "runtime.tmpl") {
+			t.Errorf("New's error %q does not name runtime.tmpl", err)
+		}
+	}
+}
+
+func TestNewRejectsARuntimeTemplateThatCannotRun(t *testing.T) {
+	_, err := as.New(context.Background(), as.Config{Logger: quiet, Prompts: fstest.MapFS{
+		"runtime.tmpl": {Data: []byte("{{.Nope}}")},
+	}})
+	if err == nil || !strings.Contains(err.Error(), "runtime.tmpl") {
+		t.Fatalf("New = %v, want an error naming runtime.tmpl", err)
+	}
+}
+
+func TestPromptsFromADirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data", "prompts")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"base.txt":     "DIR BASE\n",
+		"root.txt":     "DIR ROOT\n",
+		"runtime.tmpl": "id={{.ID}} role={{.Role}}{{if .Parent}} parent={{.Parent}}{{end}}\n",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root, worker, workerID := systemPrompts(t, os.DirFS(dir))
+	if want := "DIR BASE\n\nDIR ROOT\n\nid=root role=root"; root != want {
+		t.Errorf("root's system prompt is %q, want %q", root, want)
+	}
+	if !strings.HasPrefix(worker, "DIR BASE") || !strings.Contains(worker, "MARK-dev role prompt") ||
+		!strings.HasSuffix(worker, "id="+workerID+" role=dev parent=root（root）") || strings.Contains(worker, "DIR ROOT") {
+		t.Errorf("the worker's system prompt is %q", worker)
+	}
+}
+
+// TestDefaultPromptsTeachTheRules checks Requirement 6: root.txt explains the
+// brief's five required fields, base.txt explains introductions and
+// replying by the sender's id, and both insist that technical constraints
+// are passed down as they are.
+func TestDefaultPromptsTeachTheRules(t *testing.T) {
+	// With base.txt blanked out, what root's prompt says comes from root.txt.
+	rootOnly, _, _ := systemPrompts(t, fstest.MapFS{"base.txt": {Data: []byte("B")}})
+	rootPart := strings.TrimPrefix(rootOnly, "B")
+	for _, want := range []string{"objective", "constraints", "inputs", "outputs", "completion_criteria", "spawn_agent", "静态网页", "Python"} {
+		if !strings.Contains(rootPart, want) {
+			t.Errorf("root.txt does not mention %q:\n%s", want, rootPart)
+		}
+	}
+	// A worker's prompt has base.txt and no root.txt.
+	root, worker, _ := systemPrompts(t, nil)
+	for _, want := range []string{"introduction_request", "introduction_response", "发送者 ID", "send_message", "constraints", "静态网页", "Python"} {
+		if !strings.Contains(worker, want) {
+			t.Errorf("base.txt does not mention %q:\n%s", want, worker)
+		}
+	}
+	if !strings.Contains(root, rootPart) {
+		t.Errorf("root's default prompt lacks root.txt")
+	}
+}
+
+// TestPromptOverhead reports the fixed prompt overhead of root and of a
+// worker: the characters of the system prompt plus the tool schemas sent
+// with every call, and fails above the budget of 4,800 characters.
+func TestPromptOverhead(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	first := map[string]*llm.Request{}
+	both := make(chan struct{})
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first[req.Agent] == nil {
+			first[req.Agent] = req
+			if len(first) == 2 {
+				close(both)
+			}
+		}
+		return llmtest.Say(""), nil
+	})
+	s := newSociety(t, as.Config{Model: model})
+	root, _ := s.Actor(as.RootID)
+	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "developer", Prompt: "Build the page the brief asks for."})
+	child, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SendTextToAgent(ctx, child.ID, "go", ""); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, both, "the first model calls of root and of the worker")
+	const budget = 4800
+	for _, id := range []string{as.RootID, child.ID} {
+		mu.Lock()
+		req := first[id]
+		mu.Unlock()
+		if req == nil {
+			t.Fatalf("no model call for %s", id)
+		}
+		tools, _ := json.Marshal(req.Tools)
+		sys, schema := utf8.RuneCountInString(req.System), utf8.RuneCountInString(string(tools))
+		t.Logf("%s: system prompt %d chars + tool schemas %d chars = %d chars (~%d tokens at chars/4)", id, sys, schema, sys+schema, (sys+schema)/4)
+		if sys+schema > budget {
+			t.Errorf("%s: fixed prompt overhead %d chars exceeds %d", id, sys+schema, budget)
+		}
+	}
+}
+
+// briefText draws a non-blank single-line string for a brief field.
+func briefText(label string) *rapid.Generator[string] {
+	return rapid.Custom(func(t *rapid.T) string {
+		return strings.TrimSpace(rapid.StringMatching(`[a-zA-Z0-9 ,.+]{0,20}|静态网页|HTML \+ JavaScript|Python`).Draw(t, label)) + "·" + label
+	})
+}
+
+func TestProperty2_TaskBriefInjectedIntoContext(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		brief := &as.TaskBrief{
+			Objective:          briefText("objective").Draw(t, "objective"),
+			Constraints:        rapid.SliceOfN(briefText("constraint"), 0, 4).Draw(t, "constraints"),
+			Inputs:             briefText("inputs").Draw(t, "inputs"),
+			Outputs:            briefText("outputs").Draw(t, "outputs"),
+			CompletionCriteria: briefText("criteria").Draw(t, "criteria"),
+		}
+		if rapid.Bool().Draw(t, "references?") {
+			brief.References = rapid.SliceOfN(briefText("reference"), 1, 3).Draw(t, "references")
+		}
+		if rapid.Bool().Draw(t, "priority?") {
+			brief.Priority = rapid.SampledFrom([]string{"high", "low", "紧急"}).Draw(t, "priority")
+		}
+		withCollaborator := rapid.Bool().Draw(t, "collaborator?")
+
+		// Only the child is sent a message, so the first request is its.
+		first := make(chan *llm.Request, 1)
+		model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+			select {
+			case first <- req:
+			default:
+			}
+			return llmtest.Say(""), nil
+		})
+		ctx := context.Background()
+		s, err := as.New(ctx, as.Config{Model: model, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close(ctx)
+		root, _ := s.Actor(as.RootID)
+		role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "worker", Prompt: "work"})
+		if withCollaborator {
+			helper, _, err := root.WithTask("other").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			brief.Collaborators = []as.Collaborator{{AgentID: helper.ID, Role: "helper", Description: briefText("collab").Draw(t, "collab")}}
+		}
+		child, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: brief})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.SendTextToAgent(ctx, child.ID, "start", ""); err != nil {
+			t.Fatal(err)
+		}
+		req := recv(t, first, "the child's first model call")
+		if req.Agent != child.ID {
+			t.Fatalf("first call for %s, want %s", req.Agent, child.ID)
+		}
+		want := []string{brief.Objective, brief.Inputs, brief.Outputs, brief.CompletionCriteria, brief.Priority}
+		want = append(want, brief.Constraints...)
+		want = append(want, brief.References...)
+		for _, c := range brief.Collaborators {
+			want = append(want, c.AgentID, c.Description)
+		}
+		for _, w := range want {
+			if !strings.Contains(req.System, w) {
+				t.Fatalf("the child's first request lacks %q:\n%s", w, req.System)
+			}
+		}
+		if len(brief.Constraints) == 0 && !strings.Contains(req.System, "constraints:\n  (none)") {
+			t.Fatalf("an empty constraints list must be shown as such:\n%s", req.System)
+		}
+	})
+}
+
+const (
+	foChildren = 100
+	foDelay    = 20 * time.Millisecond
+	// foParentSeq is the number of the parent's model calls that come one
+	// after the other before any child can start: one that spawns every
+	// child, one that sends each a message. The parent's last call, which
+	// ends its turn, runs beside the children's.
+	foParentSeq = 2
+)
+
+// foResult is one fan-out run.
+type foResult struct {
+	wall     time.Duration // from the parent's message to the last model call's end
+	peak     int           // llmtest's MaxInFlight
+	calls    int           // model calls in all
+	perChild map[string]int
+	critical time.Duration // the least wall time the cap allows
+}
+
+// foCritical is the critical path of a fan-out under a cap of maxCalls
+// model calls in flight: the parent's sequential calls, then the children's
+// calls and the parent's last one in as few waves as the cap allows. With a
+// cap of at least foChildren+1 it is foParentSeq×delay + one child's call.
+func foCritical(maxCalls int) time.Duration {
+	waves := (foChildren + 1 + maxCalls - 1) / maxCalls
+	return time.Duration(foParentSeq+waves) * foDelay
+}
+
+// foRun has a model-driven parent spawn foChildren model-driven children in
+// one assistant message and message each of them in the next; each child
+// answers with one model call. The model takes foDelay per call; hold, if
+// set, is called in each child's call before it answers.
+func foRun(tb testing.TB, maxCalls int, startTimer, stopTimer, hold func()) foResult {
+	ctx := context.Background()
+	done := make(chan struct{}, foChildren+1)
+	var roleID string // set before the parent's first call
+	var spawns []llm.ToolCall
+	model := llmtest.New(
+		llmtest.Rule{Name: "spawn all", SystemContains: "FANOUT-LEAD", LastContains: "fan out", Reply: func(*llm.Request) (*llm.Response, error) {
+			if spawns == nil {
+				brief, _ := json.Marshal(validBrief())
+				args := json.RawMessage(`{"roleId":"` + roleID + `","taskBrief":` + string(brief) + `}`)
+				for range foChildren {
+					spawns = append(spawns, llm.ToolCall{Name: "spawn_agent", Arguments: args})
+				}
+			}
+			return llmtest.Calls(spawns...), nil
+		}},
+		llmtest.Rule{Name: "message all", SystemContains: "FANOUT-LEAD", AfterTool: "spawn_agent", Reply: func(req *llm.Request) (*llm.Response, error) {
+			var sends []llm.ToolCall
+			for _, m := range req.Messages {
+				if m.Role != llm.RoleTool {
+					continue
+				}
+				var r struct {
+					AgentID string `json:"agentId"`
+				}
+				if json.Unmarshal([]byte(m.Content), &r) != nil || r.AgentID == "" {
+					return nil, fmt.Errorf("spawn_agent failed: %s", m.Content)
+				}
+				sends = append(sends, llm.ToolCall{Name: "send_message", Arguments: json.RawMessage(`{"to":"` + r.AgentID + `","payload":{"text":"do your part"}}`)})
+			}
+			return llmtest.Calls(sends...), nil
+		}},
+		llmtest.Rule{Name: "parent ends", SystemContains: "FANOUT-LEAD", AfterTool: "send_message", Reply: func(*llm.Request) (*llm.Response, error) {
+			done <- struct{}{}
+			return llmtest.Say(""), nil
+		}},
+		llmtest.Rule{Name: "child", SystemContains: "FANOUT-WORKER", Reply: func(*llm.Request) (*llm.Response, error) {
+			if hold != nil {
+				hold()
+			}
+			done <- struct{}{}
+			return llmtest.Say(""), nil
+		}},
+	)
+	model.Delay = foDelay
+	s, err := as.New(ctx, as.Config{Model: model, Logger: quiet, MaxModelCalls: maxCalls, Root: noop})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	lead := rootSpawn(tb, s, "fan", "lead", "FANOUT-LEAD: split the work", nil)
+	leadActor, err := s.Actor(lead.ID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	role, _, err := leadActor.CreateRole(ctx, as.RoleSpec{Name: "worker", Prompt: "FANOUT-WORKER: do one part"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	roleID = role.ID
+	root, _ := s.Actor(as.RootID)
+	root = root.WithTask("fan")
+
+	startTimer()
+	start := time.Now()
+	if _, err := root.SendText(ctx, lead.ID, "fan out"); err != nil {
+		tb.Fatal(err)
+	}
+	for i := range foChildren + 1 {
+		select {
+		case <-done:
+		case <-time.After(hangGuard):
+			tb.Fatalf("only %d of %d agents finished their model call", i, foChildren+1)
+		}
+	}
+	wall := time.Since(start)
+	stopTimer()
+
+	cctx, cancel := context.WithTimeout(ctx, hangGuard)
+	defer cancel()
+	if err := s.Close(cctx); err != nil {
+		tb.Fatal(err)
+	}
+	res := foResult{wall: wall, peak: model.MaxInFlight(), calls: model.Calls(), perChild: map[string]int{}, critical: foCritical(maxCalls)}
+	for _, req := range model.Requests() {
+		if strings.Contains(req.System, "FANOUT-WORKER") {
+			res.perChild[req.Agent]++
+		}
+	}
+	if n := len(s.Agents()); n != foChildren+1 {
+		tb.Fatalf("%d agents, want the parent and %d children", n, foChildren)
+	}
+	if len(res.perChild) != foChildren || res.calls != foParentSeq+1+foChildren {
+		tb.Fatalf("%d children called the model, %d calls in all; want %d and %d", len(res.perChild), res.calls, foChildren, foParentSeq+1+foChildren)
+	}
+	for id, n := range res.perChild {
+		if n != 1 {
+			tb.Fatalf("child %s made %d model calls, want exactly 1", id, n)
+		}
+	}
+	if res.peak > maxCalls {
+		tb.Fatalf("%d model calls in flight with MaxModelCalls = %d", res.peak, maxCalls)
+	}
+	return res
+}
+
+// BenchmarkFanOut measures a parent fanning work out to 100 children on a
+// model that takes 20 ms a call. x-critical-path is the wall time over the
+// critical path (goal ≤ 1.05); peak-in-flight is the most model calls that
+// ran at once. With MaxModelCalls = 10 the peak must be exactly 10, and the
+// critical path counts the waves the cap forces.
+func BenchmarkFanOut(b *testing.B) {
+	for _, maxCalls := range []int{128, 10} {
+		b.Run(fmt.Sprintf("MaxModelCalls=%d", maxCalls), func(b *testing.B) {
+			var wall time.Duration
+			peak := 0
+			b.StopTimer()
+			for range b.N {
+				res := foRun(b, maxCalls, b.StartTimer, b.StopTimer, nil)
+				wall += res.wall
+				peak = max(peak, res.peak)
+				if maxCalls <= foChildren && res.peak != maxCalls {
+					b.Fatalf("peak-in-flight = %d with MaxModelCalls = %d, want exactly %d", res.peak, maxCalls, maxCalls)
+				}
+			}
+			b.ReportMetric(float64(wall)/float64(b.N)/float64(foCritical(maxCalls)), "x-critical-path")
+			b.ReportMetric(float64(peak), "peak-in-flight")
+		})
+	}
+}
+
+// TestFanOut runs the benchmark's scenario once per cap, so that what the
+// benchmark measures is known to work: every child makes exactly one model
+// call, and the cap holds and is reached.
+func TestFanOut(t *testing.T) {
+	for _, c := range []struct{ maxCalls, wantPeak int }{{128, 0}, {10, 10}} {
+		// Under a cap, the first children's calls hold their slots until
+		// wantPeak calls are in flight (or hangGuard passes), so that the
+		// peak does not hang on how fast a loaded machine starts them.
+		var hold func()
+		if c.wantPeak != 0 {
+			var arrived atomic.Int32
+			reached := make(chan struct{})
+			hold = func() {
+				if int(arrived.Add(1)) == c.wantPeak {
+					close(reached)
+				}
+				select {
+				case <-reached:
+				case <-time.After(hangGuard):
+				}
+			}
+		}
+		res := foRun(t, c.maxCalls, func() {}, func() {}, hold)
+		t.Logf("MaxModelCalls=%d: wall %v, critical path %v (x%.2f), peak in flight %d", c.maxCalls, res.wall, res.critical, float64(res.wall)/float64(res.critical), res.peak)
+		if c.wantPeak != 0 && res.peak != c.wantPeak {
+			t.Errorf("peak in flight %d with MaxModelCalls = %d, want %d", res.peak, c.maxCalls, c.wantPeak)
+		}
+		if res.wall < res.critical {
+			t.Errorf("wall time %v is under the critical path %v: the model's delay was not served", res.wall, res.critical)
+		}
 	}
 }

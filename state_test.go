@@ -4,12 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strings"
 	"testing"
-	"time"
 
 	as "agentsociety"
-	"agentsociety/llm"
 	"agentsociety/store"
 )
 
@@ -78,75 +75,5 @@ func TestStateScopes(t *testing.T) {
 	pa2, _ := s2.Actor(p.ID)
 	if v, ok, _ := pa2.GetState("notes", as.ScopePrivate); !ok || string(v.Value) != `"mine"` {
 		t.Fatalf("after reopening, private notes = %+v, %v", v, ok)
-	}
-}
-
-// TestHistorySurvivesReopening: a model-driven agent's history is recorded
-// with each finished message, so the agent reopened on the same store goes
-// on with the conversation it had.
-func TestHistorySurvivesReopening(t *testing.T) {
-	ctx := context.Background()
-	mem := store.NewMemory()
-	requests := make(chan *llm.Request, 8)
-	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
-		cp := *req
-		cp.Messages = append([]llm.Message(nil), req.Messages...)
-		requests <- &cp
-		if lastToolResult(req) != "" {
-			return say("done"), nil
-		}
-		return call("c1", "list_contacts", `not json, kept as written`), nil
-	})
-	open := func() *as.Society {
-		s, err := as.New(ctx, as.Config{Logger: quiet, Store: mem, Model: model})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	next := func() *llm.Request {
-		select {
-		case r := <-requests:
-			return r
-		case <-time.After(5 * time.Second):
-			t.Fatal("no model call")
-			return nil
-		}
-	}
-	s := open()
-	root, _ := s.Actor(as.RootID)
-	role, _, _ := root.WithTask("t").CreateRole(ctx, as.RoleSpec{Name: "worker"})
-	w, _, _ := root.WithTask("t").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	if _, err := s.SendTextToAgent(ctx, w.ID, "first", ""); err != nil {
-		t.Fatal(err)
-	}
-	next()
-	first := next() // after the tool result: the whole first turn
-	if err := s.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-
-	s = open()
-	defer s.Close(ctx)
-	if _, err := s.SendTextToAgent(ctx, w.ID, "second", ""); err != nil {
-		t.Fatal(err)
-	}
-	got := next()
-	if len(got.Messages) != len(first.Messages)+2 { // + the final "done" and the new message
-		t.Fatalf("after reopening the agent sent %d messages, want %d", len(got.Messages), len(first.Messages)+2)
-	}
-	for i, m := range first.Messages {
-		g := got.Messages[i]
-		if g.Role != m.Role || g.Content != m.Content || g.ToolCallID != m.ToolCallID || len(g.ToolCalls) != len(m.ToolCalls) {
-			t.Fatalf("message %d differs after reopening:\n got %+v\nwant %+v", i, g, m)
-		}
-		for j := range m.ToolCalls {
-			if string(g.ToolCalls[j].Arguments) != string(m.ToolCalls[j].Arguments) {
-				t.Fatalf("tool arguments %q came back as %q", m.ToolCalls[j].Arguments, g.ToolCalls[j].Arguments)
-			}
-		}
-	}
-	if !strings.Contains(got.Messages[len(got.Messages)-1].Content, "second") {
-		t.Fatalf("the last message is %q", got.Messages[len(got.Messages)-1].Content)
 	}
 }

@@ -20,6 +20,73 @@ import (
 	"agentsociety/store/filestore"
 )
 
+func TestSubmitRequirementRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	worker := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		_, err := self.SendText(ctx, as.UserID, "done: "+m.Text())
+		return err
+	})
+	root := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		role, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: "lead the task"})
+		if err != nil {
+			return err
+		}
+		child, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: worker})
+		if err != nil {
+			return err
+		}
+		_, err = self.SendText(ctx, child.ID, m.Text())
+		return err
+	})
+	s := newSociety(t, as.Config{Root: root})
+	task, err := s.SubmitRequirement(ctx, "calc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := userMessage(t, s)
+	if m.Text() != "done: calc" || m.TaskID != task {
+		t.Fatalf("got %q on task %q, want %q on %q", m.Text(), m.TaskID, "done: calc", task)
+	}
+	agents := s.Agents()
+	if len(agents) != 1 || agents[0].ParentID != as.RootID || agents[0].TaskID != task {
+		t.Fatalf("agents = %+v", agents)
+	}
+	if !s.IsKnown(as.RootID, agents[0].ID) || !s.IsKnown(agents[0].ID, as.RootID) {
+		t.Fatal("root and its child must know each other")
+	}
+	if !s.IsKnown(as.UserID, agents[0].ID) {
+		t.Fatal("user must know the agent that wrote to it first")
+	}
+}
+
+func TestUserConsoleShowsNoReplyHint(t *testing.T) {
+	var console strings.Builder
+	s := newSociety(t, as.Config{UserConsole: &console})
+	root, _ := s.Actor(as.RootID)
+	if _, err := root.SendText(context.Background(), as.UserID, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	userMessage(t, s)
+	if got, want := console.String(), "【来自 root（root）的消息】\nhello\n\n"; got != want {
+		t.Fatalf("console = %q, want %q", got, want)
+	}
+}
+
+func TestSendTextToRootStartsATask(t *testing.T) {
+	got := make(chan as.Message, 1)
+	s := newSociety(t, as.Config{Root: as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
+		got <- m
+		return nil
+	})})
+	m, err := s.SendTextToAgent(context.Background(), as.RootID, "new work", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(m.TaskID, "task-") {
+		t.Fatalf("TaskID = %q, want a new task id", m.TaskID)
+	}
+}
+
 // userKillDirEnv names the file store directory of the process that
 // TestUserMessage_SurvivesKillBeforeTheHostHasIt kills.
 const userKillDirEnv = "AGENTSOCIETY_USERKILL_DIR"
@@ -177,7 +244,7 @@ func TestUserMessage_PendingUntilTheHostHasIt(t *testing.T) {
 		if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, func() bool { return pending(mem) == 1 }, "the report pending, and nothing else")
+		waitFor(t, "the report pending, and nothing else", func() bool { return pending(mem) == 1 })
 		if _, err := s.WaitForUserMessage(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -194,7 +261,7 @@ func TestUserMessage_PendingUntilTheHostHasIt(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-got
-		waitUntil(t, func() bool { return pending(mem) == 0 }, "nothing pending once the callback ran")
+		waitFor(t, "nothing pending once the callback ran", func() bool { return pending(mem) == 0 })
 	})
 	t.Run("console", func(t *testing.T) {
 		mem := durable{store.NewMemory()}
@@ -203,8 +270,9 @@ func TestUserMessage_PendingUntilTheHostHasIt(t *testing.T) {
 		if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, func() bool { return strings.Contains(console.String(), "the final answer") && pending(mem) == 0 },
-			"the report on the console and nothing pending")
+		waitFor(t, "the report on the console and nothing pending", func() bool {
+			return strings.Contains(console.String(), "the final answer") && pending(mem) == 0
+		})
 	})
 }
 
@@ -246,18 +314,6 @@ func (c *consoleBuffer) String() string {
 // durable is a store.Memory that does not say it is volatile.
 type durable struct{ store.Store }
 
-// waitUntil polls cond until it holds, with a minute as a hang guard.
-func waitUntil(t *testing.T, cond func() bool, what string) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited a minute for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // When the user inbox overflows, the host is told how many messages were
 // dropped: a counter, and an Error-level record for each.
 func TestUserMessage_OverflowIsCountedAndLogged(t *testing.T) {
@@ -270,7 +326,7 @@ func TestUserMessage_OverflowIsCountedAndLogged(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitUntil(t, func() bool { return s.DroppedUserMessages() == 3 }, "three messages dropped")
+	waitFor(t, "three messages dropped", func() bool { return s.DroppedUserMessages() == 3 })
 	if n := rec.n.Load(); n != 3 {
 		t.Fatalf("%d Error-level records of dropped messages, want 3", n)
 	}
@@ -305,7 +361,7 @@ func TestUserMessage_UnclaimedOutliveCloseOnAVolatileStore(t *testing.T) {
 		s.WaitForUserMessage(done, func(m as.Message) bool { found = found || m.From == as.RootID; return false })
 		return found
 	}
-	waitUntil(t, inInbox, "the report in the user inbox")
+	waitFor(t, "the report in the user inbox", inInbox)
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

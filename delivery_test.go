@@ -2,6 +2,7 @@ package agentsociety_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,24 +12,29 @@ import (
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
-
 	as "agentsociety"
 	"agentsociety/store"
+
+	"pgregory.net/rapid"
 )
 
-// spawnWith spawns a child of lead on roleID driven by b.
-func spawnWith(t *testing.T, s *as.Society, lead *as.Actor, roleID string, b as.Behavior) *as.Actor {
-	t.Helper()
-	a, _, err := lead.SpawnAgent(context.Background(), as.SpawnSpec{RoleID: roleID, Brief: validBrief(), Behavior: b})
-	if err != nil {
+func TestHandlerPanicIsReportedToParent(t *testing.T) {
+	ctx := context.Background()
+	boom := as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { panic("boom") })
+	s := newSociety(t, as.Config{Root: boom})
+	if _, err := s.SubmitRequirement(ctx, "anything"); err != nil {
 		t.Fatal(err)
 	}
-	x, err := s.Actor(a.ID)
-	if err != nil {
+	m := userMessage(t, s)
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || m.Type != as.StatusReport || p.Status != string(as.StatusError) || m.From != as.RootID {
+		t.Fatalf("got %+v (%v), want an error status_report from root", m, err)
+	}
+	// The agent goes on: a second message is handled (and fails) again.
+	if _, err := s.SubmitRequirement(ctx, "again"); err != nil {
 		t.Fatal(err)
 	}
-	return x
+	userMessage(t, s)
 }
 
 // A handler's turn holds an idle agent it sends to, for its own drainer to
@@ -53,7 +59,7 @@ func TestDrainer_HandlerBlockedAfterSendingIsNotWaitedFor(t *testing.T) {
 		select {
 		case <-acted:
 			result <- nil
-		case <-time.After(10 * time.Second):
+		case <-time.After(hangGuard):
 			result <- errors.New("the receiver never ran while its sender's handler waited for it")
 		}
 		return nil
@@ -91,13 +97,8 @@ func TestDrainer_HandleKeptPastItsTurn(t *testing.T) {
 	if _, err := self.SendText(ctx, b.ID(), "late"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case m := <-got:
-		if m.From != a.ID() {
-			t.Fatalf("message from %s, want %s", m.From, a.ID())
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("a message sent through a handle after its turn ended was never handled")
+	if m := recv(t, got, "the message sent through a handle after its turn ended"); m.From != a.ID() {
+		t.Fatalf("message from %s, want %s", m.From, a.ID())
 	}
 }
 
@@ -135,7 +136,7 @@ func TestDrainer_FanOutRunsInParallel(t *testing.T) {
 	for i := range n {
 		select {
 		case <-arrived:
-		case <-time.After(10 * time.Second):
+		case <-time.After(hangGuard):
 			t.Fatalf("%d of %d children ran while their parent's handler waited", i, n)
 		}
 	}
@@ -260,7 +261,7 @@ func runTraffic(t *testing.T, n int, trips []trip) error {
 			if h.Wait {
 				select {
 				case <-began:
-				case <-time.After(10 * time.Second):
+				case <-time.After(hangGuard):
 					failf("%s never started while %s, which sent it, waited", next.ID, self.ID())
 				}
 			}
@@ -279,7 +280,7 @@ func runTraffic(t *testing.T, n int, trips []trip) error {
 	go func() { total.Wait(); close(finished) }()
 	select {
 	case <-finished:
-	case <-time.After(30 * time.Second):
+	case <-time.After(hangGuard):
 		return errors.New("not every message was handled")
 	}
 	mu.Lock()
@@ -296,7 +297,8 @@ func runTraffic(t *testing.T, n int, trips []trip) error {
 }
 
 // blockFinish is a durable store whose record of a given message's end
-// waits until wait is closed, as a slow disk would.
+// waits until wait is closed, as a slow disk would, or until hangGuard
+// passes.
 type blockFinish struct {
 	store.Store
 	id   atomic.Value // string: the message whose finish waits
@@ -308,7 +310,7 @@ func (b *blockFinish) Apply(ctx context.Context, c store.Change) error {
 	if id, _ := b.id.Load().(string); id != "" && slices.Contains(c.Finished, id) {
 		select {
 		case <-b.wait:
-		case <-time.After(2 * time.Second):
+		case <-time.After(hangGuard):
 			b.late.Store(true)
 		}
 	}
@@ -338,10 +340,167 @@ func TestDrainer_HeldAgentDoesNotWaitForTheStore(t *testing.T) {
 	}
 	select {
 	case <-st.wait:
-	case <-time.After(10 * time.Second):
+	case <-time.After(2 * hangGuard): // after blockFinish gives up
 		t.Fatal("the receiver never ran")
 	}
 	if st.late.Load() {
 		t.Fatal("the receiver waited for the record of its sender's turn")
 	}
+}
+
+// benchPairs is the number of agent pairs (or goroutine pairs) that bounce a
+// message back and forth in the routing benchmarks.
+const benchPairs = 64
+
+// benchPayload is the payload every routed message carries.
+var benchPayload = json.RawMessage(`{"text":"ping"}`)
+
+// benchPayloadAny is benchPayload already boxed, so that a reply does not
+// allocate to put it in Outgoing.Payload.
+var benchPayloadAny any = benchPayload
+
+// BenchmarkRoute measures messages delivered per second between code-driven
+// agents on the default in-memory store: benchPairs pairs of agents each
+// bounce one message until b.N deliveries in all have happened.
+func BenchmarkRoute(b *testing.B) {
+	b.ReportMetric(routePairs(b, nil), "msgs/s") // messages log at Debug: dropped
+}
+
+// routePairs runs BenchmarkRoute's exchange on st (nil: the default
+// in-memory store) and returns the rate of delivered messages.
+func routePairs(b *testing.B, st store.Store) float64 {
+	ctx := context.Background()
+	s := newSociety(b, as.Config{Store: st, Logger: quiet})
+	lead, roleID := hostLead(b, s, "route", "pinger")
+
+	var (
+		armed   atomic.Bool
+		warm    sync.WaitGroup
+		count   atomic.Int64
+		budget  = int64(b.N)
+		done    = make(chan struct{})
+		failure = make(chan error, 1)
+	)
+	pong := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		if !armed.Load() {
+			warm.Done()
+			return nil
+		}
+		n := count.Add(1)
+		if n == budget {
+			close(done)
+		}
+		if n >= budget {
+			return nil
+		}
+		if _, err := self.Send(ctx, as.Outgoing{To: m.From, Payload: benchPayloadAny}); err != nil {
+			select {
+			case failure <- err:
+			default:
+			}
+		}
+		return nil
+	})
+	var left, right [benchPairs]*as.Actor
+	for i := range benchPairs {
+		for _, side := range []*[benchPairs]*as.Actor{&left, &right} {
+			a, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: roleID, Brief: validBrief(), Behavior: pong})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if side[i], err = s.Actor(a.ID); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	warm.Add(2 * benchPairs)
+	for i := range benchPairs {
+		if _, err := left[i].Send(ctx, as.Outgoing{To: right[i].ID(), Payload: benchPayloadAny}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := right[i].Send(ctx, as.Outgoing{To: left[i].ID(), Payload: benchPayloadAny}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	warm.Wait()
+	armed.Store(true)
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := startCPU(b)
+	for i := range benchPairs {
+		if _, err := left[i].Send(ctx, as.Outgoing{To: right[i].ID(), Payload: benchPayloadAny}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	select {
+	case <-done:
+	case err := <-failure:
+		b.Fatal(err)
+	case <-time.After(5 * time.Minute):
+		b.Fatalf("delivered %d of %d messages", count.Load(), b.N)
+	}
+	b.StopTimer()
+	cpu.report()
+	return float64(b.N) / b.Elapsed().Seconds()
+}
+
+// benchMsg is what the baseline's goroutines pass around: about what a
+// message between agents needs.
+type benchMsg struct {
+	from, to string
+	seq      uint64
+	payload  json.RawMessage
+}
+
+// BenchmarkRouteBaseline is BenchmarkRoute's shape with nothing but
+// goroutines and buffered channels: benchPairs pairs of goroutines bounce a
+// message struct until b.N deliveries in all have happened.
+func BenchmarkRouteBaseline(b *testing.B) {
+	var (
+		count  atomic.Int64
+		budget = int64(b.N)
+		done   = make(chan struct{})
+		stop   = make(chan struct{})
+		wg     sync.WaitGroup
+	)
+	run := func(self string, in <-chan benchMsg, out chan<- benchMsg) {
+		for {
+			select {
+			case m := <-in:
+				n := count.Add(1)
+				if n == budget {
+					close(done)
+				}
+				if n >= budget {
+					continue
+				}
+				// One message per pair is in flight, so out always has room.
+				out <- benchMsg{from: self, to: m.from, seq: m.seq + 1, payload: benchPayload}
+			case <-stop:
+				return
+			}
+		}
+	}
+	var kick [benchPairs]chan benchMsg
+	for i := range benchPairs {
+		l, r := make(chan benchMsg, 1), make(chan benchMsg, 1)
+		ln, rn := "l"+strconv.Itoa(i), "r"+strconv.Itoa(i)
+		wg.Go(func() { run(ln, l, r) })
+		wg.Go(func() { run(rn, r, l) })
+		kick[i] = r
+	}
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := startCPU(b)
+	for i := range benchPairs {
+		kick[i] <- benchMsg{from: "l" + strconv.Itoa(i), to: "r" + strconv.Itoa(i), payload: benchPayload}
+	}
+	<-done
+	b.StopTimer()
+	cpu.report()
+	close(stop)
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }

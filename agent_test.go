@@ -3,16 +3,98 @@ package agentsociety_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
+	"flag"
 	"fmt"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"slices"
+	"strconv"
 	"testing"
+	"time"
+
+	as "agentsociety"
 
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
-
-	as "agentsociety"
 )
+
+func TestRootReusesItsChildPerTask(t *testing.T) {
+	ctx := context.Background()
+	f := newSmallOrg(t, as.Config{})
+	aInfo := f.a.Agent()
+	before := snapshot(t, f.s)
+
+	// A second spawn by root on task t1 returns a, and creates nothing.
+	child, reused, err := f.root.WithTask("t1").SpawnAgent(ctx, as.SpawnSpec{RoleID: f.lead.ID, Brief: validBrief()})
+	if err != nil || !reused {
+		t.Fatalf("second spawn on t1: reused=%v err=%v, want reused", reused, err)
+	}
+	if diff := cmp.Diff(aInfo, child); diff != "" {
+		t.Fatalf("reused child (-a +got):\n%s", diff)
+	}
+	sameState(t, before, f.s)
+	f.assertQuiet(t)
+
+	// A different task gets a new child.
+	before = snapshot(t, f.s)
+	c3, reused, err := f.root.WithTask("t3").SpawnAgent(ctx, as.SpawnSpec{RoleID: f.lead.ID, Brief: validBrief()})
+	if err != nil || reused {
+		t.Fatalf("spawn on t3: reused=%v err=%v", reused, err)
+	}
+	if c3.ID == aInfo.ID || c3.ID == f.b.ID() || c3.ParentID != as.RootID || c3.TaskID != "t3" {
+		t.Fatalf("spawn on t3 returned %+v", c3)
+	}
+	if got := f.s.Agents(); len(got) != len(before.Agents)+1 || got[len(got)-1].ID != c3.ID {
+		t.Fatalf("agents after the spawn on t3: %+v", got)
+	}
+	// ... and it is reused in its turn.
+	again, reused, err := f.root.WithTask("t3").SpawnAgent(ctx, as.SpawnSpec{RoleID: f.lead.ID, Brief: validBrief()})
+	if err != nil || !reused || again.ID != c3.ID {
+		t.Fatalf("second spawn on t3: %s reused=%v err=%v, want %s reused", again.ID, reused, err, c3.ID)
+	}
+}
+
+func TestRoleReuse(t *testing.T) {
+	ctx := context.Background()
+	f := newSmallOrg(t, as.Config{})
+	before := snapshot(t, f.s)
+
+	// Same creator, same name: the existing role, unchanged.
+	r, reused, err := f.root.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: "another prompt", InterfaceSpec: &as.InterfaceSpec{Services: "other"}})
+	if err != nil || !reused {
+		t.Fatalf("re-creating lead: reused=%v err=%v, want reused", reused, err)
+	}
+	if diff := cmp.Diff(f.lead, r); diff != "" {
+		t.Fatalf("reused role (-original +got):\n%s", diff)
+	}
+	sameState(t, before, f.s)
+
+	// Another creator, same name: a new role of its own.
+	mine, reused, err := f.a.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: "a's lead"})
+	if err != nil || reused {
+		t.Fatalf("a creating lead: reused=%v err=%v, want a new role", reused, err)
+	}
+	if mine.ID == f.lead.ID || mine.CreatedBy != f.a.ID() || mine.Name != "lead" {
+		t.Fatalf("a's lead = %+v", mine)
+	}
+	want := []as.Role{f.lead, mine}
+	if diff := cmp.Diff(want, f.s.FindRoleByName("lead")); diff != "" {
+		t.Fatalf("FindRoleByName(lead) (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, f.g.FindRoleByName("lead")); diff != "" {
+		t.Fatalf("Actor.FindRoleByName(lead) (-want +got):\n%s", diff)
+	}
+	if got := f.s.FindRoleByName("nobody"); got != nil {
+		t.Fatalf("FindRoleByName(nobody) = %+v, want nil", got)
+	}
+	// Each creator spawns on its own role only.
+	if _, _, err := f.a.SpawnAgent(ctx, as.SpawnSpec{RoleID: mine.ID, Brief: validBrief()}); err != nil {
+		t.Fatalf("a spawning on its own lead: %v", err)
+	}
+	_, _, err = f.a.SpawnAgent(ctx, as.SpawnSpec{RoleID: f.lead.ID, Brief: validBrief()})
+	wantCode(t, err, as.ErrNotRoleOwner)
+}
 
 // orgModel is the simplest thing that behaves like the organisation: who
 // exists, who created which role, who knows whom and how, which requests are
@@ -105,8 +187,6 @@ type orgMachine struct {
 	tasks []string
 }
 
-var noop = as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })
-
 func (sm *orgMachine) actor(t *rapid.T, id, task string) *as.Actor {
 	a, err := sm.s.Actor(id)
 	if err != nil {
@@ -132,10 +212,10 @@ func expectCode(t *rapid.T, op string, err error, want as.Code) {
 		}
 		return
 	}
-	var e *as.Error
-	if !errors.As(err, &e) || e.Code != want || !errors.Is(err, want) {
-		t.Fatalf("%s: got error %v, want code %s", op, err, want)
+	if err == nil {
+		t.Fatalf("%s: got no error, want code %s", op, want)
 	}
+	wantCode(t, fmt.Errorf("%s: %w", op, err), want)
 }
 
 func (sm *orgMachine) createRole(t *rapid.T) {
@@ -423,4 +503,144 @@ func TestStateMachine_Organisation(t *testing.T) {
 			"send":        sm.send,
 		})
 	})
+}
+
+// The idle-agent benchmarks spawn agents under spawnParents parents (root's
+// children on as many tasks), on a society that holds up to spawnScale of
+// them.
+const (
+	spawnScale   = 100_000
+	spawnParents = 8
+)
+
+// spawnHeapProfile names a file to which BenchmarkSpawnIdle/heap writes a
+// heap profile while its spawnScale agents are alive, for an in-use
+// breakdown per allocation site (go tool pprof -sample_index=inuse_space).
+// Run with -memprofilerate=1 for exact numbers.
+var spawnHeapProfile = flag.String("spawnheapprofile", "", "write a heap profile of spawnScale idle agents to this file")
+
+// spawnSociety starts a society for spawnScale idle agents and returns it
+// with spawnParents parents and the role each may spawn on.
+func spawnSociety(b *testing.B) (*as.Society, []*as.Actor, []string) {
+	s, err := as.New(context.Background(), as.Config{Logger: quiet, MaxAgents: 200_000})
+	if err != nil {
+		b.Fatal(err)
+	}
+	parents := make([]*as.Actor, spawnParents)
+	roles := make([]string, spawnParents)
+	for i := range spawnParents {
+		parents[i], roles[i] = hostLead(b, s, "idle-"+strconv.Itoa(i), "idle")
+	}
+	return s, parents, roles
+}
+
+// BenchmarkSpawnIdle measures spawning idle agents: "spawn" is the time per
+// spawn on a society filled with up to spawnScale agents (a new society
+// every spawnScale spawns); "heap" spawns spawnScale agents per iteration
+// and reports the live heap each one adds.
+func BenchmarkSpawnIdle(b *testing.B) {
+	ctx := context.Background()
+	brief := validBrief(minimal)
+	briefJSON, err := json.Marshal(brief)
+	if err != nil {
+		b.Fatal(err)
+	}
+
+	b.Run("spawn", func(b *testing.B) {
+		b.ReportAllocs()
+		var s *as.Society
+		var parents []*as.Actor
+		var roles []string
+		for i := range b.N {
+			if i%spawnScale == 0 {
+				b.StopTimer()
+				if s != nil {
+					closeSociety(b, s)
+				}
+				s, parents, roles = spawnSociety(b)
+				b.StartTimer()
+			}
+			p := i % spawnParents
+			if _, _, err := parents[p].SpawnAgent(ctx, as.SpawnSpec{RoleID: roles[p], Brief: brief}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		closeSociety(b, s)
+	})
+
+	b.Run("heap", func(b *testing.B) {
+		var perAgent, goroutines, spawnNs float64
+		for range b.N {
+			b.StopTimer()
+			s, parents, roles := spawnSociety(b)
+			var before, after runtime.MemStats
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			g0 := runtime.NumGoroutine()
+			b.StartTimer()
+			t0 := time.Now()
+			for i := range spawnScale {
+				p := i % spawnParents
+				if _, _, err := parents[p].SpawnAgent(ctx, as.SpawnSpec{RoleID: roles[p], Brief: brief}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			spawnNs = float64(time.Since(t0).Nanoseconds()) / spawnScale
+			b.StopTimer()
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			goroutines = float64(runtime.NumGoroutine() - g0)
+			perAgent = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / spawnScale
+			if *spawnHeapProfile != "" {
+				writeHeapProfile(b, *spawnHeapProfile)
+			}
+			if n := len(s.Agents()); n != spawnScale+spawnParents {
+				b.Fatalf("%d agents, want %d", n, spawnScale+spawnParents)
+			}
+			closeSociety(b, s)
+		}
+		perBrief := briefHeap(brief)
+		b.ReportMetric(perAgent, "B/agent")
+		b.ReportMetric(perBrief, "B/brief")
+		b.ReportMetric(perAgent-perBrief, "B/agent-briefs-aside")
+		b.ReportMetric(float64(len(briefJSON)), "brief-json-B")
+		b.ReportMetric(spawnNs, "ns/spawn")
+		b.ReportMetric(goroutines, "goroutines")
+	})
+}
+
+// briefHeap returns the live heap that keeping one brief costs a society:
+// the copy the society keeps (the struct and its slices) and the store's
+// JSON copy, measured over spawnScale of them as BenchmarkSpawnIdle measures
+// agents, so that the two can be subtracted.
+func briefHeap(brief *as.TaskBrief) float64 {
+	kept := make([]*as.TaskBrief, spawnScale)
+	encoded := make([][]byte, spawnScale)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range kept {
+		c := *brief
+		c.Constraints = append(make([]string, 0, len(brief.Constraints)), brief.Constraints...)
+		kept[i] = &c
+		j, _ := json.Marshal(brief)
+		encoded[i] = append([]byte(nil), j...)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(kept)
+	runtime.KeepAlive(encoded)
+	return (float64(after.HeapAlloc) - float64(before.HeapAlloc) - float64(2*spawnScale*8)) / spawnScale
+}
+
+func writeHeapProfile(b *testing.B, name string) {
+	f, err := os.Create(name)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -17,18 +17,16 @@ import (
 	"agentsociety/llm/llmtest"
 )
 
-// ---- Item 1: tool schemas are valid JSON Schema ----
-
 var (
-	mtToolNameRE = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
-	mtSchemaType = map[string]bool{"object": true, "array": true, "string": true, "number": true, "integer": true, "boolean": true, "null": true}
+	toolNameRE  = regexp.MustCompile(`^[a-zA-Z0-9_-]{1,64}$`)
+	schemaTypes = map[string]bool{"object": true, "array": true, "string": true, "number": true, "integer": true, "boolean": true, "null": true}
 )
 
-// mtCheckSchema checks the structure of a JSON Schema as model providers
+// checkSchema checks the structure of a JSON Schema as model providers
 // require it of tool parameters, and returns every problem it finds. top
 // marks the parameters object itself, which must be an object schema with
 // properties.
-func mtCheckSchema(path string, v any, top bool) []string {
+func checkSchema(path string, v any, top bool) []string {
 	var errs []string
 	bad := func(format string, args ...any) { errs = append(errs, path+": "+fmt.Sprintf(format, args...)) }
 	s, ok := v.(map[string]any)
@@ -63,7 +61,7 @@ func mtCheckSchema(path string, v any, top bool) []string {
 		}
 	}
 	for _, ty := range types {
-		if !mtSchemaType[ty] {
+		if !schemaTypes[ty] {
 			bad("type %q is not a JSON Schema type", ty)
 		}
 	}
@@ -102,7 +100,7 @@ func mtCheckSchema(path string, v any, top bool) []string {
 		}
 		sort.Strings(names)
 		for _, name := range names {
-			errs = append(errs, mtCheckSchema(path+".properties."+name, pm[name], false)...)
+			errs = append(errs, checkSchema(path+".properties."+name, pm[name], false)...)
 		}
 		if req, ok := s["required"]; ok {
 			list, ok := req.([]any)
@@ -130,17 +128,17 @@ func mtCheckSchema(path string, v any, top bool) []string {
 		if items, ok := s["items"]; !ok {
 			bad("an array needs items")
 		} else {
-			errs = append(errs, mtCheckSchema(path+".items", items, false)...)
+			errs = append(errs, checkSchema(path+".items", items, false)...)
 		}
 	}
 	return errs
 }
 
-// mtCheckTool checks one tool definition as a model sees it.
-func mtCheckTool(tl llm.Tool) []string {
+// checkTool checks one tool definition as a model sees it.
+func checkTool(tl llm.Tool) []string {
 	var errs []string
-	if !mtToolNameRE.MatchString(tl.Name) {
-		errs = append(errs, fmt.Sprintf("name %q does not match %s", tl.Name, mtToolNameRE))
+	if !toolNameRE.MatchString(tl.Name) {
+		errs = append(errs, fmt.Sprintf("name %q does not match %s", tl.Name, toolNameRE))
 	}
 	if strings.TrimSpace(tl.Description) == "" {
 		errs = append(errs, tl.Name+": empty description")
@@ -149,7 +147,7 @@ func mtCheckTool(tl llm.Tool) []string {
 	if err := json.Unmarshal(tl.Parameters, &v); err != nil {
 		return append(errs, fmt.Sprintf("%s: parameters are not JSON: %v", tl.Name, err))
 	}
-	return append(errs, mtCheckSchema(tl.Name, v, true)...)
+	return append(errs, checkSchema(tl.Name, v, true)...)
 }
 
 func TestSchemaCheckerRejectsBadSchemas(t *testing.T) {
@@ -167,7 +165,7 @@ func TestSchemaCheckerRejectsBadSchemas(t *testing.T) {
 		`{"type":"object","properties":{"a":{"type":"string","description":""}}}`,
 		`{"type":"object","properties":{"a":{"type":"string","properties":{}}}}`,
 	} {
-		if errs := mtCheckTool(llm.Tool{Name: "t", Description: "d", Parameters: json.RawMessage(bad)}); len(errs) == 0 {
+		if errs := checkTool(llm.Tool{Name: "t", Description: "d", Parameters: json.RawMessage(bad)}); len(errs) == 0 {
 			t.Errorf("the checker accepts %s", bad)
 		}
 	}
@@ -177,12 +175,12 @@ func TestSchemaCheckerRejectsBadSchemas(t *testing.T) {
 		{Name: "ok", Description: " ", Parameters: json.RawMessage(`{"type":"object","properties":{}}`)},
 		{Name: "ok", Description: "d", Parameters: json.RawMessage(`{"type":`)},
 	} {
-		if errs := mtCheckTool(tl); len(errs) == 0 {
+		if errs := checkTool(tl); len(errs) == 0 {
 			t.Errorf("the checker accepts %+v", tl)
 		}
 	}
 	good := `{"type":"object","properties":{"a":{"type":"array","items":{"type":"string"}},"b":{"enum":["x","y"]},"c":{"type":["string","null"]}},"required":["a"]}`
-	if errs := mtCheckTool(llm.Tool{Name: "ok_1-x", Description: "d", Parameters: json.RawMessage(good)}); len(errs) > 0 {
+	if errs := checkTool(llm.Tool{Name: "ok_1-x", Description: "d", Parameters: json.RawMessage(good)}); len(errs) > 0 {
 		t.Errorf("the checker refuses a good schema: %v", errs)
 	}
 }
@@ -193,7 +191,7 @@ func TestToolSchemasAreValidJSONSchema(t *testing.T) {
 	got := make(chan llm.Request, 2)
 	model := llmtest.New(llmtest.Rule{Reply: func(req *llm.Request) (*llm.Response, error) {
 		got <- *req
-		return say(""), nil
+		return llmtest.Say(""), nil
 	}})
 	noop := func(context.Context, *as.Actor, json.RawMessage) (any, error) { return "ok", nil }
 	s := newSociety(t, as.Config{Model: model, Tools: []as.Tool{
@@ -201,15 +199,15 @@ func TestToolSchemasAreValidJSONSchema(t *testing.T) {
 		{Name: "host-search", Description: "a host tool with a schema", Handler: noop,
 			Parameters: json.RawMessage(`{"type":"object","properties":{"q":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}}},"required":["q"]}`)},
 	}})
-	worker := mtSpawn(t, s, "t1", "dev", "develop", nil)
+	worker := rootSpawn(t, s, "t1", "dev", "develop", nil)
 	if _, err := s.SubmitRequirement(context.Background(), "x"); err != nil {
 		t.Fatal(err)
 	}
-	mtSendAs(t, s, as.RootID, worker.ID, "go")
+	sendAs(t, s, as.RootID, worker.ID, "go")
 	builtins := []string{"find_role_by_name", "create_role", "spawn_agent", "send_message", "put_artifact", "get_artifact", "console_print", "list_contacts"}
 	for range 2 {
-		req := mtRecv(t, got, "a model call")
-		names := mtToolNames(req)
+		req := recv(t, got, "a model call")
+		names := toolNames(req)
 		for _, want := range append(builtins, "host_default", "host-search") {
 			if !slices.Contains(names, want) {
 				t.Errorf("%s is not offered %s; it has %v", req.Agent, want, names)
@@ -221,16 +219,14 @@ func TestToolSchemasAreValidJSONSchema(t *testing.T) {
 				t.Errorf("%s is offered %s twice", req.Agent, tl.Name)
 			}
 			seen[tl.Name] = true
-			for _, e := range mtCheckTool(tl) {
+			for _, e := range checkTool(tl) {
 				t.Errorf("%s's tool %s: %s\n%s", req.Agent, tl.Name, e, tl.Parameters)
 			}
 		}
 	}
 }
 
-// ---- Item 2: every refusal reaches the model as a coded tool result ----
-
-type mtRefusal struct {
+type toolRefusal struct {
 	name    string
 	tool    string
 	args    string
@@ -242,9 +238,9 @@ type mtRefusal struct {
 }
 
 func TestEveryRefusalReachesTheModelAsACodedToolResult(t *testing.T) {
-	st := newMTStore()
-	rootInbox := make(mtInbox, 16)
-	strangerInbox := make(mtInbox, 16)
+	st := newRecordingStore()
+	rootInbox := newInbox()
+	strangerInbox := newInbox()
 	hostTools := []as.Tool{
 		{Name: "fail_plain", Description: "fails with a plain error", Handler: func(context.Context, *as.Actor, json.RawMessage) (any, error) {
 			return nil, errors.New("disk full")
@@ -264,7 +260,7 @@ func TestEveryRefusalReachesTheModelAsACodedToolResult(t *testing.T) {
 	var modelMu sync.Mutex
 	s := newSociety(t, as.Config{
 		Store:            st,
-		Root:             rootInbox,
+		Root:             rootInbox.behavior(),
 		ContactPolicy:    as.ContactStrict,
 		MaxArtifactBytes: maxArtifact,
 		Tools:            hostTools,
@@ -276,12 +272,12 @@ func TestEveryRefusalReachesTheModelAsACodedToolResult(t *testing.T) {
 			return m.Generate(ctx, req)
 		}),
 	})
-	worker := mtSpawn(t, s, "t1", "worker", "MARK-refusals: do the work", nil)
-	stranger := mtSpawn(t, s, "t2", "worker", "MARK-refusals: do the work", strangerInbox)
+	worker := rootSpawn(t, s, "t1", "worker", "MARK-refusals: do the work", nil)
+	stranger := rootSpawn(t, s, "t2", "worker", "MARK-refusals: do the work", strangerInbox.behavior())
 	role := worker.RoleID // created by root: the worker does not own it
 
-	brief := mtJSON(t, validBrief())
-	cases := []mtRefusal{
+	brief := mustJSON(t, validBrief())
+	cases := []toolRefusal{
 		{name: "brief missing three fields", tool: "spawn_agent", args: `{"roleId":"` + role + `","taskBrief":{"objective":"x","constraints":[]}}`,
 			code: as.ErrInvalidTaskBrief, missing: []string{"inputs", "outputs", "completion_criteria"}},
 		{name: "brief blank fields", tool: "spawn_agent", args: `{"roleId":"` + role + `","taskBrief":{"objective":"  ","constraints":["Python"],"inputs":"a","outputs":"\t","completion_criteria":"c"}}`,
@@ -355,28 +351,28 @@ func TestEveryRefusalReachesTheModelAsACodedToolResult(t *testing.T) {
 	done := make(chan struct{})
 	rules = append(rules, llmtest.Rule{Name: "end", Agent: worker.ID, Reply: func(*llm.Request) (*llm.Response, error) {
 		close(done)
-		return say("done"), nil
+		return llmtest.Say("done"), nil
 	}})
 	modelMu.Lock()
 	model = llmtest.New(rules...)
 	m := model
 	modelMu.Unlock()
 
-	before := mtSnapshot(t, s)
+	before := snapshot(t, s)
 	mark := st.mark()
-	kick := mtSendAs(t, s, as.RootID, worker.ID, "go")
-	mtRecv(t, done, "the end of the worker's turn")
+	kick := sendAs(t, s, as.RootID, worker.ID, "go")
+	recv(t, done, "the end of the worker's turn")
 	st.waitFinished(t, kick.ID)
 
-	mtSameState(t, before, s)
+	sameState(t, before, s)
 	st.assertOnly(t, mark, kick)
 	if n := st.artifacts(); n != 0 {
 		t.Errorf("%d artifacts were stored", n)
 	}
 	select {
-	case msg := <-rootInbox:
+	case msg := <-rootInbox.ch:
 		t.Errorf("root got %+v", msg)
-	case msg := <-strangerInbox:
+	case msg := <-strangerInbox.ch:
 		t.Errorf("the stranger got %+v", msg)
 	default:
 	}
@@ -386,7 +382,7 @@ func TestEveryRefusalReachesTheModelAsACodedToolResult(t *testing.T) {
 		t.Fatalf("%d model calls, want %d", len(reqs), len(cases)+2)
 	}
 	for i, c := range cases {
-		call, res := mtLastResult(t, reqs[i+1])
+		call, res := lastCallAndResult(t, reqs[i+1])
 		if call.Name != c.tool || string(call.Arguments) != c.args {
 			t.Errorf("%s: the result answers %s(%s)", c.name, call.Name, call.Arguments)
 			continue
@@ -395,7 +391,7 @@ func TestEveryRefusalReachesTheModelAsACodedToolResult(t *testing.T) {
 			t.Errorf("%s: the model got %s, want \"error\":%q", c.name, res.Content, c.code)
 			continue
 		}
-		var e mtToolError
+		var e toolError
 		if err := json.Unmarshal([]byte(res.Content), &e); err != nil {
 			t.Errorf("%s: the result is not JSON: %v: %s", c.name, err, res.Content)
 			continue
@@ -407,13 +403,11 @@ func TestEveryRefusalReachesTheModelAsACodedToolResult(t *testing.T) {
 			t.Errorf("%s: message %q, want a message containing %q", c.name, e.Message, c.detail)
 		}
 	}
-	_, res := mtLastResult(t, reqs[len(cases)+1])
+	_, res := lastCallAndResult(t, reqs[len(cases)+1])
 	if strings.Contains(res.Content, `"error"`) || !strings.Contains(res.Content, `"contacts"`) {
 		t.Errorf("after the refusals, list_contacts gave %s", res.Content)
 	}
 }
-
-// ---- Item 3: host tools ----
 
 func TestHostToolsReachTheirRolesWithTheCallersIdentity(t *testing.T) {
 	type seen struct {
@@ -447,30 +441,30 @@ func TestHostToolsReachTheirRolesWithTheCallersIdentity(t *testing.T) {
 	ops := make(chan struct{})
 	root := make(chan struct{})
 	model := llmtest.New(
-		llmtest.Rule{Agent: as.RootID, Reply: func(*llm.Request) (*llm.Response, error) { close(root); return say(""), nil }},
+		llmtest.Rule{Agent: as.RootID, Reply: func(*llm.Request) (*llm.Response, error) { close(root); return llmtest.Say(""), nil }},
 		llmtest.Rule{SystemContains: "MARK-dev", LastContains: "START", Response: llmtest.Call("whoami", `{"x": 1}`)},
 		llmtest.Rule{SystemContains: "MARK-dev", AfterTool: "whoami", Response: llmtest.Call("deploy", `{"env":"prod"}`)},
-		llmtest.Rule{SystemContains: "MARK-dev", AfterTool: "deploy", Reply: func(*llm.Request) (*llm.Response, error) { close(dev); return say(""), nil }},
+		llmtest.Rule{SystemContains: "MARK-dev", AfterTool: "deploy", Reply: func(*llm.Request) (*llm.Response, error) { close(dev); return llmtest.Say(""), nil }},
 		llmtest.Rule{SystemContains: "MARK-ops", LastContains: "START", Response: llmtest.Call("deploy", `{"env":"prod"}`)},
 		llmtest.Rule{SystemContains: "MARK-ops", AfterTool: "deploy", Response: llmtest.Call("whoami", nil)},
-		llmtest.Rule{SystemContains: "MARK-ops", AfterTool: "whoami", Reply: func(*llm.Request) (*llm.Response, error) { close(ops); return say(""), nil }},
+		llmtest.Rule{SystemContains: "MARK-ops", AfterTool: "whoami", Reply: func(*llm.Request) (*llm.Response, error) { close(ops); return llmtest.Say(""), nil }},
 	)
 	s := newSociety(t, as.Config{Model: model, Tools: tools})
-	devAgent := mtSpawn(t, s, "t-dev", "dev", "MARK-dev", nil)
-	opsAgent := mtSpawn(t, s, "t-ops", "ops", "MARK-ops", nil)
+	devAgent := rootSpawn(t, s, "t-dev", "dev", "MARK-dev", nil)
+	opsAgent := rootSpawn(t, s, "t-ops", "ops", "MARK-ops", nil)
 	if _, err := s.SubmitRequirement(context.Background(), "hello"); err != nil {
 		t.Fatal(err)
 	}
-	mtSendAs(t, s, as.RootID, devAgent.ID, "START")
-	mtSendAs(t, s, as.RootID, opsAgent.ID, "START")
-	mtRecv(t, root, "root's call")
-	mtRecv(t, dev, "the dev agent's turn")
-	mtRecv(t, ops, "the ops agent's turn")
+	sendAs(t, s, as.RootID, devAgent.ID, "START")
+	sendAs(t, s, as.RootID, opsAgent.ID, "START")
+	recv(t, root, "root's call")
+	recv(t, dev, "the dev agent's turn")
+	recv(t, ops, "the ops agent's turn")
 
 	// Who sees what.
 	for id, want := range map[string][]string{as.RootID: {"whoami"}, devAgent.ID: {"whoami"}, opsAgent.ID: {"whoami", "deploy"}} {
 		for _, req := range model.RequestsFor(id) {
-			names := mtToolNames(req)
+			names := toolNames(req)
 			for _, h := range []string{"whoami", "deploy"} {
 				if slices.Contains(names, h) != slices.Contains(want, h) {
 					t.Errorf("%s is offered %v; of the host tools it should see only %v", id, names, want)
@@ -502,13 +496,13 @@ func TestHostToolsReachTheirRolesWithTheCallersIdentity(t *testing.T) {
 		{opsReqs[2], "whoami", wantJSON(opsAgent.ID, opsAgent.RoleID, "t-ops")},
 	}
 	for _, c := range checks {
-		call, res := mtLastResult(t, c.req)
+		call, res := lastCallAndResult(t, c.req)
 		if call.Name != c.tool || res.Content != c.want {
 			t.Errorf("%s: %s gave the model %s, want %s", c.req.Agent, call.Name, res.Content, c.want)
 		}
 	}
-	call, res := mtLastResult(t, devReqs[2])
-	var e mtToolError
+	call, res := lastCallAndResult(t, devReqs[2])
+	var e toolError
 	if call.Name != "deploy" || json.Unmarshal([]byte(res.Content), &e) != nil || e.Error != string(as.ErrUnknownTool) {
 		t.Errorf("dev calling deploy got %s, want unknown_tool", res.Content)
 	}
@@ -569,4 +563,194 @@ func TestHostToolConfigIsValidatedByNew(t *testing.T) {
 		t.Fatalf("New refused valid tools: %v", err)
 	}
 	s.Close(context.Background())
+}
+
+// mustJSON marshals v, failing the test if it does not encode.
+func mustJSON(t testing.TB, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestHostToolErrorsKeepTheirCode checks that a host tool's coded error
+// reaches the model with its code, whether returned as is, wrapped, or as a
+// bare Code.
+func TestHostToolErrorsKeepTheirCode(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		code string
+	}{
+		"error":   {&as.Error{Code: as.ErrRoleNotFound, Message: "no such role"}, "role_not_found"},
+		"wrapped": {fmt.Errorf("lookup: %w", &as.Error{Code: as.ErrAgentNotFound, Message: "gone"}), "agent_not_found"},
+		"code":    {as.ErrArtifactNotFound, "artifact_not_found"},
+		"plain":   {errors.New("disk on fire"), "tool_failed"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			results := make(chan string, 1)
+			model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+				if r := lastToolResult(req); r != "" {
+					results <- r
+					return llmtest.Say(""), nil
+				}
+				return call("c", "lookup", `{}`), nil
+			})
+			s := newSociety(t, as.Config{Model: model, Tools: []as.Tool{{
+				Name: "lookup", Description: "looks up",
+				Handler: func(context.Context, *as.Actor, json.RawMessage) (any, error) { return nil, tc.err },
+			}}})
+			if _, err := s.SubmitRequirement(context.Background(), "x"); err != nil {
+				t.Fatal(err)
+			}
+			if r := recv(t, results, "the tool result"); !strings.Contains(r, `"error":"`+tc.code+`"`) {
+				t.Fatalf("tool result %s, want code %s", r, tc.code)
+			}
+		})
+	}
+}
+
+// wcArgs are the arguments of the test tool: a field of each JSON kind.
+type wcArgs struct {
+	Text  string            `json:"text"`
+	Max   int               `json:"max"`
+	Ratio *float64          `json:"ratio"`
+	Tags  []string          `json:"tags"`
+	Opts  map[string]string `json:"opts"`
+	Deep  struct {
+		On bool `json:"on"`
+	} `json:"deep"`
+}
+
+// wcTool returns a NewTool over wcArgs that records what it was called with.
+func wcTool(got *[]wcArgs, err error) as.Tool {
+	return as.NewTool("word_count", "Counts words.", json.RawMessage(`{"type":"object"}`),
+		func(ctx context.Context, self *as.Actor, a wcArgs) (any, error) {
+			*got = append(*got, a)
+			if err != nil {
+				return nil, err
+			}
+			return map[string]int{"words": len(strings.Fields(a.Text))}, nil
+		})
+}
+
+func TestNewToolDecodesTheArguments(t *testing.T) {
+	var got []wcArgs
+	tool := wcTool(&got, nil)
+	if tool.Name != "word_count" || tool.Description != "Counts words." || string(tool.Parameters) != `{"type":"object"}` || tool.Handler == nil || tool.Roles != nil {
+		t.Fatalf("NewTool made %+v", tool)
+	}
+	out, err := tool.Handler(context.Background(), nil, json.RawMessage(`{"text":"a b c","max":3,"ratio":0.5,"tags":["x"],"opts":{"k":"v"},"deep":{"on":true},"extra":"ignored"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(out); string(b) != `{"words":3}` {
+		t.Fatalf("result %s", b)
+	}
+	if len(got) != 1 {
+		t.Fatalf("fn called %d times", len(got))
+	}
+	a := got[0]
+	if a.Text != "a b c" || a.Max != 3 || a.Ratio == nil || *a.Ratio != 0.5 || len(a.Tags) != 1 || a.Opts["k"] != "v" || !a.Deep.On {
+		t.Fatalf("fn got %+v", a)
+	}
+
+	// No arguments at all decode as the zero value.
+	for _, raw := range []string{``, `  `, `{}`} {
+		got = nil
+		if _, err := tool.Handler(context.Background(), nil, json.RawMessage(raw)); err != nil || len(got) != 1 || got[0].Text != "" || got[0].Ratio != nil {
+			t.Fatalf("arguments %q: fn got %+v, err %v", raw, got, err)
+		}
+	}
+}
+
+func TestNewToolPassesFnsErrorsThrough(t *testing.T) {
+	var got []wcArgs
+	want := &as.Error{Code: as.ErrArtifactNotFound, Message: "no such text"}
+	_, err := wcTool(&got, want).Handler(context.Background(), nil, json.RawMessage(`{"text":"x"}`))
+	if err != want {
+		t.Fatalf("err = %v, want fn's own error", err)
+	}
+}
+
+func TestNewToolRefusesBadArguments(t *testing.T) {
+	for _, c := range []struct {
+		name, args string
+		says       string // what the message must say, after the tool's name
+	}{
+		{"malformed JSON", `{"text":`, "the arguments are not valid JSON (unexpected end of JSON input"},
+		{"trailing garbage", `{"text":"a"} x`, "the arguments are not valid JSON (invalid character 'x' after top-level value, at byte"},
+		{"number for a string", `{"text":42}`, `"text" holds a number where a string is expected`},
+		{"string for an int", `{"max":"3"}`, `"max" holds a string where a whole number is expected`},
+		{"fraction for an int", `{"max":1.5}`, `"max" holds a number where a whole number is expected`},
+		{"string for a number", `{"ratio":"0.5"}`, `"ratio" holds a string where a number is expected`},
+		{"object for an array", `{"tags":{"a":1}}`, `"tags" holds a JSON object where an array is expected`},
+		{"number in an array", `{"tags":["a",2]}`, `"tags" holds a number where a string is expected`},
+		{"array for an object", `{"opts":[1]}`, `"opts" holds an array where a JSON object is expected`},
+		{"nested field", `{"deep":{"on":"yes"}}`, `"deep.on" holds a string where true or false is expected`},
+		{"boolean for a string", `{"text":true}`, `"text" holds true or false where a string is expected`},
+		{"array for the arguments", `["a"]`, "the arguments must be a JSON object, not an array"},
+		{"string for the arguments", `"a b"`, "the arguments must be a JSON object, not a string"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var got []wcArgs
+			out, err := wcTool(&got, nil).Handler(context.Background(), nil, json.RawMessage(c.args))
+			if !errors.Is(err, as.ErrInvalidArgument) {
+				t.Fatalf("err = %v, want %s", err, as.ErrInvalidArgument)
+			}
+			var e *as.Error
+			if !errors.As(err, &e) || e.Code != as.ErrInvalidArgument {
+				t.Fatalf("err %#v is not a coded *Error", err)
+			}
+			if want := "bad arguments for word_count: " + c.says; !strings.HasPrefix(e.Message, want) {
+				t.Fatalf("message %q\nwant it to start %q", e.Message, want)
+			}
+			if out != nil || len(got) != 0 {
+				t.Fatalf("the tool ran on bad arguments: %v, %+v", out, got)
+			}
+		})
+	}
+}
+
+func TestNewToolWithoutAFuncIsRefusedByNew(t *testing.T) {
+	tool := as.NewTool[wcArgs]("word_count", "Counts words.", nil, nil)
+	if tool.Handler != nil {
+		t.Fatal("a nil fn gave a Handler")
+	}
+	_, err := as.New(context.Background(), as.Config{Logger: quiet, Tools: []as.Tool{tool}})
+	if err == nil || !strings.Contains(err.Error(), "no Handler") {
+		t.Fatalf("New = %v, want a refusal of the tool without a Handler", err)
+	}
+}
+
+func TestRequestCollaborationTool(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	results := make(chan string, 4)
+	step := 0
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if r := lastToolResult(req); r != "" {
+			select {
+			case results <- r:
+			default: // the requests that follow the first's timeout
+			}
+			return llmtest.Say("waiting"), nil
+		}
+		step++
+		return call("c1", "request_collaboration", `{"to":"agent-2","subtask_description":"review","context":"artifact:a-1","timeout_seconds":0.02}`), nil
+	})
+	s := newSociety(t, as.Config{Model: model, DefaultBehavior: nil})
+	lead, _ := chain(t, s, in.behavior()) // agent-1, driven by the model, and agent-2
+	if _, err := s.SendTextToAgent(ctx, lead.ID(), "go", ""); err != nil {
+		t.Fatal(err)
+	}
+	if r := recv(t, results, "the tool result"); !strings.Contains(r, `"request_id":"req-`) || !strings.Contains(r, `"status":"pending"`) {
+		t.Fatalf("tool result %s", r)
+	}
+	m := in.next(t)
+	var p as.CollaborationRequestPayload
+	if m.Decode(&p); p.SubtaskDescription != "review" || string(p.Context) != `"artifact:a-1"` || p.TimeoutSeconds != 0.02 {
+		t.Fatalf("helper got %s", m.Payload)
+	}
 }

@@ -1,0 +1,433 @@
+package agentsociety_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+
+	as "agentsociety"
+
+	"github.com/google/go-cmp/cmp"
+	"pgregory.net/rapid"
+)
+
+// TestIntroductionThroughAChainOfTwoIntroducers plays Requirement 3 with
+// code-driven agents: A asks its parent X for a tester; X knows none and asks
+// its own parent Y; Y knows T and answers X on A's behalf, which adds T to A
+// (not to X); X forwards the answer to A; A writes to T, and T learns A.
+func TestIntroductionThroughAChainOfTwoIntroducers(t *testing.T) {
+	for _, policy := range []as.ContactPolicy{as.ContactOpen, as.ContactStrict} {
+		t.Run(policy.String(), func(t *testing.T) {
+			ctx := context.Background()
+			done := make(chan as.Message, 1)
+			var y, x, a, target string
+			// Y knows T: it answers any introduction request on behalf of
+			// the agent the request is for.
+			yb := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+				if m.Type != as.IntroductionRequest {
+					return nil
+				}
+				var p struct {
+					For string `json:"requester_agent_id"`
+				}
+				m.Decode(&p)
+				_, err := self.Send(ctx, as.Outgoing{To: m.From, Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{
+					TargetAgentID: target, RequesterAgentID: p.For, Advice: "send it the page"}})
+				return err
+			})
+			// X knows no tester: it asks its parent on the requester's behalf
+			// and forwards the answer.
+			xb := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+				switch m.Type {
+				case as.IntroductionRequest:
+					_, err := self.Send(ctx, as.Outgoing{To: y, Type: as.IntroductionRequest, Payload: map[string]string{
+						"reason": "a child of mine needs one", "required_capability": "testing", "requester_agent_id": m.From}})
+					return err
+				case as.IntroductionResponse:
+					var p as.IntroductionResponsePayload
+					m.Decode(&p)
+					_, err := self.Send(ctx, as.Outgoing{To: p.RequesterAgentID, Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{
+						TargetAgentID: p.TargetAgentID, Advice: "forwarded from " + m.From + ": " + p.Advice}})
+					return err
+				}
+				return nil
+			})
+			ab := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+				if m.Type == as.IntroductionResponse {
+					var p as.IntroductionResponsePayload
+					m.Decode(&p)
+					_, err := self.SendText(ctx, p.TargetAgentID, "Hello, I am "+self.ID()+", a developer; please review my page.")
+					return err
+				}
+				return nil
+			})
+			tb := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+				done <- m
+				return nil
+			})
+
+			s := newSociety(t, as.Config{ContactPolicy: policy})
+			spawn := func(parent *as.Actor, name string, b as.Behavior) *as.Actor {
+				t.Helper()
+				role, _, err := parent.CreateRole(ctx, as.RoleSpec{Name: name, InterfaceSpec: &as.InterfaceSpec{Services: name + " services"}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, _, err := parent.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: b})
+				if err != nil {
+					t.Fatal(err)
+				}
+				act, _ := s.Actor(c.ID)
+				return act
+			}
+			root, _ := s.Actor(as.RootID)
+			ya := spawn(root.WithTask("t"), "lead", yb)
+			ta := spawn(ya, "tester", tb)
+			xa := spawn(ya, "dev-lead", xb)
+			aa := spawn(xa, "developer", ab)
+			y, x, a, target = ya.ID(), xa.ID(), aa.ID(), ta.ID()
+
+			if s.IsKnown(a, target) || s.IsKnown(x, target) {
+				t.Fatal("nobody but Y may know T at the start")
+			}
+			if _, err := aa.Send(ctx, as.Outgoing{To: x, Type: as.IntroductionRequest, Payload: as.IntroductionRequestPayload{
+				Reason: "my page needs testing", RequiredCapability: "testing"}}); err != nil {
+				t.Fatal(err)
+			}
+			m := recv(t, done, "T to hear from A")
+			if m.From != a {
+				t.Fatalf("T got a message from %s, want %s", m.From, a)
+			}
+			c, ok := findContact(contactsOf(t, s, a), target)
+			if !ok || c.Source != as.SourceIntroduction || c.IntroducedBy != y || c.Role != "tester" || c.InterfaceSpec == nil || c.InterfaceSpec.Services != "tester services" {
+				t.Fatalf("A's entry for T = %+v, %v; want an introduction by Y with T's real role and spec", c, ok)
+			}
+			if s.IsKnown(x, target) {
+				t.Fatal("the forwarder must not have been given T")
+			}
+			if c, ok := findContact(contactsOf(t, s, target), a); !ok || c.Source != as.SourceFirstMessage {
+				t.Fatalf("T's entry for A = %+v, %v; want first_message", c, ok)
+			}
+		})
+	}
+}
+
+func TestIntroductionAddsTheRealTarget(t *testing.T) {
+	ctx := context.Background()
+	f := newSmallOrg(t, as.Config{ContactPolicy: as.ContactStrict})
+	a, b := f.a.ID(), f.b.ID()
+
+	// Under the strict policy a may not write to b before an introduction.
+	_, err := f.a.SendText(ctx, b, "hello?")
+	wantCode(t, err, as.ErrUnknownContact)
+
+	// root introduces b to a, with a made-up role and spec: the society
+	// records and delivers b's real ones.
+	msg, err := f.root.Send(ctx, as.Outgoing{To: a, Type: as.IntroductionResponse, Payload: map[string]any{
+		"target_agent_id":       b,
+		"target_role":           "假角色",
+		"target_interface_spec": map[string]any{"services": "fake", "input_format": "fake", "output_format": "fake"},
+		"advice":                "找他做代码评审",
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := f.rec.next(t, a)
+	if diff := cmp.Diff(msg, got); diff != "" {
+		t.Fatalf("delivered introduction differs from the accepted one (-accepted +delivered):\n%s", diff)
+	}
+	var p as.IntroductionResponsePayload
+	if err := got.Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	wantP := as.IntroductionResponsePayload{TargetAgentID: b, TargetRole: "reviewer", TargetInterfaceSpec: reviewerSpec, Advice: "找他做代码评审"}
+	if diff := cmp.Diff(wantP, p); diff != "" {
+		t.Fatalf("delivered payload (-want +got):\n%s", diff)
+	}
+	c, ok := findContact(contactsOf(t, f.s, a), b)
+	wantC := as.Contact{ID: b, Role: "reviewer", InterfaceSpec: reviewerSpec, Source: as.SourceIntroduction, IntroducedBy: as.RootID, Note: "找他做代码评审"}
+	if !ok {
+		t.Fatalf("a does not know b after the introduction")
+	}
+	if diff := cmp.Diff(wantC, c, ignoreAddedAt); diff != "" {
+		t.Fatalf("a's entry for b (-want +got):\n%s", diff)
+	}
+	// The introduction told b nothing: b does not know a yet.
+	if f.s.IsKnown(b, a) {
+		t.Fatal("b knows a before a wrote to it")
+	}
+
+	// Now a may write to b directly, and b learns a from that first message.
+	m, err := f.a.SendText(ctx, b, "你好，root 介绍我来找你")
+	if err != nil {
+		t.Fatalf("a -> b after the introduction: %v", err)
+	}
+	f.rec.expect(t, b, m.ID)
+	if c, ok := findContact(contactsOf(t, f.s, b), a); !ok || c.Source != as.SourceFirstMessage || c.Role != "lead" {
+		t.Fatalf("b's entry for a: %+v (found %v), want first_message with role lead", c, ok)
+	}
+
+	// Introducing an agent whose role has no spec: a forged spec is dropped.
+	msg, err = f.root.Send(ctx, as.Outgoing{To: a, Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{
+		TargetAgentID: as.UserID, TargetRole: "admin", TargetInterfaceSpec: &as.InterfaceSpec{Services: "everything"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = f.rec.next(t, a)
+	p = as.IntroductionResponsePayload{}
+	if err := got.Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	if p.TargetRole != as.UserID || p.TargetInterfaceSpec != nil || got.ID != msg.ID {
+		t.Fatalf("introduction of user delivered %+v, want role user and no spec", p)
+	}
+	if c, ok := findContact(contactsOf(t, f.s, a), as.UserID); !ok || c.Source != as.SourceIntroduction || c.IntroducedBy != as.RootID || c.InterfaceSpec != nil || c.Role != as.UserID {
+		t.Fatalf("a's entry for user: %+v (found %v)", c, ok)
+	}
+
+	// Introducing b again changes nothing: the first entry wins.
+	before := contactsOf(t, f.s, a)
+	if _, err := f.root.Send(ctx, as.Outgoing{To: a, Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{TargetAgentID: b, Advice: "again"}}); err != nil {
+		t.Fatal(err)
+	}
+	f.rec.next(t, a)
+	if diff := cmp.Diff(before, contactsOf(t, f.s, a)); diff != "" {
+		t.Fatalf("a second introduction changed a's registry (-before +after):\n%s", diff)
+	}
+}
+
+// Properties 3 and 4: registries at birth.
+
+func TestProperty3_ContactRegistryInitialisation(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s, done := openSociety(t, as.Config{})
+		defer done()
+
+		// root knows exactly user, and user exactly root, from the start.
+		wantRoot := []as.Contact{{ID: as.UserID, Role: as.UserID, Source: as.SourceSystem}}
+		wantUser := []as.Contact{{ID: as.RootID, Role: as.RootID, Source: as.SourceSystem}}
+		if diff := cmp.Diff(wantRoot, contactsOf(t, s, as.RootID), ignoreAddedAt); diff != "" {
+			t.Fatalf("root's initial registry (-want +got):\n%s", diff)
+		}
+		if diff := cmp.Diff(wantUser, contactsOf(t, s, as.UserID), ignoreAddedAt); diff != "" {
+			t.Fatalf("user's initial registry (-want +got):\n%s", diff)
+		}
+
+		m := newContactModel()
+		agents := growTree(t, s, m, rapid.IntRange(1, 8).Draw(t, "spawns"), nil, func(parent, child string) {
+			// A new agent knows its parent, and only its parent (its brief
+			// names no collaborators).
+			want := []as.Contact{{ID: parent, Role: m.role[parent], InterfaceSpec: m.spec[parent], Source: as.SourceParent}}
+			if diff := cmp.Diff(want, contactsOf(t, s, child), ignoreAddedAt); diff != "" {
+				t.Fatalf("registry of new agent %s, child of %s (-want +got):\n%s", child, parent, diff)
+			}
+		})
+		// The registries never forget: every agent still knows its parent.
+		for _, id := range agents[1:] {
+			a, _ := s.Agent(id)
+			c := contactsOf(t, s, id)
+			if len(c) == 0 || c[0].ID != a.ParentID || c[0].Source != as.SourceParent || c[0].Role != m.role[a.ParentID] {
+				t.Fatalf("registry of %s does not start with its parent %s: %+v", id, a.ParentID, c)
+			}
+		}
+		// Spawning told user nothing.
+		if diff := cmp.Diff(wantUser, contactsOf(t, s, as.UserID), ignoreAddedAt); diff != "" {
+			t.Fatalf("user's registry after spawns (-want +got):\n%s", diff)
+		}
+		m.check(t, s)
+	})
+}
+
+func TestProperty4_ParentKnowsChild(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s, done := openSociety(t, as.Config{})
+		defer done()
+		m := newContactModel()
+		growTree(t, s, m, rapid.IntRange(1, 8).Draw(t, "spawns"), nil, func(parent, child string) {
+			c, ok := findContact(contactsOf(t, s, parent), child)
+			if !ok {
+				t.Fatalf("parent %s does not know its new child %s", parent, child)
+			}
+			want := as.Contact{ID: child, Role: m.role[child], InterfaceSpec: m.spec[child], Source: as.SourceChild}
+			if diff := cmp.Diff(want, c, ignoreAddedAt); diff != "" {
+				t.Fatalf("parent %s's entry for child %s (-want +got):\n%s", parent, child, diff)
+			}
+			if !s.IsKnown(parent, child) {
+				t.Fatalf("IsKnown(%s, %s) = false after the spawn", parent, child)
+			}
+			// The whole registry of the parent is what the model says: the
+			// spawn added the child and nothing else.
+			if diff := cmp.Diff(m.reg[parent], contactsOf(t, s, parent), ignoreAddedAt); diff != "" {
+				t.Fatalf("registry of parent %s (-model +society):\n%s", parent, diff)
+			}
+		})
+		m.check(t, s)
+	})
+}
+
+// Property 5: the registry records; under ContactOpen it never refuses.
+func TestProperty5_OpenPolicyNeverRefusesUnknownContact(t *testing.T) {
+	var unknownSends int
+	rapid.Check(t, func(t *rapid.T) {
+		s, done := openSociety(t, as.Config{})
+		defer done()
+		if s.ContactPolicy() != as.ContactOpen {
+			t.Fatalf("default policy %v, want open", s.ContactPolicy())
+		}
+		m := newContactModel()
+		agents := growTree(t, s, m, rapid.IntRange(1, 5).Draw(t, "spawns"), nil, nil)
+		all := append([]string{as.UserID}, agents...)
+		ctx := context.Background()
+		for range rapid.IntRange(1, 12).Draw(t, "sends") {
+			from, to := drawPair(t, all)
+			known := m.knows(from, to)
+			if got := s.IsKnown(from, to); got != known {
+				t.Fatalf("IsKnown(%s, %s) = %v, want %v", from, to, got, known)
+			}
+			if !known {
+				unknownSends++
+			}
+			msg, err := actorOf(t, s, from).SendText(ctx, to, "你好")
+			if err != nil {
+				t.Fatalf("open policy: %s -> %s (known=%v): %v", from, to, known, err)
+			}
+			if msg.From != from || msg.To != to {
+				t.Fatalf("accepted %+v, want from %s to %s", msg, from, to)
+			}
+			m.sent(from, to)
+			// Sending does not make the sender know the receiver.
+			if got := s.IsKnown(from, to); got != m.knows(from, to) {
+				t.Fatalf("after the send IsKnown(%s, %s) = %v, want %v", from, to, got, m.knows(from, to))
+			}
+			m.check(t, s)
+		}
+	})
+	if unknownSends == 0 {
+		t.Fatal("the generator never sent to an unknown contact")
+	}
+}
+
+func TestProperty5_StrictPolicyRefusesUnknownContact(t *testing.T) {
+	var refused, accepted int
+	rapid.Check(t, func(t *rapid.T) {
+		rec := newMailboxes()
+		s, done := openSociety(t, as.Config{ContactPolicy: as.ContactStrict, Root: rec.behavior()})
+		defer done()
+		rec.watchUser(s)
+		m := newContactModel()
+		agents := growTree(t, s, m, rapid.IntRange(1, 5).Draw(t, "spawns"), rec.behavior(), nil)
+		all := append([]string{as.UserID}, agents...)
+		ctx := context.Background()
+		for i := range rapid.IntRange(1, 12).Draw(t, "sends") {
+			from, to := drawPair(t, all)
+			known := m.knows(from, to)
+			if got := s.IsKnown(from, to); got != known {
+				t.Fatalf("IsKnown(%s, %s) = %v, want %v", from, to, got, known)
+			}
+			agentsBefore, before := s.Agents(), allContacts(t, s)
+			msg, err := actorOf(t, s, from).SendText(ctx, to, fmt.Sprintf("msg %d", i))
+			if known || from == as.UserID || to == as.UserID {
+				if err != nil {
+					t.Fatalf("strict policy: %s -> %s (known=%v) refused: %v", from, to, known, err)
+				}
+				accepted++
+				m.sent(from, to)
+				m.check(t, s)
+				rec.expect(t, to, msg.ID)
+				continue
+			}
+			refused++
+			e := wantCode(t, err, as.ErrUnknownContact)
+			if e.AgentID != to {
+				t.Fatalf("ErrUnknownContact names %q, want %q", e.AgentID, to)
+			}
+			if diff := cmp.Diff(before, allContacts(t, s)); diff != "" {
+				t.Fatalf("a refused send changed registries (-before +after):\n%s", diff)
+			}
+			if diff := cmp.Diff(agentsBefore, s.Agents()); diff != "" {
+				t.Fatalf("a refused send changed the agents (-before +after):\n%s", diff)
+			}
+			// Nothing was queued: a marker from user (always allowed) is the
+			// next message the receiver sees.
+			marker, err := actorOf(t, s, as.UserID).SendText(ctx, to, "marker")
+			if err != nil {
+				t.Fatal(err)
+			}
+			m.sent(as.UserID, to)
+			rec.expect(t, to, marker.ID)
+		}
+	})
+	if refused == 0 || accepted == 0 {
+		t.Fatalf("the generator refused %d and accepted %d sends; want both", refused, accepted)
+	}
+}
+
+// Property 6: preset collaborators.
+func TestProperty6_PresetCollaborators(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		policy := rapid.SampledFrom([]as.ContactPolicy{as.ContactOpen, as.ContactStrict}).Draw(t, "policy")
+		s, done := openSociety(t, as.Config{ContactPolicy: policy})
+		defer done()
+		m := newContactModel()
+		agents := growTree(t, s, m, rapid.IntRange(1, 5).Draw(t, "spawns"), nil, nil)
+		parent := rapid.SampledFrom(agents).Draw(t, "parent")
+
+		var candidates []string
+		for _, id := range append([]string{as.UserID}, agents...) {
+			if id != parent {
+				candidates = append(candidates, id)
+			}
+		}
+		var chosen []string
+		for _, id := range rapid.Permutation(candidates).Draw(t, "order") {
+			if rapid.Bool().Draw(t, "collaborate with "+id) {
+				chosen = append(chosen, id)
+			}
+		}
+		var collabs []as.Collaborator
+		for _, id := range chosen {
+			collabs = append(collabs, as.Collaborator{
+				AgentID: id,
+				// What the parent calls it; the registry records the real role name.
+				Role:        rapid.SampledFrom([]string{"", "UI设计师", "someone"}).Draw(t, "called"),
+				Description: rapid.StringOfN(rapid.RuneFrom([]rune("如需界面设计建议可联系此智能体 review")), 0, 20, -1).Draw(t, "description"),
+			})
+		}
+		child := spawnStep(t, s, m, parent, "task-preset", collabs, nil)
+
+		got := contactsOf(t, s, child)
+		for _, col := range collabs {
+			c, ok := findContact(got, col.AgentID)
+			if !ok {
+				t.Fatalf("child %s does not know its collaborator %s: %+v", child, col.AgentID, got)
+			}
+			if c.Source != as.SourcePreset || c.Note != col.Description || c.Role != m.role[col.AgentID] {
+				t.Fatalf("entry for collaborator %s: %+v, want source preset, note %q, role %q", col.AgentID, c, col.Description, m.role[col.AgentID])
+			}
+		}
+		m.check(t, s) // exactly [parent, collaborators...] for the child
+
+		ctx := context.Background()
+		x := actorOf(t, s, child)
+		for _, id := range chosen {
+			if !s.IsKnown(child, id) {
+				t.Fatalf("IsKnown(%s, %s) = false for a collaborator", child, id)
+			}
+			if _, err := x.SendText(ctx, id, "你好，我是新来的"); err != nil {
+				t.Fatalf("%s policy: child %s cannot message its collaborator %s: %v", policy, child, id, err)
+			}
+			m.sent(child, id)
+		}
+		if policy == as.ContactStrict {
+			for _, id := range agents {
+				if id != parent && !slices.Contains(chosen, id) {
+					_, err := x.SendText(ctx, id, "hello?")
+					wantCode(t, err, as.ErrUnknownContact)
+				}
+			}
+		}
+		m.check(t, s)
+	})
+}

@@ -1,0 +1,997 @@
+package agentsociety_test
+
+// The tests of each feature are in the _test.go file beside its source
+// file: spawning in agent_test.go, delivery in delivery_test.go, and so on.
+// The helpers the tests of more than one file share are here; a helper
+// only one file's tests use stays in that file. TestPropertyN checks
+// correctness property N of the seed (seed 001), in the file of the
+// feature the property is about.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	as "agentsociety"
+	"agentsociety/llm"
+	"agentsociety/store"
+	"agentsociety/store/filestore"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"pgregory.net/rapid"
+)
+
+// ---------------------------------------------------------------------------
+// Waiting.
+
+// hangGuard bounds every wait of the tests. They wait for what they expect
+// (a delivery, a model call, a condition), which normally takes
+// milliseconds, and never for a fixed time: only a broken library, not a
+// loaded machine, makes them reach it.
+const hangGuard = time.Minute
+
+// recv returns the next value from ch, failing the test after hangGuard.
+func recv[T any](t rapid.TB, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(hangGuard):
+		t.Fatalf("timed out after %v waiting for %s", hangGuard, what)
+	}
+	panic("unreachable")
+}
+
+// poll calls cond until it holds, for up to hangGuard, and reports whether
+// it held.
+func poll(cond func() bool) bool {
+	for deadline := time.Now().Add(hangGuard); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			return cond()
+		}
+	}
+	return true
+}
+
+// waitFor waits until cond holds, failing the test after hangGuard.
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	if !poll(cond) {
+		t.Fatalf("timed out after %v waiting for %s", hangGuard, what)
+	}
+}
+
+// waitGoroutines waits until no more than base goroutines run, failing the
+// test with every goroutine's stack after hangGuard.
+func waitGoroutines(t testing.TB, base int) {
+	t.Helper()
+	if !poll(func() bool { return runtime.NumGoroutine() <= base }) {
+		buf := make([]byte, 1<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		t.Fatalf("%d goroutines after %v, %d before the society started:\n%s", runtime.NumGoroutine(), hangGuard, base, buf)
+	}
+}
+
+// userMessage returns the next message to user, failing the test after
+// hangGuard.
+func userMessage(t testing.TB, s *as.Society) as.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	m, err := s.WaitForUserMessage(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// ---------------------------------------------------------------------------
+// Societies.
+
+// quiet is a logger for tests: records are checked where they matter, not
+// printed.
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// newSociety starts a society that the test closes when it ends.
+func newSociety(t testing.TB, cfg as.Config) *as.Society {
+	t.Helper()
+	s, done := openSociety(t, cfg)
+	t.Cleanup(done)
+	return s
+}
+
+// openSociety starts a society and returns it with the function that closes
+// it. Rapid checks use it: newSociety's cleanup runs at the end of the
+// whole test, not of each check.
+func openSociety(t rapid.TB, cfg as.Config) (*as.Society, func()) {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	s, err := as.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return s, func() { closeSociety(t, s) }
+}
+
+// closeSociety closes s, failing the test unless it closes cleanly within
+// hangGuard.
+func closeSociety(t rapid.TB, s *as.Society) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
+
+// openFS opens a file store in dir under sync, and a society on it with
+// cfg; closeFS closes both.
+func openFS(tb testing.TB, dir string, sync filestore.SyncMode, cfg as.Config) (*as.Society, *filestore.Store) {
+	tb.Helper()
+	st, err := filestore.Open(dir, filestore.Options{Sync: sync, Logger: quiet})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg.Store = st
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	s, err := as.New(context.Background(), cfg)
+	if err != nil {
+		st.Close()
+		tb.Fatal(err)
+	}
+	return s, st
+}
+
+// closeFS closes a society, then its file store.
+func closeFS(tb testing.TB, s *as.Society, st *filestore.Store) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// copyDir copies the directories and regular files under src into dst.
+func copyDir(tb testing.TB, src, dst string) {
+	tb.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(to, 0o700)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		return copyFile(path, to)
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// ---------------------------------------------------------------------------
+// Briefs and organisations.
+
+// validBrief returns a brief with the five required fields, changed by each
+// edit in turn.
+func validBrief(edits ...func(b *as.TaskBrief)) *as.TaskBrief {
+	b := &as.TaskBrief{
+		Objective:          "build a calculator",
+		Constraints:        []string{"HTML + JavaScript", "static page"},
+		Inputs:             "numbers and operators typed by the user",
+		Outputs:            "the result on the page",
+		CompletionCriteria: "the four operations work",
+	}
+	for _, edit := range edits {
+		edit(b)
+	}
+	return b
+}
+
+// withObjective is an edit of validBrief that sets the objective.
+func withObjective(objective string) func(b *as.TaskBrief) {
+	return func(b *as.TaskBrief) { b.Objective = objective }
+}
+
+// minimal is an edit of validBrief that leaves the smallest valid brief, for
+// the benchmarks that count what an idle agent costs.
+func minimal(b *as.TaskBrief) {
+	*b = as.TaskBrief{Objective: "idle", Constraints: []string{}, Inputs: "none", Outputs: "none", CompletionCriteria: "none"}
+}
+
+// noop is a behaviour that handles every message by doing nothing.
+var noop = as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })
+
+// actorOf returns a handle acting as agent id.
+func actorOf(t rapid.TB, s *as.Society, id string) *as.Actor {
+	t.Helper()
+	x, err := s.Actor(id)
+	if err != nil {
+		t.Fatalf("Actor(%q): %v", id, err)
+	}
+	return x
+}
+
+// rootSpawn has root create (or reuse) a role and spawn an agent on it for
+// task, driven by beh (nil: the society's default).
+func rootSpawn(t testing.TB, s *as.Society, task, roleName, rolePrompt string, beh as.Behavior) as.Agent {
+	t.Helper()
+	ctx := context.Background()
+	root := actorOf(t, s, as.RootID).WithTask(task)
+	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: roleName, Prompt: rolePrompt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: beh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// hostLead has the host, acting as root on task, create a "lead" role and
+// spawn one lead agent on it (root keeps one child per task), then create a
+// role owned by that lead. It returns a handle acting as the lead and the id
+// of the lead's role, on which the lead may spawn as many agents as needed.
+func hostLead(tb testing.TB, s *as.Society, task, childRole string) (lead *as.Actor, roleID string) {
+	tb.Helper()
+	lead = actorOf(tb, s, rootSpawn(tb, s, task, "lead", "lead the task", nil).ID)
+	role, _, err := lead.CreateRole(context.Background(), as.RoleSpec{Name: childRole, Prompt: "do the work"})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return lead, role.ID
+}
+
+// spawnWith spawns a child of lead on roleID driven by b.
+func spawnWith(t testing.TB, s *as.Society, lead *as.Actor, roleID string, b as.Behavior) *as.Actor {
+	t.Helper()
+	a, _, err := lead.SpawnAgent(context.Background(), as.SpawnSpec{RoleID: roleID, Brief: validBrief(), Behavior: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return actorOf(t, s, a.ID)
+}
+
+// chain spawns root -> a -> b, on task "t", b driven by bb and a by the
+// society's default, and returns actors for a and b.
+func chain(t testing.TB, s *as.Society, bb as.Behavior) (*as.Actor, *as.Actor) {
+	t.Helper()
+	aa := actorOf(t, s, rootSpawn(t, s, "t", "a", "", nil).ID)
+	rb, _, err := aa.CreateRole(context.Background(), as.RoleSpec{Name: "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return aa, spawnWith(t, s, aa, rb.ID, bb)
+}
+
+// sendAs sends text from agent from to agent to, on from's task.
+func sendAs(t testing.TB, s *as.Society, from, to, text string) as.Message {
+	t.Helper()
+	x := actorOf(t, s, from)
+	if a, ok := s.Agent(to); ok && from == as.RootID {
+		x = x.WithTask(a.TaskID)
+	}
+	m, err := x.SendText(context.Background(), to, text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+var (
+	leadSpec     = &as.InterfaceSpec{Services: "owns one requirement", InputFormat: "a task brief", OutputFormat: "a status report"}
+	reviewerSpec = &as.InterfaceSpec{Services: "代码评审", InputFormat: "artifact 引用", OutputFormat: "评审意见", Examples: []string{"collaboration_request{subtask_description: review artifact:x}"}}
+)
+
+// smallOrg is a small organisation:
+//
+//	root ─┬─ a (role lead, task t1) ── g (role worker, a's)
+//	      └─ b (role reviewer, task t2)
+//
+// root owns lead and reviewer, a owns worker, g owns intern. Every agent,
+// user included, records what it receives in rec.
+type smallOrg struct {
+	s                   *as.Society
+	rec                 *mailboxes
+	root, user, a, b, g *as.Actor
+	lead, reviewer      as.Role
+	worker, intern      as.Role
+}
+
+func newSmallOrg(t *testing.T, cfg as.Config) *smallOrg {
+	t.Helper()
+	ctx := context.Background()
+	rec := newMailboxes()
+	cfg.Root = rec.behavior()
+	s := newSociety(t, cfg)
+	rec.watchUser(s)
+	f := &smallOrg{s: s, rec: rec, root: actorOf(t, s, as.RootID), user: actorOf(t, s, as.UserID)}
+	role := func(x *as.Actor, name string, spec *as.InterfaceSpec) as.Role {
+		t.Helper()
+		r, _, err := x.CreateRole(ctx, as.RoleSpec{Name: name, Prompt: "you are a " + name, InterfaceSpec: spec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	f.lead = role(f.root, "lead", leadSpec)
+	f.reviewer = role(f.root, "reviewer", reviewerSpec)
+	f.a = spawnWith(t, s, f.root.WithTask("t1"), f.lead.ID, rec.behavior())
+	f.b = spawnWith(t, s, f.root.WithTask("t2"), f.reviewer.ID, rec.behavior())
+	f.worker = role(f.a, "worker", nil)
+	f.g = spawnWith(t, s, f.a, f.worker.ID, rec.behavior())
+	f.intern = role(f.g, "intern", nil)
+	return f
+}
+
+// assertQuiet checks that no agent has a message waiting: a marker sent to
+// each one now is the next message it sees. (A mailbox is a FIFO, so a
+// message queued by the refused operation would come first.)
+func (f *smallOrg) assertQuiet(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	for _, x := range []*as.Actor{f.root, f.a, f.b, f.g} {
+		m, err := f.user.SendText(ctx, x.ID(), "marker")
+		if err != nil {
+			t.Fatalf("marker to %s: %v", x.ID(), err)
+		}
+		f.rec.expect(t, x.ID(), m.ID)
+	}
+	m, err := f.root.SendText(ctx, as.UserID, "marker")
+	if err != nil {
+		t.Fatalf("marker to user: %v", err)
+	}
+	f.rec.expect(t, as.UserID, m.ID)
+}
+
+// request makes from send to to a collaboration request with id, and waits
+// until to has received it.
+func (f *smallOrg) request(t *testing.T, from, to *as.Actor, id string) {
+	t.Helper()
+	m, err := from.Send(context.Background(), as.Outgoing{To: to.ID(), Type: as.CollaborationRequest,
+		Payload: as.CollaborationRequestPayload{RequestID: id, SubtaskDescription: "review the page"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.rec.expect(t, to.ID(), m.ID)
+}
+
+// spawnErr spawns and returns the error, checking that a refused spawn
+// returns no agent.
+func spawnErr(ctx context.Context, x *as.Actor, spec as.SpawnSpec) error {
+	c, reused, err := x.SpawnAgent(ctx, spec)
+	if err != nil && (c.ID != "" || reused) {
+		return fmt.Errorf("a refused spawn returned %+v, reused=%v: %w", c, reused, err)
+	}
+	return err
+}
+
+// sendErr sends and returns the error, checking that a refused send
+// returns no message.
+func sendErr(ctx context.Context, x *as.Actor, out as.Outgoing) error {
+	m, err := x.Send(ctx, out)
+	if err != nil && m.ID != "" {
+		return fmt.Errorf("a refused send returned message %+v: %w", m, err)
+	}
+	return err
+}
+
+// ---------------------------------------------------------------------------
+// What the society shows.
+
+// contactsOf returns agent id's registry.
+func contactsOf(t rapid.TB, s *as.Society, id string) []as.Contact {
+	t.Helper()
+	c, err := s.Contacts(id)
+	if err != nil {
+		t.Fatalf("Contacts(%q): %v", id, err)
+	}
+	return c
+}
+
+// allContacts returns the registry of every agent, root and user included.
+func allContacts(t rapid.TB, s *as.Society) map[string][]as.Contact {
+	t.Helper()
+	out := map[string][]as.Contact{
+		as.RootID: contactsOf(t, s, as.RootID),
+		as.UserID: contactsOf(t, s, as.UserID),
+	}
+	for _, a := range s.Agents() {
+		out[a.ID] = contactsOf(t, s, a.ID)
+	}
+	return out
+}
+
+// findContact returns the entry for id in list.
+func findContact(list []as.Contact, id string) (as.Contact, bool) {
+	i := slices.IndexFunc(list, func(c as.Contact) bool { return c.ID == id })
+	if i < 0 {
+		return as.Contact{}, false
+	}
+	return list[i], true
+}
+
+// ignoreAddedAt compares contacts without their timestamps, which a model
+// cannot predict.
+var ignoreAddedAt = cmpopts.IgnoreFields(as.Contact{}, "AddedAt")
+
+// orgState is what the society shows of its organisation: everything a
+// refusal must leave as it was.
+type orgState struct {
+	Roles    []as.Role
+	Agents   []as.Agent
+	Contacts map[string][]as.Contact
+}
+
+func snapshot(t rapid.TB, s *as.Society) orgState {
+	t.Helper()
+	return orgState{Roles: s.Roles(), Agents: s.Agents(), Contacts: allContacts(t, s)}
+}
+
+// sameState fails the test if the organisation is no longer before.
+func sameState(t rapid.TB, before orgState, s *as.Society) {
+	t.Helper()
+	if diff := cmp.Diff(before, snapshot(t, s)); diff != "" {
+		t.Errorf("the organisation changed (-before +after):\n%s", diff)
+	}
+}
+
+// wantCode checks that err is an *as.Error with code, through errors.As and
+// errors.Is both, and returns it.
+func wantCode(t rapid.TB, err error, code as.Code) *as.Error {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want %s", code)
+	}
+	var e *as.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("error %v (%T) is not an *agentsociety.Error", err, err)
+	}
+	if e.Code != code {
+		t.Fatalf("error code %q (%v), want %q", e.Code, err, code)
+	}
+	if !errors.Is(err, code) {
+		t.Fatalf("errors.Is(%v, %s) is false", err, code)
+	}
+	return e
+}
+
+// recordingStore is a store that records every change the society makes,
+// so that a test can say exactly what a refused operation did not do.
+type recordingStore struct {
+	store.Store
+	mu       sync.Mutex
+	changes  []store.Change
+	puts     []store.Artifact
+	finished chan string // ids of handled messages, as their handling ends
+}
+
+func newRecordingStore() *recordingStore {
+	return &recordingStore{Store: store.NewMemory(), finished: make(chan string, 4096)}
+}
+
+func (m *recordingStore) Apply(ctx context.Context, c store.Change) error {
+	if err := m.Store.Apply(ctx, c); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.changes = append(m.changes, c)
+	m.mu.Unlock()
+	for _, id := range c.Finished {
+		select {
+		case m.finished <- id:
+		default:
+		}
+	}
+	return nil
+}
+
+func (m *recordingStore) PutArtifact(ctx context.Context, a store.Artifact, data []byte) error {
+	if err := m.Store.PutArtifact(ctx, a, data); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.puts = append(m.puts, a)
+	m.mu.Unlock()
+	return nil
+}
+
+// mark returns a position in the record of changes, for since.
+func (m *recordingStore) mark() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.changes)
+}
+
+func (m *recordingStore) since(mark int) []store.Change {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.changes[mark:])
+}
+
+func (m *recordingStore) artifacts() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.puts)
+}
+
+// waitFinished waits until the handling of message id has ended: its
+// handler returned and the society recorded it.
+func (m *recordingStore) waitFinished(t testing.TB, id string) {
+	t.Helper()
+	for {
+		if got := recv(t, m.finished, "the end of the handling of "+id); got == id {
+			return
+		}
+	}
+}
+
+// assertOnly fails unless the changes since mark are exactly the acceptance
+// of the messages in accepted and the end of their handling: no role, agent,
+// contact or request was recorded, and no other message was accepted.
+func (m *recordingStore) assertOnly(t testing.TB, mark int, accepted ...as.Message) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, msg := range accepted {
+		want[msg.ID] = true
+	}
+	for _, c := range m.since(mark) {
+		if len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests) > 0 {
+			t.Errorf("the society recorded a change to the organisation: %+v", c)
+		}
+		for _, msg := range c.Accepted {
+			if !want[msg.ID] {
+				t.Errorf("the society accepted an unexpected message %s from %s to %s (%s): %s", msg.ID, msg.From, msg.To, msg.Type, msg.Payload)
+			}
+		}
+		for _, id := range c.Finished {
+			if !want[id] {
+				t.Errorf("the society finished an unexpected message %s", id)
+			}
+		}
+	}
+}
+
+// logRecorder is a slog.Handler that keeps every record, flattened: its
+// message as "_message", its level as "_level", and its attributes.
+type logRecorder struct {
+	mu   sync.Mutex
+	recs []map[string]string
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	m := map[string]string{"_message": rec.Message, "_level": rec.Level.String()}
+	rec.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
+	r.mu.Lock()
+	r.recs = append(r.recs, m)
+	r.mu.Unlock()
+	return nil
+}
+
+// records returns the records whose message is msg.
+func (r *logRecorder) records(msg string) []map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []map[string]string
+	for _, m := range r.recs {
+		if m["_message"] == msg {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// find reports whether a record whose message is msg has all of attrs.
+func (r *logRecorder) find(msg string, attrs map[string]string) bool {
+	return slices.ContainsFunc(r.records(msg), func(m map[string]string) bool {
+		for k, v := range attrs {
+			if m[k] != v {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// ---------------------------------------------------------------------------
+// Code-driven agents that record what they receive.
+
+// inbox records what the code-driven agents it drives receive, by agent and
+// all together in the order of their deliveries.
+type inbox struct {
+	mu  sync.Mutex
+	got map[string][]as.Message
+	ch  chan as.Message
+}
+
+func newInbox() *inbox {
+	return &inbox{got: map[string][]as.Message{}, ch: make(chan as.Message, 1024)}
+}
+
+func (in *inbox) behavior() as.Behavior {
+	return as.BehaviorFunc(func(_ context.Context, self *as.Actor, m as.Message) error {
+		in.mu.Lock()
+		in.got[self.ID()] = append(in.got[self.ID()], m)
+		in.mu.Unlock()
+		in.ch <- m
+		return nil
+	})
+}
+
+// next waits for the next delivery to any of the agents.
+func (in *inbox) next(t rapid.TB) as.Message {
+	t.Helper()
+	return recv(t, in.ch, "a delivery")
+}
+
+// mailboxes is a Behavior that records every message delivered to the
+// agents it drives, one channel per agent, so a test waits for deliveries
+// instead of sleeping.
+type mailboxes struct {
+	mu    sync.Mutex
+	boxes map[string]chan as.Message
+	// relayed receives the result of each relay a "relay_to" payload asked for.
+	relayed chan relay
+}
+
+type relay struct {
+	m   as.Message
+	err error
+}
+
+func newMailboxes() *mailboxes {
+	return &mailboxes{boxes: make(map[string]chan as.Message), relayed: make(chan relay, 64)}
+}
+
+func (r *mailboxes) box(id string) chan as.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ch := r.boxes[id]
+	if ch == nil {
+		ch = make(chan as.Message, 1024)
+		r.boxes[id] = ch
+	}
+	return ch
+}
+
+// behavior records each message. A payload with a "relay_to" field makes the
+// agent send {"from": <the payload's "from">, "text": "relayed"} to that agent
+// first, trying to forge the sender, and report the result on r.relayed.
+func (r *mailboxes) behavior() as.Behavior {
+	return as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		var p struct {
+			RelayTo string `json:"relay_to"`
+			From    string `json:"from"`
+		}
+		if m.Decode(&p) == nil && p.RelayTo != "" {
+			out, err := self.Send(ctx, as.Outgoing{To: p.RelayTo, Payload: map[string]string{"from": p.From, "text": "relayed"}})
+			r.relayed <- relay{out, err}
+		}
+		select {
+		case r.box(self.ID()) <- m:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+}
+
+// watchUser records the messages to user too.
+func (r *mailboxes) watchUser(s *as.Society) {
+	s.OnUserMessage(func(m as.Message) { r.box(as.UserID) <- m })
+}
+
+// next waits for the next message delivered to id.
+func (r *mailboxes) next(t rapid.TB, id string) as.Message {
+	t.Helper()
+	return recv(t, r.box(id), "a message delivered to "+id)
+}
+
+// expect checks that the next messages delivered to id are exactly wantIDs,
+// in order.
+func (r *mailboxes) expect(t rapid.TB, id string, wantIDs ...string) {
+	t.Helper()
+	var got []string
+	for range wantIDs {
+		got = append(got, r.next(t, id).ID)
+	}
+	if diff := cmp.Diff(wantIDs, got); diff != "" {
+		t.Fatalf("messages delivered to %s (-want +got):\n%s", id, diff)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// A model of the contact registries, for the property tests.
+
+// contactModel predicts every registry from the operations a test
+// performed, following DESIGN §3 Contacts.
+type contactModel struct {
+	role  map[string]string // agent id -> role name
+	spec  map[string]*as.InterfaceSpec
+	task  map[string]string
+	reg   map[string][]as.Contact
+	ids   []string                       // user, root, then spawned agents in order
+	roles map[[2]string]contactModelRole // (creator, name) -> role
+}
+
+type contactModelRole struct {
+	id   string
+	spec *as.InterfaceSpec
+}
+
+func newContactModel() *contactModel {
+	return &contactModel{
+		role: map[string]string{as.RootID: as.RootID, as.UserID: as.UserID},
+		spec: map[string]*as.InterfaceSpec{},
+		task: map[string]string{},
+		reg: map[string][]as.Contact{
+			as.RootID: {{ID: as.UserID, Role: as.UserID, Source: as.SourceSystem}},
+			as.UserID: {{ID: as.RootID, Role: as.RootID, Source: as.SourceSystem}},
+		},
+		ids:   []string{as.UserID, as.RootID},
+		roles: map[[2]string]contactModelRole{},
+	}
+}
+
+func (m *contactModel) knows(owner, id string) bool {
+	return slices.ContainsFunc(m.reg[owner], func(c as.Contact) bool { return c.ID == id })
+}
+
+// add records c for owner unless owner knows c.ID already: the first entry wins.
+func (m *contactModel) add(owner string, c as.Contact) {
+	if !m.knows(owner, c.ID) {
+		m.reg[owner] = append(m.reg[owner], c)
+	}
+}
+
+func (m *contactModel) spawned(parent, child, roleName string, spec *as.InterfaceSpec, collabs []as.Collaborator) {
+	m.role[child], m.spec[child] = roleName, spec
+	m.ids = append(m.ids, child)
+	m.add(child, as.Contact{ID: parent, Role: m.role[parent], InterfaceSpec: m.spec[parent], Source: as.SourceParent})
+	m.add(parent, as.Contact{ID: child, Role: roleName, InterfaceSpec: spec, Source: as.SourceChild})
+	for _, c := range collabs {
+		m.add(child, as.Contact{ID: c.AgentID, Role: m.role[c.AgentID], InterfaceSpec: m.spec[c.AgentID], Source: as.SourcePreset, Note: c.Description})
+	}
+}
+
+// sent records that from sent to to a message: to learns from.
+func (m *contactModel) sent(from, to string) {
+	m.add(to, as.Contact{ID: from, Role: m.role[from], InterfaceSpec: m.spec[from], Source: as.SourceFirstMessage})
+}
+
+// check compares every registry with the model.
+func (m *contactModel) check(t rapid.TB, s *as.Society) {
+	t.Helper()
+	for _, id := range m.ids {
+		got := contactsOf(t, s, id)
+		if diff := cmp.Diff(m.reg[id], got, ignoreAddedAt); diff != "" {
+			t.Fatalf("registry of %s (-model +society):\n%s", id, diff)
+		}
+		for _, c := range got {
+			if c.AddedAt.IsZero() {
+				t.Fatalf("registry of %s: entry %s has no AddedAt", id, c.ID)
+			}
+		}
+	}
+}
+
+var (
+	roleNames = []string{"程序员", "测试员", "UI设计师", "lead", "worker"}
+	spaces    = []string{"", " ", "\t", "\n", "\r\n", "\v\f", "\u00a0", "\u3000", "\u2003", " \n\t\u3000 "}
+	blanks    = rapid.SampledFrom(spaces)
+)
+
+// drawSpec draws an interface spec or nil.
+func drawSpec(t *rapid.T, label, name string) *as.InterfaceSpec {
+	if !rapid.Bool().Draw(t, label+"?") {
+		return nil
+	}
+	spec := &as.InterfaceSpec{Services: name + "的服务", InputFormat: "文本需求", OutputFormat: "artifact 引用"}
+	if rapid.Bool().Draw(t, label+".examples?") {
+		spec.Examples = []string{"send_message(to='x', payload={...})"}
+	}
+	return spec
+}
+
+// spawnStep makes parent create (or reuse) a role and spawn a child on it
+// with a valid brief, checks the result against the model and records it.
+// Root spawns each child on task taskHint, so that no spawn reuses a child.
+func spawnStep(t *rapid.T, s *as.Society, m *contactModel, parent, taskHint string, collabs []as.Collaborator, beh as.Behavior) string {
+	t.Helper()
+	ctx := context.Background()
+	name := rapid.SampledFrom(roleNames).Draw(t, "role name")
+	spec := drawSpec(t, "role spec", name)
+	x := actorOf(t, s, parent)
+	role, reused, err := x.CreateRole(ctx, as.RoleSpec{Name: name, Prompt: "你是" + name, InterfaceSpec: spec})
+	if err != nil {
+		t.Fatalf("%s CreateRole(%q): %v", parent, name, err)
+	}
+	key := [2]string{parent, name}
+	if old, ok := m.roles[key]; ok {
+		if !reused || role.ID != old.id {
+			t.Fatalf("%s re-creating role %q: got %s reused=%v, want %s reused", parent, name, role.ID, reused, old.id)
+		}
+		spec = old.spec
+	} else {
+		if reused {
+			t.Fatalf("%s creating a new role %q: reused", parent, name)
+		}
+		m.roles[key] = contactModelRole{role.ID, spec}
+	}
+	if role.CreatedBy != parent || role.Name != name || !cmp.Equal(role.InterfaceSpec, spec) {
+		t.Fatalf("role %+v, want name %q by %s with spec %+v", role, name, parent, spec)
+	}
+	wantTask := m.task[parent]
+	if parent == as.RootID {
+		x = x.WithTask(taskHint)
+		wantTask = taskHint
+	}
+	brief := validBrief()
+	brief.Collaborators = collabs
+	child, reused, err := x.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: brief, Behavior: beh})
+	if err != nil {
+		t.Fatalf("%s SpawnAgent: %v", parent, err)
+	}
+	if reused || child.ParentID != parent || child.RoleID != role.ID || child.TaskID != wantTask || child.Status != as.StatusActive {
+		t.Fatalf("spawned %+v (reused=%v), want a new child of %s on role %s, task %q", child, reused, parent, role.ID, wantTask)
+	}
+	if !cmp.Equal(child.Brief, brief) {
+		t.Fatalf("child brief %+v, want %+v", child.Brief, brief)
+	}
+	m.task[child.ID] = wantTask
+	m.spawned(parent, child.ID, name, spec, collabs)
+	return child.ID
+}
+
+// growTree spawns n agents, each under a random existing agent (root or an
+// earlier spawn), and returns root followed by the spawned agents. after, if
+// set, runs after each spawn.
+func growTree(t *rapid.T, s *as.Society, m *contactModel, n int, beh as.Behavior, after func(parent, child string)) []string {
+	t.Helper()
+	agents := []string{as.RootID}
+	for i := range n {
+		parent := rapid.SampledFrom(agents).Draw(t, "parent")
+		child := spawnStep(t, s, m, parent, fmt.Sprintf("task-%d", i), nil, beh)
+		agents = append(agents, child)
+		if after != nil {
+			after(parent, child)
+		}
+	}
+	return agents
+}
+
+// drawPair draws two different agents from ids.
+func drawPair(t *rapid.T, ids []string) (from, to string) {
+	from = rapid.SampledFrom(ids).Draw(t, "from")
+	to = rapid.SampledFrom(ids).Filter(func(id string) bool { return id != from }).Draw(t, "to")
+	return from, to
+}
+
+// ---------------------------------------------------------------------------
+// Models.
+
+// call is a model reply that makes one tool call.
+func call(id, name, args string) *llm.Response {
+	return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: id, Name: name, Arguments: json.RawMessage(args)}}}}
+}
+
+// lastToolResult returns the content of the tool result that ends req, or
+// "" if req does not end with one.
+func lastToolResult(req *llm.Request) string {
+	if n := len(req.Messages); n > 0 && req.Messages[n-1].Role == llm.RoleTool {
+		return req.Messages[n-1].Content
+	}
+	return ""
+}
+
+// lastCallAndResult returns the tool result that ends req, with the call it
+// answers, failing the test if req does not end with one.
+func lastCallAndResult(t testing.TB, req llm.Request) (llm.ToolCall, llm.Message) {
+	t.Helper()
+	n := len(req.Messages)
+	if n < 2 || req.Messages[n-1].Role != llm.RoleTool {
+		t.Fatalf("request for %s does not end with a tool result: %+v", req.Agent, req.Messages)
+	}
+	res := req.Messages[n-1]
+	for i := n - 2; i >= 0; i-- {
+		for _, c := range req.Messages[i].ToolCalls {
+			if c.ID == res.ToolCallID {
+				if req.Messages[i].Role != llm.RoleAssistant {
+					t.Fatalf("tool call %s is in a %s message", c.ID, req.Messages[i].Role)
+				}
+				return c, res
+			}
+		}
+	}
+	t.Fatalf("tool result %q answers no call of the request", res.ToolCallID)
+	return llm.ToolCall{}, llm.Message{}
+}
+
+// toolNames returns the names of the tools a request offered.
+func toolNames(req llm.Request) []string {
+	var out []string
+	for _, tl := range req.Tools {
+		out = append(out, tl.Name)
+	}
+	return out
+}
+
+// toolError is a failed tool result as the model reads it.
+type toolError struct {
+	Error         string   `json:"error"`
+	Message       string   `json:"message"`
+	MissingFields []string `json:"missing_fields"`
+	MessageType   string   `json:"message_type"`
+	AgentID       string   `json:"agent_id"`
+}
+
+// cpuTimer measures the CPU time the process spends, user and system, over
+// a benchmark's timed part: on a shared machine it varies less than the
+// wall time.
+type cpuTimer struct {
+	b     *testing.B
+	start time.Duration
+}
+
+func startCPU(b *testing.B) cpuTimer { return cpuTimer{b, processCPU(b)} }
+
+// report adds the CPU time per operation to b's metrics, as cpu-ns/op.
+func (c cpuTimer) report() {
+	c.b.ReportMetric(float64(processCPU(c.b)-c.start)/float64(c.b.N), "cpu-ns/op")
+}
+
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
