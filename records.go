@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"agentsociety/llm"
 	"agentsociety/store"
 )
 
@@ -89,6 +90,60 @@ func stateRecord(k stateKey, v StateValue) store.StateEntry {
 
 func stateFromRecord(e store.StateEntry) (stateKey, StateValue) {
 	return stateKey{e.Scope, e.Key}, StateValue{Value: e.Value, Writer: e.Writer, UpdatedAt: e.UpdatedAt}
+}
+
+// savedMessage is an llm.Message as a history is stored. Tool arguments are
+// kept as a string: a model may have written arguments that are not JSON.
+type savedMessage struct {
+	Role       llm.Role    `json:"role"`
+	Content    string      `json:"content,omitempty"`
+	ToolCalls  []savedCall `json:"tool_calls,omitempty"`
+	ToolCallID string      `json:"tool_call_id,omitempty"`
+}
+
+type savedCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+// record returns the store record of the history, if it changed since it
+// was last recorded, and marks it recorded. A nil mind has nothing to record.
+func (mem *mind) record(agentID string) (store.History, bool) {
+	if mem == nil || !mem.dirty {
+		return store.History{}, false
+	}
+	saved := make([]savedMessage, len(mem.msgs))
+	for i, m := range mem.msgs {
+		saved[i] = savedMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		for _, c := range m.ToolCalls {
+			saved[i].ToolCalls = append(saved[i].ToolCalls, savedCall{c.ID, c.Name, string(c.Arguments)})
+		}
+	}
+	b, err := marshal(saved)
+	if err != nil {
+		return store.History{}, false // strings only: it always encodes
+	}
+	mem.dirty = false
+	return store.History{AgentID: agentID, Summary: mem.summary, Messages: b}, true
+}
+
+// restoreMind rebuilds a mind from its store record.
+func restoreMind(h store.History) (*mind, error) {
+	var saved []savedMessage
+	if len(h.Messages) > 0 {
+		if err := json.Unmarshal(h.Messages, &saved); err != nil {
+			return nil, err
+		}
+	}
+	mem := &mind{summary: h.Summary, msgs: make([]llm.Message, len(saved))}
+	for i, m := range saved {
+		mem.msgs[i] = llm.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+		for _, c := range m.ToolCalls {
+			mem.msgs[i].ToolCalls = append(mem.msgs[i].ToolCalls, llm.ToolCall{ID: c.ID, Name: c.Name, Arguments: json.RawMessage(c.Arguments)})
+		}
+	}
+	return mem, nil
 }
 
 func marshalSpec(spec *InterfaceSpec) json.RawMessage {

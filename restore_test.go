@@ -2169,12 +2169,7 @@ func TestRestore_RequestToATerminatingAgentIsSettled(t *testing.T) {
 			return nil
 		})
 	}})
-	var m as.Message
-	select {
-	case m = <-got:
-	case <-time.After(time.Minute): // a hang guard
-		t.Fatal("the requester heard nothing after reopening")
-	}
+	m := recv(t, got, "the requester's outcome after reopening")
 	var p as.CollaborationResponsePayload
 	if err := m.Decode(&p); err != nil || m.To != "agent-1" || m.Type != as.CollaborationResponse || p.RequestID != "req-1" || p.Status != as.StatusError {
 		t.Fatalf("the requester got %+v (%s), want an error response to req-1", m, m.Payload)

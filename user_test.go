@@ -136,7 +136,7 @@ func TestUserMessage_SurvivesKillBeforeTheHostHasIt(t *testing.T) {
 		t.Fatalf("the child was not killed as planned: %v\n%s", err, out)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	open := func() (*as.Society, *filestore.Store) {
 		st, err := filestore.Open(dir, filestore.Options{Logger: quiet})
@@ -229,7 +229,7 @@ func userKillChild(t *testing.T, dir string) {
 // Each way the host can have a message to user ends it in the store; until
 // then it is pending.
 func TestUserMessage_PendingUntilTheHostHasIt(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	pending := func(mem store.Store) int {
 		st, err := mem.Load(ctx)
@@ -342,7 +342,7 @@ func TestUserMessage_OverflowIsCountedAndLogged(t *testing.T) {
 // Close, and a society reopened on the store in the same process delivers
 // them.
 func TestUserMessage_UnclaimedOutliveCloseOnAVolatileStore(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	mem := store.NewMemory()
 	s, err := as.New(ctx, as.Config{Store: mem, Logger: quiet, Root: answerUser})
