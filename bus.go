@@ -27,7 +27,7 @@ import (
 // ErrWrongResponder (not from the agent asked, or not to the requester) or
 // ErrRequestClosed (already answered).
 func (x *Actor) Send(ctx context.Context, out Outgoing) (Message, error) {
-	return x.s.send(ctx, x, out)
+	return x.s.sendWith(ctx, x, out, nil)
 }
 
 // SendText sends the payload {"text": text} to agent to, as a general message.
@@ -111,22 +111,32 @@ func (s *Society) accepting(p *pendingSend) *change {
 	p.msg.Seq = s.seq
 	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
 	c := &change{send: p}
-	if !s.volatile {
-		c.record.Accepted = []store.Message{messageRecord(&p.msg)}
+	if !s.volatile || len(p.contacts) > 0 || p.request != nil || p.answered != nil {
+		p.record(&c.record, !s.volatile)
+	}
+	if p.request != nil {
+		c.claims = []string{claimRequest(p.request.id)}
+	}
+	return c
+}
+
+// record fills ch with the records of accepting p: the message itself if
+// withMessage, and the contacts and requests p adds or settles.
+func (p *pendingSend) record(ch *store.Change, withMessage bool) {
+	if withMessage {
+		ch.Accepted = []store.Message{messageRecord(&p.msg)}
 	}
 	if len(p.contacts) > 0 {
-		c.record.Contacts = contactRecords(p.contacts)
+		ch.Contacts = contactRecords(p.contacts)
 	}
 	if r := p.request; r != nil {
-		c.record.Requests = append(c.record.Requests, r.record())
-		c.claims = append(c.claims, claimRequest(r.id))
+		ch.Requests = append(ch.Requests, r.record())
 	}
 	if p.answered != nil {
 		r := *p.answered
 		r.status = p.status
-		c.record.Requests = append(c.record.Requests, r.record())
+		ch.Requests = append(ch.Requests, r.record())
 	}
-	return c
 }
 
 // commitSend applies p's changes to the organisation and routes its message:

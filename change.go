@@ -62,7 +62,7 @@ func claimRequest(id string) string         { return "request:" + id }
 func (s *Society) apply(ctx context.Context, check func() (*change, *Error)) *Error {
 	for {
 		if err := ctx.Err(); err != nil {
-			return &Error{Code: ErrCanceled, Message: "the context ended before the change was made", Err: err}
+			return canceled(err)
 		}
 		s.mu.Lock()
 		if s.closed.Load() {
@@ -76,11 +76,8 @@ func (s *Society) apply(ctx context.Context, check func() (*change, *Error)) *Er
 		}
 		if busy := s.claimed(c); busy != nil {
 			s.mu.Unlock()
-			select {
-			case <-busy:
-			case <-s.done: // the next round sees closed
-			case <-ctx.Done():
-				return &Error{Code: ErrCanceled, Message: "gave up waiting for a change in flight", Err: ctx.Err()}
+			if err := s.waitFor(ctx, busy); err != nil {
+				return err
 			}
 			continue
 		}
@@ -89,38 +86,61 @@ func (s *Society) apply(ctx context.Context, check func() (*change, *Error)) *Er
 			s.mu.Unlock()
 			return nil
 		}
-		done := make(chan struct{})
-		for _, k := range c.claims {
-			s.claims[k] = done
-		}
-		if c.send != nil {
-			s.claims[c.send.msg.To] = done
-		}
-		s.adding += c.agents
-		s.wg.Add(1) // Close waits for the commit
+		done := s.claim(c)
 		s.mu.Unlock()
-
-		rerr := s.store.Apply(ctx, c.record)
-
-		s.mu.Lock()
-		for _, k := range c.claims {
-			delete(s.claims, k)
-		}
-		if c.send != nil {
-			delete(s.claims, c.send.msg.To)
-		}
-		s.adding -= c.agents
-		if rerr == nil {
-			s.commit(c)
-		}
-		s.mu.Unlock()
-		close(done)
-		s.wg.Done()
-		if rerr != nil {
-			return storeError(rerr)
-		}
-		return nil
+		return s.recordAndCommit(ctx, c, done)
 	}
+}
+
+// waitFor waits until busy, the done channel of a change in flight, is
+// closed, or the society closes.
+func (s *Society) waitFor(ctx context.Context, busy chan struct{}) *Error {
+	select {
+	case <-busy:
+	case <-s.done: // apply's next round sees closed
+	case <-ctx.Done():
+		return canceled(ctx.Err())
+	}
+	return nil
+}
+
+// claim records c's claims and counts c as in flight, and returns the
+// channel closed when c is done. Called with s.mu held and s.closed false.
+func (s *Society) claim(c *change) chan struct{} {
+	done := make(chan struct{})
+	for _, k := range c.claims {
+		s.claims[k] = done
+	}
+	if c.send != nil {
+		s.claims[c.send.msg.To] = done
+	}
+	s.adding += c.agents
+	s.wg.Add(1) // Close waits for the commit
+	return done
+}
+
+// recordAndCommit records c, claimed with done, in the store, then commits
+// it if the store took it, and releases its claims.
+func (s *Society) recordAndCommit(ctx context.Context, c *change, done chan struct{}) *Error {
+	err := s.store.Apply(ctx, c.record)
+	s.mu.Lock()
+	for _, k := range c.claims {
+		delete(s.claims, k)
+	}
+	if c.send != nil {
+		delete(s.claims, c.send.msg.To)
+	}
+	s.adding -= c.agents
+	if err == nil {
+		s.commit(c)
+	}
+	s.mu.Unlock()
+	close(done)
+	s.wg.Done()
+	if err != nil {
+		return storeError(err)
+	}
+	return nil
 }
 
 // commit applies c to memory. Called with s.mu held for writing.
@@ -163,3 +183,7 @@ func (s *Society) record(ctx context.Context, ch store.Change) error {
 }
 
 func errClosed() *Error { return newError(ErrClosed, "the society is closed") }
+
+func canceled(err error) *Error {
+	return &Error{Code: ErrCanceled, Message: "the context ended before the change was made", Err: err}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 
 	"agentsociety/store"
@@ -13,7 +14,10 @@ import (
 // which hands them to the agent's behaviour one at a time, in the order
 // they were queued, and stops when the queue is empty. An idle agent has no
 // goroutine. The mailbox knows whether a drainer runs (see
-// internal/mailbox), so the send that finds none starts one.
+// internal/mailbox), so the send that finds none starts one. A drainer
+// whose queue is empty yields once before it looks again and stops, so
+// that an answer to what it just handled, which often comes meanwhile,
+// needs no new goroutine.
 
 // enqueue queues m for a and starts a drainer for a if none runs. Called
 // with s.mu held, by a change's commit; once the society is closed the
@@ -43,6 +47,11 @@ func (s *Society) run(f func()) {
 func (s *Society) drain(a *agent) {
 	box := a.inbox()
 	for !s.closed.Load() {
+		if box.Len() == 0 {
+			// Let the agents just sent to run first: an answer that
+			// comes meanwhile is handled here, without a new goroutine.
+			runtime.Gosched()
+		}
 		m, ok := box.Next()
 		if !ok {
 			return

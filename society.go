@@ -318,7 +318,12 @@ func (s *Society) Close(ctx context.Context) error {
 		return s.closeErr
 	case <-ctx.Done():
 		s.cancel()
-		return ctx.Err()
+		select {
+		case <-s.closeDone: // both ready: closed is what counts
+			return s.closeErr
+		default:
+			return ctx.Err()
+		}
 	}
 }
 

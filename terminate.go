@@ -2,6 +2,7 @@ package agentsociety
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -127,8 +128,10 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) {
 		return c, nil
 	})
 	if err != nil {
-		s.log.LogAttrs(ctx, slog.LevelError, "recording a termination failed; the agents stay terminating",
-			slog.String("agent", a.info.ID), slog.String("err", err.Error()))
+		if !errors.Is(err, ErrClosed) { // else it ends when the society is opened again
+			s.log.LogAttrs(ctx, slog.LevelError, "recording a termination failed; the agents stay terminating",
+				slog.String("agent", a.info.ID), slog.String("err", err.Error()))
+		}
 		return
 	}
 	if ended == nil {
