@@ -87,5 +87,12 @@
 // timeouts of pending requests. The in-memory store, which no crash
 // survives, is spared a record per message: it gets the messages still
 // queued when the society closes (see [store.Volatile]). Go behaviours are
-// code, not state: give them back with Config.RestoreBehavior.
+// code, not state: give them back with Config.RestoreBehavior. A message to
+// user stays pending until the host has it (see [Society.OnUserMessage]).
+//
+// Every change goes one way: it is checked against the society's state
+// under its lock, recorded in the store with no lock held, then applied to
+// memory; nothing waits for the store, a model or a log handler while the
+// lock is held, so a slow store delays only the operation that wrote to it,
+// and [Society.Close] returns by its context's deadline.
 package agentsociety
