@@ -367,15 +367,15 @@ func (s *Society) birthContacts(parent, child *agent, now time.Time) []ownedCont
 func (s *Society) addAgent(c *agent) {
 	c.order = uint64(len(s.agents))
 	s.agents[c.info.ID] = c
+	if c.spawnKey != "" {
+		s.spawnKeys[c.spawnKey] = c.info.ID
+	}
 	if c.info.Status == StatusTerminated {
 		return // restored: it counts for nothing
 	}
 	s.live++
 	if c.info.ParentID == RootID {
 		s.rootKids[c.info.TaskID] = c.info.ID
-	}
-	if c.spawnKey != "" {
-		s.spawnKeys[c.spawnKey] = c.info.ID
 	}
 }
 

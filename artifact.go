@@ -47,7 +47,7 @@ func (x *Actor) PutArtifact(ctx context.Context, spec ArtifactSpec) (Artifact, e
 			"the artifact has "+itoa(len(spec.Data))+" bytes; the limit is "+itoa(int(s.cfg.MaxArtifactBytes))))
 	}
 	if s.isClosed() {
-		return Artifact{}, newError(ErrClosed, "the society is closed")
+		return Artifact{}, errClosed()
 	}
 	if x.Agent().Status == StatusTerminated {
 		return Artifact{}, s.refuse("put_artifact", by, terminatedError(x.a, x.a))

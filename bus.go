@@ -14,7 +14,8 @@ import (
 // for the receiver. The returned Message is what the receiver gets, with the
 // society's sender, id and time, and any field the society filled in (the
 // request_id of a collaboration request, the target's role in an
-// introduction response).
+// introduction response). Its Payload is the receiver's too: do not
+// modify it.
 //
 // A refused message is not queued and changes no registry. Refusals:
 // ErrAgentNotFound for an unknown receiver; ErrInvalidArgument for a message
@@ -36,8 +37,9 @@ func (x *Actor) SendText(ctx context.Context, to, text string) (Message, error) 
 }
 
 // pendingSend is a message that passed its checks, with what accepting it
-// changes besides queueing it.
+// changes besides queueing it, and the change that accepts it.
 type pendingSend struct {
+	change   change
 	msg      Message
 	to       *agent
 	contacts []ownedContact
@@ -110,12 +112,18 @@ func (s *Society) accepting(p *pendingSend) *change {
 	s.seq++
 	p.msg.Seq = s.seq
 	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
-	c := &change{send: p}
+	p.change = change{send: p}
+	c := &p.change
 	if !s.volatile || len(p.contacts) > 0 || p.request != nil || p.answered != nil {
 		p.record(&c.record, !s.volatile)
 	}
+	for _, e := range p.contacts {
+		if e.owner != p.msg.To { // an introduction forwarded to its requester
+			c.claims = append(c.claims, e.owner)
+		}
+	}
 	if p.request != nil {
-		c.claims = []string{claimRequest(p.request.id)}
+		c.claims = append(c.claims, claimRequest(p.request.id))
 	}
 	return c
 }

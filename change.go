@@ -49,9 +49,10 @@ func claimState(scope, key string) string   { return "state:" + scope + "\x00" +
 func claimRequest(id string) string         { return "request:" + id }
 
 // apply runs one operation the way every change goes (see above). check runs
-// with s.mu held for writing; it only reads, and may run more than once,
-// since apply checks again after waiting for a change in flight that claims
-// what check's change claims. A nil change from check means there is
+// with s.mu held for writing; it changes nothing in the organisation (it may
+// draw ids and message numbers, so these can have gaps), and may run more
+// than once, since apply checks again after waiting for a change in flight
+// that claims what check's change claims. A nil change from check means there is
 // nothing to change (the operation found its result already there). A
 // change whose record is empty (a message on a volatile store) is committed
 // in the same hold of s.mu as its check.

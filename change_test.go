@@ -16,9 +16,10 @@ import (
 )
 
 // stuckStore is a store whose Apply blocks for every change that records a
-// role named "stuck" or the state key "stuck": until the call's context
-// ends, or, if ignoreCtx, until release is closed. Everything else goes to
-// the in-memory store beneath.
+// role named "stuck", the state key "stuck" or the request "stuck": until the call's context
+// ends, or, if ignoreCtx, until release is closed, and then records the
+// change if its context is still live. Everything else goes to the
+// in-memory store beneath.
 type stuckStore struct {
 	*store.Memory
 	ignoreCtx bool
@@ -38,13 +39,16 @@ func (s *stuckStore) Apply(ctx context.Context, c store.Change) error {
 	for _, e := range c.States {
 		stuck = stuck || e.Key == "stuck"
 	}
+	for _, r := range c.Requests {
+		stuck = stuck || r.ID == "stuck"
+	}
 	if !stuck {
 		return s.Memory.Apply(ctx, c)
 	}
 	s.blocked <- struct{}{}
 	if s.ignoreCtx {
 		<-s.release
-		return errors.New("released")
+		return s.Memory.Apply(ctx, c) // fails if ctx ended meanwhile
 	}
 	<-ctx.Done()
 	return ctx.Err()
@@ -155,6 +159,43 @@ func TestChange_StoreWriteThatBlocksDelaysOnlyItsOperation(t *testing.T) {
 				t.Fatalf("a role whose record failed is in the organisation: %+v", r)
 			}
 		})
+	}
+}
+
+// A change recorded while Close begins is committed after it, and starts
+// nothing: a collaboration request with an hour's timeout arms no timer
+// that a second Close would wait for.
+func TestChange_CommitAfterCloseStartsNoTimer(t *testing.T) {
+	ctx := context.Background()
+	st := newStuckStore(true)
+	var once sync.Once
+	release := func() { once.Do(func() { close(st.release) }) }
+	defer release()
+	s, err := as.New(ctx, as.Config{Logger: quiet, Store: st})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, roleID := hostLead(t, s, "t", "worker")
+	w := spawnWith(t, s, lead, roleID, noop)
+	asked := make(chan error, 1)
+	go func() {
+		_, err := lead.RequestCollaboration(ctx, w.ID(), as.CollaborationRequestPayload{RequestID: "stuck", SubtaskDescription: "wait"}, time.Hour)
+		asked <- err
+	}()
+	<-st.blocked
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := s.Close(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want context.DeadlineExceeded", err)
+	}
+	release() // the store takes the write: the request is committed after Close
+	if err := recv(t, asked, "the request's answer once the store returned"); err != nil {
+		t.Fatalf("the request recorded as Close began: %v", err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(ctx) }()
+	if err := recv(t, closed, "the second Close"); err != nil {
+		t.Fatalf("second Close = %v", err)
 	}
 }
 

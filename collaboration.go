@@ -118,12 +118,13 @@ func requestIDOf(m Message) string {
 	return p.RequestID
 }
 
-// armTimeout starts r's timer. Called with s.mu held for writing and s.closed
-// false: the timer is counted in s.wg until it fires or Close stops it, so no
-// timer outlives Close.
+// armTimeout starts r's timer, unless the society is closed (a change
+// recorded as Close began commits after it). Called with s.mu held for
+// writing: the timer is counted in s.wg until it fires or Close stops it, so
+// no timer outlives Close.
 func (s *Society) armTimeout(r *request) {
-	if r.deadline.IsZero() || r.status != StatusPending {
-		return
+	if r.deadline.IsZero() || r.status != StatusPending || s.closed.Load() {
+		return // once closed, the timer starts again when the society is reopened
 	}
 	s.wg.Add(1)
 	r.timer = time.AfterFunc(time.Until(r.deadline), func() {

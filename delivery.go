@@ -2,6 +2,7 @@ package agentsociety
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -78,12 +79,18 @@ func (s *Society) deliver(a *agent, m Message) {
 	} else {
 		err = s.handle(ctx, a, m)
 	}
+	if ctx.Err() != nil {
+		return // Close cut the turn short: the message is handled again on reopening
+	}
 	s.handled(ctx, a, m.ID)
 	if err != nil {
 		s.reportFailure(a, m, err)
 	}
 	if m.ID == handoff {
-		s.finishTermination(ctx, a)
+		if err := s.finishTermination(ctx, a); err != nil && !errors.Is(err, ErrClosed) {
+			s.log.LogAttrs(ctx, slog.LevelError, "recording a termination failed; the agents stay terminating until the society is opened again",
+				slog.String("agent", a.info.ID), slog.String("err", err.Error()))
+		}
 	}
 }
 

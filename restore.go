@@ -18,23 +18,36 @@ func (s *Society) restore(ctx context.Context) error {
 		return fmt.Errorf("agentsociety: loading the store: %w", err)
 	}
 	s.mu.Lock()
-	waiting, ending, err := s.load(st)
+	restored, waiting, err := s.load(st)
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("agentsociety: %w", err)
 	}
-	// An agent that was terminating when the society stopped had its
-	// handoff turn cut short: it ends now, with its descendants, and the
-	// requests to them are settled. The messages this sends are numbered
-	// after the pending ones and queued behind them.
-	for _, a := range ending {
-		s.finishTermination(ctx, a)
+	// Host code runs with no lock held; no drainer runs yet.
+	if s.cfg.RestoreBehavior != nil {
+		for _, a := range restored {
+			a.behavior = s.cfg.RestoreBehavior(a.info.clone(), s.roles[a.info.RoleID].clone())
+		}
 	}
+	// An agent that was terminating when the society stopped and whose
+	// handoff turn is not pending any more (it was handled, or cut short
+	// by a crash) ends now, with its descendants. Requests to agents that
+	// ended and are still pending are settled. The messages this sends are
+	// numbered after the pending ones and queued behind them.
+	var ended []*agent
+	for _, a := range restored {
+		switch {
+		case a.info.Status == StatusTerminating && a.handoff == "":
+			if err := s.finishTermination(ctx, a); err != nil {
+				return fmt.Errorf("agentsociety: ending %s, whose termination was under way: %w", a.info.ID, err)
+			}
+		case a.info.Status == StatusTerminated:
+			ended = append(ended, a)
+		}
+	}
+	s.settleRequestsTo(ctx, ended)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed.Load() {
-		return errClosed()
-	}
 	for _, a := range waiting {
 		s.goFunc(func() { s.drain(a) })
 	}
@@ -46,9 +59,9 @@ func (s *Society) restore(ctx context.Context) error {
 
 // load builds the society's memory from st and queues its pending
 // messages, in order, without starting their drainers. It returns the
-// agents that have messages waiting, and those that were terminating.
-// Called with s.mu held, on a new society.
-func (s *Society) load(st store.State) (waiting, ending []*agent, err error) {
+// agents it restored and those that have messages waiting. Called with s.mu
+// held, on a new society.
+func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 	for _, r := range st.Roles {
 		role, err := roleFromRecord(r)
 		if err != nil {
@@ -70,14 +83,9 @@ func (s *Society) load(st store.State) (waiting, ending []*agent, err error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		if s.cfg.RestoreBehavior != nil {
-			a.behavior = s.cfg.RestoreBehavior(a.info.clone(), role.clone())
-		}
 		s.addAgent(a)
 		s.agentIDs.Observe(r.ID)
-		if a.info.Status == StatusTerminating {
-			ending = append(ending, a)
-		}
+		restored = append(restored, a)
 	}
 	for owner, list := range st.Contacts {
 		for _, rec := range list {
@@ -114,11 +122,15 @@ func (s *Society) load(st store.State) (waiting, ending []*agent, err error) {
 		if s.volatile {
 			s.restored[r.ID] = struct{}{}
 		}
-		if a.inbox().Push(messageFromRecord(r)) {
+		m := messageFromRecord(r)
+		if a.info.Status == StatusTerminating && isHandoff(m) {
+			a.handoff = m.ID // its termination goes on after it
+		}
+		if a.inbox().Push(m) {
 			waiting = append(waiting, a)
 		}
 	}
-	return waiting, ending, nil
+	return restored, waiting, nil
 }
 
 // parentsFirst orders agent records so that each comes after its parent,
@@ -190,8 +202,10 @@ func (s *Society) saveQueued(err error) error {
 	}
 	s.mu.RLock()
 	for _, a := range s.agents {
-		for _, m := range a.inbox().Items() {
-			keep(m)
+		if box := a.box.Load(); box != nil {
+			for _, m := range box.Items() {
+				keep(m)
+			}
 		}
 	}
 	s.mu.RUnlock()

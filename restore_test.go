@@ -2141,46 +2141,87 @@ func TestRestore_BrokenParentsAreRefused(t *testing.T) {
 	}
 }
 
-// A request to an agent that was being terminated when the society stopped
-// is settled on reopening: the termination ends now, and its requester gets
-// an error response, instead of waiting forever.
-func TestRestore_RequestToATerminatingAgentIsSettled(t *testing.T) {
-	ctx := context.Background()
+// twoAgentStore returns an in-memory store holding a lead (agent-1, root's
+// child) and its worker (agent-2) in the given status, with what extra adds.
+func twoAgentStore(t *testing.T, worker as.AgentStatus, extra store.Change) *store.Memory {
+	t.Helper()
 	mem := store.NewMemory()
 	now := time.Now()
 	brief := restoreBrief(t)
-	if err := mem.Apply(ctx, store.Change{
-		Roles: []store.Role{
-			{ID: "role-1", Name: "lead", CreatedBy: as.RootID, CreatedAt: now},
-			{ID: "role-2", Name: "worker", CreatedBy: "agent-1", CreatedAt: now},
-		},
-		Agents: []store.Agent{
-			{ID: "agent-1", RoleID: "role-1", ParentID: as.RootID, TaskID: "t", Brief: brief, Status: "active", CreatedAt: now},
-			{ID: "agent-2", RoleID: "role-2", ParentID: "agent-1", TaskID: "t", Brief: brief, Status: string(as.StatusTerminating), CreatedAt: now},
-		},
-		Requests: []store.Request{{ID: "req-1", From: "agent-1", To: "agent-2", TaskID: "t", Status: string(as.StatusPending), CreatedAt: now}},
-	}); err != nil {
+	extra.Roles = []store.Role{
+		{ID: "role-1", Name: "lead", CreatedBy: as.RootID, CreatedAt: now},
+		{ID: "role-2", Name: "worker", CreatedBy: "agent-1", CreatedAt: now},
+	}
+	extra.Agents = []store.Agent{
+		{ID: "agent-1", RoleID: "role-1", ParentID: as.RootID, TaskID: "t", Brief: brief, Status: "active", CreatedAt: now},
+		{ID: "agent-2", RoleID: "role-2", ParentID: "agent-1", TaskID: "t", Brief: brief, Status: string(worker), CreatedAt: now},
+	}
+	if err := mem.Apply(context.Background(), extra); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan as.Message, 4)
-	s := newSociety(t, as.Config{Store: mem, RestoreBehavior: func(a as.Agent, _ as.Role) as.Behavior {
+	return mem
+}
+
+// recordAll is a RestoreBehavior whose agents send every message they get
+// to got.
+func recordAll(got chan<- as.Message) func(as.Agent, as.Role) as.Behavior {
+	return func(as.Agent, as.Role) as.Behavior {
 		return as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
 			got <- m
 			return nil
 		})
+	}
+}
+
+// A request to an agent that was being terminated, or had been, when the
+// society stopped is settled on reopening: its requester gets an error
+// response, instead of waiting forever.
+func TestRestore_RequestToAnEndedAgentIsSettled(t *testing.T) {
+	for _, status := range []as.AgentStatus{as.StatusTerminating, as.StatusTerminated} {
+		t.Run(string(status), func(t *testing.T) {
+			ctx := context.Background()
+			mem := twoAgentStore(t, status, store.Change{
+				Requests: []store.Request{{ID: "req-1", From: "agent-1", To: "agent-2", TaskID: "t", Status: string(as.StatusPending), CreatedAt: time.Now()}},
+			})
+			got := make(chan as.Message, 4)
+			s := newSociety(t, as.Config{Store: mem, RestoreBehavior: recordAll(got)})
+			m := recv(t, got, "the requester's outcome after reopening")
+			var p as.CollaborationResponsePayload
+			if err := m.Decode(&p); err != nil || m.To != "agent-1" || m.Type != as.CollaborationResponse || p.RequestID != "req-1" || p.Status != as.StatusError {
+				t.Fatalf("the requester got %+v (%s), want an error response to req-1", m, m.Payload)
+			}
+			if a, _ := s.Agent("agent-2"); a.Status != as.StatusTerminated {
+				t.Fatalf("agent-2 is %s after reopening, want terminated", a.Status)
+			}
+			st, _ := mem.Load(ctx)
+			if len(st.Requests) != 1 || st.Requests[0].Status != string(as.StatusError) {
+				t.Fatalf("the store's requests: %+v, want req-1 settled with an error", st.Requests)
+			}
+		})
+	}
+}
+
+// An agent being terminated whose handoff message is still pending when the
+// society stops gets, on reopening, the messages queued before it and its
+// handoff turn, then ends.
+func TestRestore_PendingHandoffIsHandledBeforeTheAgentEnds(t *testing.T) {
+	now := time.Now()
+	handoff, _ := json.Marshal(map[string]any{"text": as.HandoffText, "handoff": true})
+	mem := twoAgentStore(t, as.StatusTerminating, store.Change{Accepted: []store.Message{
+		{ID: "m-1", Seq: 1, From: "agent-1", To: "agent-2", TaskID: "t", Type: "general", Payload: json.RawMessage(`{"text":"before"}`), SentAt: now},
+		{ID: "m-2", Seq: 2, From: "agent-1", To: "agent-2", TaskID: "t", Type: "general", Payload: handoff, SentAt: now},
 	}})
-	m := recv(t, got, "the requester's outcome after reopening")
-	var p as.CollaborationResponsePayload
-	if err := m.Decode(&p); err != nil || m.To != "agent-1" || m.Type != as.CollaborationResponse || p.RequestID != "req-1" || p.Status != as.StatusError {
-		t.Fatalf("the requester got %+v (%s), want an error response to req-1", m, m.Payload)
+	got := make(chan as.Message, 4)
+	s := newSociety(t, as.Config{Store: mem, RestoreBehavior: recordAll(got)})
+	for _, want := range []string{"m-1", "m-2"} {
+		if m := recv(t, got, "agent-2's messages after reopening"); m.ID != want {
+			t.Fatalf("agent-2 got %s, want %s", m.ID, want)
+		}
 	}
-	if a, _ := s.Agent("agent-2"); a.Status != as.StatusTerminated {
-		t.Fatalf("agent-2 is %s after reopening, want terminated", a.Status)
-	}
-	st, _ := mem.Load(ctx)
-	if len(st.Requests) != 1 || st.Requests[0].Status != string(as.StatusError) {
-		t.Fatalf("the store's requests: %+v, want req-1 settled with an error", st.Requests)
-	}
+	waitFor(t, "agent-2 terminated after its handoff", func() bool {
+		a, _ := s.Agent("agent-2")
+		return a.Status == as.StatusTerminated
+	})
 }
 
 // reopeningMachine is the organisation's state machine on a file store,

@@ -2,7 +2,7 @@ package agentsociety
 
 import (
 	"context"
-	"errors"
+	"encoding/json"
 	"log/slog"
 	"time"
 
@@ -82,6 +82,16 @@ func (s *Society) terminate(ctx context.Context, by *agent, id string) error {
 	return nil
 }
 
+// isHandoff reports whether m is shaped like a handoff message. To an agent
+// being terminated, the last such message queued is its handoff, since
+// nothing is queued to it after that.
+func isHandoff(m Message) bool {
+	var p struct {
+		Handoff bool `json:"handoff"`
+	}
+	return m.Type == General && json.Unmarshal(m.Payload, &p) == nil && p.Handoff
+}
+
 // isAncestor reports whether ancestor is above a in the organisation.
 // Called with s.mu held.
 func (s *Society) isAncestor(ancestor string, a *agent) bool {
@@ -97,8 +107,10 @@ func (s *Society) isAncestor(ancestor string, a *agent) bool {
 }
 
 // finishTermination ends a and its descendants, after a's handoff turn, and
-// settles the requests to them that are still pending.
-func (s *Society) finishTermination(ctx context.Context, a *agent) {
+// settles the requests to them that are still pending. If recording the
+// termination fails, the agents stay terminating until the society is
+// opened again.
+func (s *Society) finishTermination(ctx context.Context, a *agent) error {
 	var ended []*agent
 	err := s.apply(ctx, func() (*change, *Error) {
 		ended = nil
@@ -110,7 +122,7 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) {
 		for _, e := range list {
 			rec, err := agentRecord(e, StatusTerminated)
 			if err != nil {
-				continue // an agent whose brief encoded when it was spawned encodes now
+				return nil, err
 			}
 			c.claims = append(c.claims, e.info.ID)
 			c.record.Agents = append(c.record.Agents, rec)
@@ -127,18 +139,12 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) {
 		}
 		return c, nil
 	})
-	if err != nil {
-		if !errors.Is(err, ErrClosed) { // else it ends when the society is opened again
-			s.log.LogAttrs(ctx, slog.LevelError, "recording a termination failed; the agents stay terminating",
-				slog.String("agent", a.info.ID), slog.String("err", err.Error()))
-		}
-		return
-	}
-	if ended == nil {
-		return
+	if err != nil || ended == nil {
+		return err
 	}
 	s.settleRequestsTo(ctx, ended)
 	s.log.LogAttrs(ctx, slog.LevelInfo, "agent terminated", slog.String("agent", a.info.ID), slog.Int("with_descendants", len(ended)-1))
+	return nil
 }
 
 // subtree returns a and its descendants that have not ended. Called with

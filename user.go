@@ -59,14 +59,16 @@ func (s *Society) OnUserMessage(f func(Message)) (unregister func()) {
 // the society.
 //
 // Unclaimed messages wait in an inbox of Config.UserInbox messages; when it
-// is full the oldest is dropped, logged at Error level and counted by
-// [Society.DroppedUserMessages].
+// is full the oldest is dropped. A dropped message the host never had (by
+// the console or a callback) is logged at Error level and counted by
+// [Society.DroppedUserMessages]; on a durable store it stays pending, so a
+// society opened again on the store delivers it again.
 func (s *Society) WaitForUserMessage(ctx context.Context, filter func(Message) bool) (Message, error) {
 	return s.user.wait(ctx, filter)
 }
 
-// DroppedUserMessages returns how many messages to user were dropped
-// unclaimed because the inbox of WaitForUserMessage was full.
+// DroppedUserMessages returns how many messages to user that the host never
+// had were dropped because the inbox of WaitForUserMessage was full.
 func (s *Society) DroppedUserMessages() int64 { return s.user.dropped.Load() }
 
 func (s *Society) userActor() *Actor {
@@ -89,8 +91,12 @@ type userEndpoint struct {
 	subs    []*func(Message)
 	inbox   []userMessage // unclaimed, oldest first
 	waiters []*waiter
-	closed  bool
-	done    chan struct{} // closed on close
+
+	// closed is set, and done closed, by close, without mu: a host filter
+	// that blocks under mu must not keep Close waiting.
+	closed    atomic.Bool
+	closeOnce sync.Once
+	done      chan struct{}
 }
 
 // userMessage is a message in the user inbox; had is set when callbacks
@@ -124,7 +130,6 @@ func (u *userEndpoint) HandleMessage(ctx context.Context, _ *Actor, m Message) e
 	}
 	had := len(subs) > 0 || u.console != nil
 
-	var ended []string // messages the host has, or that were dropped
 	var drop *userMessage
 	u.mu.Lock()
 	i := slices.IndexFunc(u.waiters, func(w *waiter) bool { return w.filter == nil || w.filter(m) })
@@ -141,30 +146,25 @@ func (u *userEndpoint) HandleMessage(ctx context.Context, _ *Actor, m Message) e
 	}
 	u.mu.Unlock()
 	if had {
-		ended = append(ended, m.ID)
+		u.ended(ctx, m.ID)
 	}
-	if drop != nil {
+	if drop != nil && !drop.had {
 		n := u.dropped.Add(1)
 		u.s.log.LogAttrs(ctx, slog.LevelError, "user inbox full: dropped the oldest unclaimed message",
 			slog.String("msg", drop.ID), slog.String("from", drop.From), slog.Int64("dropped", n))
-		if !drop.had {
-			ended = append(ended, drop.ID)
-		}
 	}
-	u.ended(ctx, ended...)
 	return nil
 }
 
-// ended records that the messages ids ended: the host has them, or they
-// were dropped. Nothing is recorded on a volatile store, whose queue Close
-// records (see unclaimed).
-func (u *userEndpoint) ended(ctx context.Context, ids ...string) {
-	if len(ids) == 0 || u.s.volatile {
+// ended records that the host has message id. Nothing is recorded on a
+// volatile store, whose queue Close records (see unclaimed).
+func (u *userEndpoint) ended(ctx context.Context, id string) {
+	if u.s.volatile {
 		return
 	}
-	if err := u.s.record(context.WithoutCancel(ctx), store.Change{Finished: ids}); err != nil {
+	if err := u.s.record(context.WithoutCancel(ctx), store.Change{Finished: []string{id}}); err != nil {
 		u.s.log.LogAttrs(ctx, slog.LevelError, "recording that the host has a message failed; it is delivered again on reopening",
-			slog.String("msg", ids[0]), slog.String("err", err.Error()))
+			slog.String("msg", id), slog.String("err", err.Error()))
 	}
 }
 
@@ -233,7 +233,7 @@ func (u *userEndpoint) wait(ctx context.Context, filter func(Message) bool) (Mes
 			return m.Message, nil
 		}
 	}
-	if u.closed {
+	if u.closed.Load() {
 		u.mu.Unlock()
 		return Message{}, errClosed()
 	}
@@ -262,10 +262,8 @@ func (u *userEndpoint) wait(ctx context.Context, filter func(Message) bool) (Mes
 }
 
 func (u *userEndpoint) close() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if !u.closed {
-		u.closed = true
+	u.closeOnce.Do(func() {
+		u.closed.Store(true)
 		close(u.done)
-	}
+	})
 }

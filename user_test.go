@@ -339,6 +339,21 @@ func TestUserMessage_OverflowIsCountedAndLogged(t *testing.T) {
 			t.Fatalf("WaitForUserMessage = %q, %v; want %q", m.Text(), err, want)
 		}
 	}
+
+	// Messages the host had on its console are no loss when they leave
+	// the inbox.
+	var console consoleBuffer
+	s = newSociety(t, as.Config{Logger: slog.New(rec), UserInbox: 2, UserConsole: &console})
+	lead, _ = hostLead(t, s, "t", "worker")
+	for i := range 5 {
+		if _, err := lead.SendText(ctx, as.UserID, "report "+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "five reports on the console", func() bool { return strings.Count(console.String(), "report ") == 5 })
+	if n := s.DroppedUserMessages(); n != 0 {
+		t.Fatalf("%d messages the host had on its console counted as dropped", n)
+	}
 }
 
 // On a volatile store the reports the host never had are queued again at
