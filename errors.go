@@ -83,7 +83,7 @@ const (
 	// calls without finishing.
 	ErrStepLimit Code = "step_limit"
 	// ErrModel: the model failed, after retries for transient failures (see
-	// Unwrap).
+	// Unwrap; a call past Config.ModelCallTimeout wraps llm.ErrTimeout).
 	ErrModel Code = "model_error"
 )
 
