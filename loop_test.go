@@ -1368,3 +1368,52 @@ func TestModelSlotsAreGrantedInArrivalOrder(t *testing.T) {
 		t.Errorf("the slot went to %v, want %v: arrival order, the holder's next call last", order, want)
 	}
 }
+
+func TestTruncatedReply(t *testing.T) {
+	ctx := context.Background()
+	t.Run("without tool calls the turn ends with a report", func(t *testing.T) {
+		var calls atomic.Int32
+		model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+			calls.Add(1)
+			resp := llmtest.Say("The plan has three parts: first, we")
+			resp.Truncated = true
+			return resp, nil
+		})
+		logs := &logRecorder{}
+		s := newSociety(t, as.Config{Model: model, Logger: slog.New(logs)})
+		if _, err := s.SubmitRequirement(ctx, "REQ"); err != nil {
+			t.Fatal(err)
+		}
+		p := statusReportTo(t, userMessage(t, s), as.RootID)
+		if p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrTruncated)) {
+			t.Errorf("user got %+v, want a %s report", p, as.ErrTruncated)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("%d model calls, want 1", n)
+		}
+		if !logs.find("model reply truncated at its output limit", map[string]string{"_level": "WARN", "agent": as.RootID}) {
+			t.Error("no Warn record of the truncated reply")
+		}
+	})
+	t.Run("tool calls still run", func(t *testing.T) {
+		results := make(chan string, 4)
+		model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+			if r := lastToolResult(req); r != "" {
+				results <- r
+				return llmtest.Say(""), nil
+			}
+			resp := call("t1", "send_message", `{"to":"user","payload":{"text":"cut o`)
+			resp.Truncated = true
+			return resp, nil
+		})
+		s := newSociety(t, as.Config{Model: model})
+		if _, err := s.SubmitRequirement(ctx, "REQ"); err != nil {
+			t.Fatal(err)
+		}
+		// The cut-off arguments do not decode: the model is told, and may
+		// try again within the turn.
+		if r := recv(t, results, "the tool result"); !strings.Contains(r, string(as.ErrInvalidArgument)) {
+			t.Errorf("tool result = %s, want %s", r, as.ErrInvalidArgument)
+		}
+	})
+}

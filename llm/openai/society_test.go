@@ -2,7 +2,7 @@ package openai
 
 // These tests run a society on the adapter against a fake endpoint: they
 // check what the two do together (one layer of retries, tool results sent
-// back under the ids the adapter made), which neither
+// back under the ids the adapter made, truncation reported), which neither
 // package's tests see alone.
 
 import (
@@ -118,5 +118,24 @@ func TestSocietyAnswersToolCallsUnderMadeUpIDs(t *testing.T) {
 	}
 	if content, _ := result["content"].(string); !strings.Contains(content, "user") {
 		t.Errorf("tool result = %q, want root's contacts (user)", content)
+	}
+}
+
+// TestSocietyReportsTruncation: a reply cut off at the output limit
+// (finish_reason "length") without tool calls ends root's turn with a
+// report, instead of passing for a finished answer.
+func TestSocietyReportsTruncation(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		writeJSON(w, 200, `{"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+			"choices": [{"index": 0, "finish_reason": "length",
+				"message": {"role": "assistant", "content": "First I will create a role for"}}]}`)
+	})
+	s := newSociety(t, newModel(t, srv, Config{}), as.Config{})
+	p := report(t, s)
+	if p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrTruncated)) {
+		t.Errorf("report = %+v, want a %s report", p, as.ErrTruncated)
+	}
+	if n := srv.hits.Load(); n != 1 {
+		t.Errorf("%d HTTP requests, want 1", n)
 	}
 }
