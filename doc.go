@@ -57,9 +57,12 @@
 // tool call or Config.MaxSteps calls were made. What the model says without
 // a tool call is logged as its thought and reaches nobody: agents reach
 // each other only through send_message. Model calls across the society run
-// in parallel up to Config.MaxModelCalls; transient failures are retried
-// with backoff, and a failure that remains is reported to the agent's
-// parent. Each history is bounded by Config.HistoryBudget: the oldest turns
+// in parallel up to Config.MaxModelCalls, granted in arrival order, each
+// with its own deadline (Config.ModelCallTimeout). Transient failures and
+// calls past their deadline are retried with backoff, in this one layer
+// (llm/openai leaves the SDK's own retries off), and a failure that remains
+// is reported to the agent's parent, as is a reply cut off at the model's
+// output limit without a tool call ([ErrTruncated]). Each history is bounded by Config.HistoryBudget: the oldest turns
 // go first, or are folded into a summary by Config.Summarize.
 //
 // # Contacts and introductions

@@ -83,8 +83,12 @@ const (
 	// calls without finishing.
 	ErrStepLimit Code = "step_limit"
 	// ErrModel: the model failed, after retries for transient failures (see
-	// Unwrap).
+	// Unwrap; a call past Config.ModelCallTimeout wraps llm.ErrTimeout).
 	ErrModel Code = "model_error"
+	// ErrTruncated: a model-driven agent's model stopped at its output
+	// limit (llm.Response.Truncated) in a reply without tool calls, so the
+	// turn ended with the model's work cut off rather than finished.
+	ErrTruncated Code = "model_output_truncated"
 )
 
 // Error is a refused operation. Its Code says what kind of refusal it is;

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -66,6 +67,17 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		if reply.Content != "" {
 			s.log.LogAttrs(ctx, slog.LevelInfo, "thought", slog.String("agent", a.info.ID), slog.String("text", reply.Content))
 		}
+		if resp.Truncated {
+			// The reply stays in the history: it is what the model said.
+			// Tool calls still run (one whose arguments were cut off fails
+			// to decode and the model is told so), but a cut-off reply
+			// without any is not taken for the end of the turn.
+			s.log.LogAttrs(ctx, slog.LevelWarn, "model reply truncated at its output limit",
+				slog.String("agent", a.info.ID), slog.Int("tool_calls", len(reply.ToolCalls)))
+			if len(reply.ToolCalls) == 0 {
+				return &Error{Code: ErrTruncated, Message: "the model's reply was cut off at its output limit before it made a tool call", AgentID: a.info.ID}
+			}
+		}
 		if len(reply.ToolCalls) == 0 {
 			return nil
 		}
@@ -79,7 +91,8 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 }
 
 // generate calls the model under the society's concurrency cap, retrying
-// transient failures with exponential backoff.
+// transient failures with exponential backoff. It is the society's one
+// retry layer: the final error says how many attempts were made.
 func (s *Society) generate(ctx context.Context, req *llm.Request) (*llm.Response, error) {
 	backoff := s.cfg.RetryBackoff
 	for attempt := 0; ; attempt++ {
@@ -88,7 +101,7 @@ func (s *Society) generate(ctx context.Context, req *llm.Request) (*llm.Response
 			return resp, nil
 		}
 		if !llm.IsTransient(err) || attempt >= s.cfg.ModelRetries {
-			return nil, &Error{Code: ErrModel, Message: "the model call failed after " + itoa(attempt+1) + " attempts", AgentID: req.Agent, Err: err}
+			return nil, &Error{Code: ErrModel, Message: "the model call failed after " + attempts(attempt+1), AgentID: req.Agent, Err: err}
 		}
 		s.log.LogAttrs(ctx, slog.LevelWarn, "model call failed; retrying", slog.String("agent", req.Agent), slog.Int("attempt", attempt+1), slog.String("err", err.Error()))
 		select {
@@ -100,16 +113,40 @@ func (s *Society) generate(ctx context.Context, req *llm.Request) (*llm.Response
 	}
 }
 
+// generateOnce makes one attempt: it waits for a model slot, which
+// semaphore.Weighted grants in the order they were asked for, then calls the
+// model under Config.ModelCallTimeout. A call that fails because that
+// deadline passed, while ctx is still live, fails with llm.ErrTimeout, which
+// is transient.
 func (s *Society) generateOnce(ctx context.Context, req *llm.Request) (*llm.Response, error) {
 	if err := s.modelSlots.Acquire(ctx, 1); err != nil {
 		return nil, err
 	}
 	defer s.modelSlots.Release(1)
-	resp, err := s.cfg.Model.Generate(ctx, req)
+	callCtx := ctx
+	if d := s.cfg.ModelCallTimeout; d > 0 {
+		var cancel context.CancelFunc
+		callCtx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	resp, err := s.cfg.Model.Generate(callCtx, req)
+	if err != nil && ctx.Err() == nil && callCtx.Err() != nil {
+		// The model's error is kept as text only: wrapping it would let
+		// errors.Is(err, context.DeadlineExceeded) claim that ctx ended.
+		return nil, fmt.Errorf("the call passed its deadline of %v: %w: %v", s.cfg.ModelCallTimeout, llm.ErrTimeout, err)
+	}
 	if err == nil && resp == nil {
 		err = errors.New("the model returned no response")
 	}
 	return resp, err
+}
+
+// attempts says "1 attempt" or "n attempts".
+func attempts(n int) string {
+	if n == 1 {
+		return "1 attempt"
+	}
+	return itoa(n) + " attempts"
 }
 
 // cachedSystemPrompt returns a's system prompt, assembling it again only when

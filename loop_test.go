@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -272,6 +273,13 @@ func TestModelFailureIsReported(t *testing.T) {
 				p := statusReportTo(t, m, as.RootID)
 				if p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrModel)) {
 					t.Fatalf("user got %+v, want a model_error report", p)
+				}
+				attempts := fmt.Sprintf("after %d attempts", c.calls)
+				if c.calls == 1 {
+					attempts = "after 1 attempt:"
+				}
+				if !strings.Contains(p.Text, attempts) {
+					t.Errorf("report %q does not say %q", p.Text, attempts)
 				}
 				if n := model.Calls(); n != c.calls {
 					t.Errorf("%d model calls before the report, want %d", n, c.calls)
@@ -1142,4 +1150,270 @@ func TestFanOut(t *testing.T) {
 			t.Errorf("wall time %v is under the critical path %v: the model's delay was not served", res.wall, res.critical)
 		}
 	}
+}
+
+// pingTurn answers, for a model-driven worker, a message containing PING
+// with three list_contacts calls, then a send_message to user saying
+// "alive", then nothing; any other message (its brief) it answers with
+// nothing. It reports whether req is part of a PING turn.
+func pingTurn(req *llm.Request) (*llm.Response, bool) {
+	start := -1
+	for i, m := range req.Messages {
+		if m.Role == llm.RoleUser {
+			start = i
+		}
+	}
+	if start < 0 || !strings.Contains(req.Messages[start].Content, "PING") {
+		return llmtest.Say(""), false
+	}
+	results := 0
+	for _, m := range req.Messages[start:] {
+		if m.Role == llm.RoleTool {
+			results++
+		}
+	}
+	switch {
+	case results < 3:
+		return call(fmt.Sprint("c", results), "list_contacts", `{}`), true
+	case results == 3:
+		return call("c3", "send_message", `{"to":"user","payload":{"text":"alive"}}`), true
+	default:
+		return llmtest.Say(""), true
+	}
+}
+
+// TestModelCallDeadlineEndsAStuckTurn gives root a model call that never
+// returns on its own (it blocks until its ctx ends): each attempt ends at
+// Config.ModelCallTimeout, is retried like a transient failure, and the
+// turn then ends with a model_error report to root's parent (user), while
+// another agent's calls go on meanwhile.
+func TestModelCallDeadlineEndsAStuckTurn(t *testing.T) {
+	ctx := context.Background()
+	const retries = 1
+	var stuckNow atomic.Int32 // root's calls in flight
+	var mu sync.Mutex
+	var rootErrs []error // why each of root's calls ended
+	workerCalls, workerCallsWhileStuck := 0, 0
+	stuck := make(chan struct{}, retries+1)
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if req.Agent == as.RootID {
+			stuckNow.Add(1)
+			stuck <- struct{}{}
+			<-ctx.Done()
+			stuckNow.Add(-1)
+			mu.Lock()
+			rootErrs = append(rootErrs, ctx.Err())
+			mu.Unlock()
+			return nil, fmt.Errorf("stuck model: %w", ctx.Err())
+		}
+		resp, ping := pingTurn(req)
+		if ping {
+			mu.Lock()
+			workerCalls++
+			if stuckNow.Load() > 0 {
+				workerCallsWhileStuck++
+			}
+			mu.Unlock()
+		}
+		return resp, nil
+	})
+	s := newSociety(t, as.Config{Model: model, MaxModelCalls: 2, ModelCallTimeout: 300 * time.Millisecond,
+		ModelRetries: retries, RetryBackoff: time.Millisecond})
+	worker := rootSpawn(t, s, "t-worker", "worker", "work", nil)
+	if _, err := s.SubmitRequirement(ctx, "REQ"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, stuck, "root's first model call")
+	sendAs(t, s, as.RootID, worker.ID, "PING")
+
+	var report *as.StatusReportPayload
+	alive := false
+	for report == nil || !alive {
+		m := userMessage(t, s)
+		switch m.From {
+		case worker.ID:
+			alive = alive || m.Text() == "alive"
+		case as.RootID:
+			p := statusReportTo(t, m, as.RootID)
+			report = &p
+		default:
+			t.Fatalf("user got %+v", m)
+		}
+	}
+	if report.Status != string(as.StatusError) || !strings.Contains(report.Text, string(as.ErrModel)) ||
+		!strings.Contains(report.Text, "after 2 attempts") || !strings.Contains(report.Text, "deadline") {
+		t.Errorf("root's report = %+v, want a model_error after 2 attempts naming the deadline", report)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(rootErrs) != retries+1 {
+		t.Errorf("root made %d model calls, want 1 + ModelRetries = %d", len(rootErrs), retries+1)
+	}
+	for i, err := range rootErrs {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("root's call %d ended with %v, want its deadline", i+1, err)
+		}
+	}
+	if workerCalls != 5 || workerCallsWhileStuck < 3 {
+		t.Errorf("the worker made %d model calls, %d of them while root's call was stuck; want 5, at least 3 while stuck", workerCalls, workerCallsWhileStuck)
+	}
+}
+
+// TestModelCallDeadlineDefaults checks that the zero ModelCallTimeout means
+// DefaultModelCallTimeout and a negative one none.
+func TestModelCallDeadlineDefaults(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		timeout  time.Duration
+		deadline bool
+	}{{0, true}, {-1, false}} {
+		deadlines := make(chan time.Time, 1)
+		model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+			d, _ := ctx.Deadline()
+			deadlines <- d
+			return llmtest.Say(""), nil
+		})
+		s := newSociety(t, as.Config{Model: model, ModelCallTimeout: c.timeout})
+		before := time.Now()
+		if _, err := s.SubmitRequirement(ctx, "REQ"); err != nil {
+			t.Fatal(err)
+		}
+		d := recv(t, deadlines, "the model call")
+		if !c.deadline {
+			if !d.IsZero() {
+				t.Errorf("ModelCallTimeout %v: the call has a deadline %v, want none", c.timeout, d)
+			}
+			continue
+		}
+		if d.Before(before.Add(as.DefaultModelCallTimeout)) || d.After(time.Now().Add(as.DefaultModelCallTimeout)) {
+			t.Errorf("ModelCallTimeout %v: the call's deadline is %v from the start, want DefaultModelCallTimeout (%v)", c.timeout, d.Sub(before), as.DefaultModelCallTimeout)
+		}
+	}
+}
+
+// slotWaiters counts the goroutines queued for a model slot: those parked
+// in semaphore.Weighted.Acquire's wait, which it enters only after joining
+// the queue of waiters.
+func slotWaiters() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "[select") && strings.Contains(g, "semaphore.(*Weighted).Acquire") && strings.Contains(g, "agentsociety.(*Society).generateOnce") {
+			count++
+		}
+	}
+	return count
+}
+
+// TestModelSlotsAreGrantedInArrivalOrder shows, with one slot, that calls
+// waiting for a slot get it in the order they asked: one agent holds the
+// slot while three others queue in a known order; they are served in that
+// order, and the holder's next call queues behind them, so no agent keeps
+// the slot from the others.
+func TestModelSlotsAreGrantedInArrivalOrder(t *testing.T) {
+	var mu sync.Mutex
+	var order []string // the agents of the calls, in the order they ran
+	holding := make(chan struct{})
+	release := make(chan struct{})
+	var holder string
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		last := req.Messages[len(req.Messages)-1]
+		mu.Lock()
+		order = append(order, req.Agent)
+		first := req.Agent == holder && last.Role == llm.RoleUser
+		mu.Unlock()
+		if first {
+			close(holding)
+			select {
+			case <-release:
+			case <-time.After(hangGuard):
+			}
+			// Another call: it must queue behind the waiting agents.
+			return call("h1", "list_contacts", `{}`), nil
+		}
+		return llmtest.Say(""), nil
+	})
+	s := newSociety(t, as.Config{Model: model, MaxModelCalls: 1})
+	var ids []string
+	for i := range 4 {
+		ids = append(ids, rootSpawn(t, s, fmt.Sprint("t", i), "worker", "work", nil).ID)
+	}
+	mu.Lock()
+	holder = ids[0]
+	mu.Unlock()
+	sendAs(t, s, as.RootID, holder, "GO")
+	recv(t, holding, "the holder's call")
+	for i, id := range ids[1:] {
+		sendAs(t, s, as.RootID, id, "GO")
+		waitFor(t, fmt.Sprintf("%d calls queued for the slot", i+1), func() bool { return slotWaiters() == i+1 })
+	}
+	close(release)
+	want := []string{ids[0], ids[1], ids[2], ids[3], ids[0]}
+	waitFor(t, "every call", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) >= len(want)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !reflect.DeepEqual(order, want) {
+		t.Errorf("the slot went to %v, want %v: arrival order, the holder's next call last", order, want)
+	}
+}
+
+func TestTruncatedReply(t *testing.T) {
+	ctx := context.Background()
+	t.Run("without tool calls the turn ends with a report", func(t *testing.T) {
+		var calls atomic.Int32
+		model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+			calls.Add(1)
+			resp := llmtest.Say("The plan has three parts: first, we")
+			resp.Truncated = true
+			return resp, nil
+		})
+		logs := &logRecorder{}
+		s := newSociety(t, as.Config{Model: model, Logger: slog.New(logs)})
+		if _, err := s.SubmitRequirement(ctx, "REQ"); err != nil {
+			t.Fatal(err)
+		}
+		p := statusReportTo(t, userMessage(t, s), as.RootID)
+		if p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrTruncated)) {
+			t.Errorf("user got %+v, want a %s report", p, as.ErrTruncated)
+		}
+		if n := calls.Load(); n != 1 {
+			t.Errorf("%d model calls, want 1", n)
+		}
+		if !logs.find("model reply truncated at its output limit", map[string]string{"_level": "WARN", "agent": as.RootID}) {
+			t.Error("no Warn record of the truncated reply")
+		}
+	})
+	t.Run("tool calls still run", func(t *testing.T) {
+		results := make(chan string, 4)
+		model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+			if r := lastToolResult(req); r != "" {
+				results <- r
+				return llmtest.Say(""), nil
+			}
+			resp := call("t1", "send_message", `{"to":"user","payload":{"text":"cut o`)
+			resp.Truncated = true
+			return resp, nil
+		})
+		s := newSociety(t, as.Config{Model: model})
+		if _, err := s.SubmitRequirement(ctx, "REQ"); err != nil {
+			t.Fatal(err)
+		}
+		// The cut-off arguments do not decode: the model is told, and may
+		// try again within the turn.
+		if r := recv(t, results, "the tool result"); !strings.Contains(r, string(as.ErrInvalidArgument)) {
+			t.Errorf("tool result = %s, want %s", r, as.ErrInvalidArgument)
+		}
+	})
 }

@@ -36,6 +36,7 @@ const (
 	DefaultMaxModelCalls    = 16
 	DefaultModelRetries     = 3
 	DefaultRetryBackoff     = 500 * time.Millisecond
+	DefaultModelCallTimeout = 2 * time.Minute
 	DefaultHistoryBudget    = 24_000
 )
 
@@ -79,10 +80,25 @@ type Config struct {
 	// Zero means DefaultMaxSteps.
 	MaxSteps int
 	// MaxModelCalls caps the model calls in flight across the society. Zero
-	// means DefaultMaxModelCalls.
+	// means DefaultMaxModelCalls. Calls beyond the cap wait for a slot and
+	// are granted one in the order they asked (first come, first served), so
+	// an agent whose calls are slow or many cannot starve the others: each
+	// of its calls, retries included, queues behind those already waiting.
 	MaxModelCalls int
-	// ModelRetries is how many times a transient model failure is retried.
-	// Zero means DefaultModelRetries; a negative value means none.
+	// ModelCallTimeout is the deadline of each model call (each attempt),
+	// counted from when the call gets its slot (see MaxModelCalls). A call
+	// that passes it fails as a transient llm.ErrTimeout would: it is
+	// retried within ModelRetries, and when none is left the turn ends with
+	// an ErrModel error that is reported to the agent's parent. Zero means
+	// DefaultModelCallTimeout; a negative value means no deadline beyond the
+	// society's own life.
+	ModelCallTimeout time.Duration
+	// ModelRetries is how many times a transient model failure (one that
+	// llm.IsTransient accepts, or a call past ModelCallTimeout) is retried,
+	// so a call makes at most ModelRetries+1 attempts. This is the one retry
+	// layer: llm/openai makes one HTTP request per attempt by default. No
+	// slot is held while waiting to retry. Zero means DefaultModelRetries; a
+	// negative value means none.
 	ModelRetries int
 	// RetryBackoff is the wait before the first retry; it doubles for each
 	// retry after. Zero means DefaultRetryBackoff.
@@ -219,6 +235,9 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	}
 	if cfg.RetryBackoff <= 0 {
 		cfg.RetryBackoff = DefaultRetryBackoff
+	}
+	if cfg.ModelCallTimeout == 0 {
+		cfg.ModelCallTimeout = DefaultModelCallTimeout
 	}
 	if cfg.HistoryBudget <= 0 {
 		cfg.HistoryBudget = DefaultHistoryBudget

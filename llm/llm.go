@@ -23,7 +23,8 @@ import (
 // Generate returns; the returned Response belongs to the caller too, so a
 // model must not keep or reuse it. Every ToolCall in the response has a
 // non-empty ID unique within the conversation: results are matched to calls
-// by it, so an adapter makes one up when its provider sends none.
+// by it, so an adapter makes one up when its provider sends none. A
+// response cut off at the model's output limit has Truncated set.
 //
 // An error means no message was produced; the society may retry. An error
 // that wraps [ErrRateLimited], [ErrServer] or [ErrTimeout] is transient and
@@ -94,6 +95,12 @@ type Tool struct {
 type Response struct {
 	Message Message // Role is RoleAssistant
 	Usage   Usage
+	// Truncated reports that the model stopped because it reached its
+	// output limit (OpenAI's finish_reason "length"), not because it had
+	// finished: the text may end mid-sentence, and the arguments of the last
+	// tool call may be cut off (and so not valid JSON). A model that cannot
+	// tell leaves it false.
+	Truncated bool
 }
 
 // Usage counts the tokens a call consumed. A zero Usage means the provider

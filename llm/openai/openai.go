@@ -8,11 +8,23 @@
 // back to an [llm.Response], and maps every transport failure onto the error
 // kinds of package llm, so that callers decide whether to retry with
 // errors.Is and never by matching strings.
+//
+// By default the adapter makes one HTTP request per Generate: the SDK's own
+// retries are off (see Config.MaxRetries), so that retries happen in one
+// layer, the caller's (the society retries transient failures itself, with
+// Config.ModelRetries), and a persistent failure costs one request per
+// attempt of that layer rather than three.
+//
+// The response is normalised to the [llm.Model] contract: a tool call the
+// provider sent without an id (or with one already used in the
+// conversation) is given a fresh one, and finish_reason "length" sets
+// [llm.Response].Truncated.
 package openai
 
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,11 +55,12 @@ const (
 )
 
 // Defaults for Config fields left at their zero value. DefaultModel is small
-// and cheap because a society makes many calls; DefaultMaxRetries matches the
-// SDK's own default.
+// and cheap because a society makes many calls. DefaultMaxRetries is zero,
+// unlike the SDK's own default of 2: the caller's retry loop is the one
+// layer of retries (see Config.MaxRetries).
 const (
 	DefaultModel      = "gpt-4o-mini"    // for Config.Model
-	DefaultMaxRetries = 2                // for Config.MaxRetries
+	DefaultMaxRetries = 0                // for Config.MaxRetries: the SDK does not retry
 	DefaultTimeout    = 60 * time.Second // for Config.Timeout, per attempt
 )
 
@@ -65,11 +78,16 @@ type Config struct {
 	// stay empty only when a base URL is configured, since local servers
 	// often need no key while the OpenAI API always does.
 	APIKey string
-	// MaxRetries is how many times the SDK retries a request that failed
-	// transiently (connection error, HTTP 408, 409, 429 or 5xx), with
-	// exponential backoff or the delay the server asks for. 0 means
-	// DefaultMaxRetries; a negative value means no retries at all, for
-	// callers that run their own retry loop.
+	// MaxRetries is how many times the SDK itself retries a request that
+	// failed transiently (connection error, HTTP 408, 409, 429 or 5xx), with
+	// exponential backoff or the delay the server asks for, within one
+	// Generate call. 0 (DefaultMaxRetries) and negative values mean none:
+	// each Generate makes one HTTP request and returns a transient failure
+	// as an error wrapping llm.ErrRateLimited, llm.ErrServer or
+	// llm.ErrTimeout, for the caller to retry. That is what a society wants,
+	// since it retries with its own budget (agentsociety.Config.ModelRetries)
+	// and SDK retries would multiply it. A host that calls Generate directly,
+	// without a retry loop of its own, sets a positive value.
 	MaxRetries int
 	// Timeout bounds each attempt, not the whole call (the caller's context
 	// does that). 0 means DefaultTimeout; a negative value means no
@@ -110,13 +128,7 @@ func New(cfg Config) (*Model, error) {
 			EnvAPIKey, EnvBaseURL)
 	}
 
-	retries := cfg.MaxRetries
-	switch {
-	case retries == 0:
-		retries = DefaultMaxRetries
-	case retries < 0:
-		retries = 0
-	}
+	retries := max(cfg.MaxRetries, 0) // zero and negative: none, DefaultMaxRetries
 	timeout := cfg.Timeout
 	switch {
 	case timeout == 0:
@@ -126,7 +138,8 @@ func New(cfg Config) (*Model, error) {
 	}
 
 	// NewClient applies these after the defaults it reads from the
-	// environment, so they win. The base URL is always set, even to the
+	// environment, so they win. The retry count is always set, even to 0:
+	// the SDK's own default is 2. The base URL is always set, even to the
 	// default: the SDK alone would apply an empty-but-set OPENAI_BASE_URL
 	// verbatim and then send requests to a relative URL.
 	opts := []option.RequestOption{
@@ -179,7 +192,12 @@ func firstNonEmpty(s ...string) string {
 // Errors wrap the kinds of package llm (see the package documentation of
 // llm); a request the adapter cannot translate (an unknown role, tool
 // parameters that are not a JSON object) fails with llm.ErrBadRequest before
-// anything is sent.
+// anything is sent. A tool call in the answer that has no id, or one that
+// an earlier call of the request or of the answer already has, is given a
+// new id ("call_" and random letters), so that every id is unique within
+// the conversation as llm.Model requires; the caller sends its result back
+// under that id. An answer cut off at the output limit (finish_reason
+// "length") has Truncated set.
 func (m *Model) Generate(ctx context.Context, req *llm.Request) (*llm.Response, error) {
 	if req == nil {
 		return nil, fmt.Errorf("openai: nil request: %w", llm.ErrBadRequest)
@@ -199,7 +217,7 @@ func (m *Model) Generate(ctx context.Context, req *llm.Request) (*llm.Response, 
 	if err != nil {
 		return nil, m.classify(ctx, err, httpResp)
 	}
-	return response(completion)
+	return response(completion, req)
 }
 
 // params translates req. Everything is copied into SDK types, so nothing of
@@ -291,8 +309,9 @@ func parameters(raw json.RawMessage) (shared.FunctionParameters, error) {
 
 // response maps the first choice back. Arguments are taken as the server
 // sent them, without validation: a model may write invalid JSON, and the
-// caller, not the transport, decides what to tell it.
-func response(c *sdk.ChatCompletion) (*llm.Response, error) {
+// caller, not the transport, decides what to tell it. Tool call ids are
+// made unique within the conversation, req's earlier calls included.
+func response(c *sdk.ChatCompletion, req *llm.Request) (*llm.Response, error) {
 	if len(c.Choices) == 0 {
 		detail := ""
 		// Some compatible servers report failures as HTTP 200 with an
@@ -322,13 +341,37 @@ func response(c *sdk.ChatCompletion) (*llm.Response, error) {
 		}
 		out.ToolCalls = append(out.ToolCalls, call)
 	}
+	uniqueIDs(out.ToolCalls, req)
 	return &llm.Response{
 		Message: out,
 		Usage: llm.Usage{
 			InputTokens:  int(c.Usage.PromptTokens),
 			OutputTokens: int(c.Usage.CompletionTokens),
 		},
+		Truncated: c.Choices[0].FinishReason == "length",
 	}, nil
+}
+
+// uniqueIDs gives a fresh id to every call in calls whose id is empty or
+// already taken, by an earlier call in calls or in req's conversation. Some
+// compatible servers send no ids, or number calls afresh in every response
+// ("call_0"), and results are matched to calls by id.
+func uniqueIDs(calls []llm.ToolCall, req *llm.Request) {
+	if len(calls) == 0 {
+		return
+	}
+	seen := make(map[string]bool)
+	for _, m := range req.Messages {
+		for _, tc := range m.ToolCalls {
+			seen[tc.ID] = true
+		}
+	}
+	for i := range calls {
+		for calls[i].ID == "" || seen[calls[i].ID] {
+			calls[i].ID = "call_" + rand.Text()
+		}
+		seen[calls[i].ID] = true
+	}
 }
 
 // classify maps an SDK error onto the kinds of package llm; httpResp is the

@@ -680,3 +680,118 @@ func TestDefaultBaseURL(t *testing.T) {
 		t.Errorf("URL = %q, want %q", got, want)
 	}
 }
+
+func TestNoSDKRetriesByDefault(t *testing.T) {
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		writeJSON(w, 503, `{"error": {"message": "overloaded", "type": "server_error"}}`)
+	})
+	_, err := newModel(t, s, Config{}).Generate(context.Background(), hello)
+	if !errors.Is(err, llm.ErrServer) || !llm.IsTransient(err) {
+		t.Fatalf("err = %v, want transient llm.ErrServer", err)
+	}
+	if n := s.hits.Load(); n != 1 {
+		t.Errorf("server hits = %d, want 1: the SDK must not retry unless MaxRetries > 0", n)
+	}
+}
+
+// toolCallsReply is a completion whose message makes the given tool calls,
+// each a JSON object such as {"type":"function","function":{...}}.
+func toolCallsReply(finish string, calls ...string) string {
+	return `{"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+		"choices": [{"index": 0, "finish_reason": "` + finish + `",
+			"message": {"role": "assistant", "content": null, "tool_calls": [` + strings.Join(calls, ",") + `]}}]}`
+}
+
+func TestToolCallsWithoutIDsGetUniqueOnes(t *testing.T) {
+	var bodies []map[string]any
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		bodies = append(bodies, body)
+		if len(bodies) > 1 {
+			writeJSON(w, 200, textReply("done"))
+			return
+		}
+		writeJSON(w, 200, toolCallsReply("tool_calls",
+			`{"type": "function", "function": {"name": "a", "arguments": "{}"}}`,
+			`{"id": "", "type": "function", "function": {"name": "b", "arguments": "{}"}}`,
+			`{"id": "call_0", "type": "function", "function": {"name": "c", "arguments": "{}"}}`,
+			`{"id": "call_0", "type": "function", "function": {"name": "d", "arguments": "{}"}}`,
+			`{"id": "call_9", "type": "function", "function": {"name": "e", "arguments": "{}"}}`))
+	})
+	m := newModel(t, s, Config{})
+	// call_0 was used earlier in the conversation: a server that numbers
+	// calls afresh in each response must not make it ambiguous.
+	req := &llm.Request{Messages: []llm.Message{
+		{Role: llm.RoleUser, Content: "go"},
+		{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{ID: "call_0", Name: "a", Arguments: json.RawMessage(`{}`)}}},
+		{Role: llm.RoleTool, ToolCallID: "call_0", Content: "earlier"},
+	}}
+	resp, err := m.Generate(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Generate: %v", err)
+	}
+	calls := resp.Message.ToolCalls
+	if len(calls) != 5 {
+		t.Fatalf("got %d tool calls, want 5", len(calls))
+	}
+	seen := map[string]bool{"call_0": true}
+	for i, c := range calls[:4] {
+		if c.ID == "" || seen[c.ID] {
+			t.Errorf("call %d (%s) has id %q, want a fresh unique one", i, c.Name, c.ID)
+		}
+		seen[c.ID] = true
+	}
+	if calls[4].ID != "call_9" {
+		t.Errorf("call e has id %q, want the server's call_9 kept", calls[4].ID)
+	}
+
+	// The caller answers each call under its id; the next request carries
+	// the ids the adapter made, on the assistant turn and on the results.
+	req.Messages = append(req.Messages, resp.Message)
+	for _, c := range calls {
+		req.Messages = append(req.Messages, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: "result " + c.Name})
+	}
+	if _, err := m.Generate(context.Background(), req); err != nil {
+		t.Fatalf("second Generate: %v", err)
+	}
+	msgs := bodies[1]["messages"].([]any)
+	turn := msgs[3].(map[string]any)
+	sent := turn["tool_calls"].([]any)
+	for i, c := range calls {
+		if id := sent[i].(map[string]any)["id"]; id != c.ID {
+			t.Errorf("assistant turn's call %d sent with id %v, want %q", i, id, c.ID)
+		}
+		result := msgs[4+i].(map[string]any)
+		if result["role"] != "tool" || result["tool_call_id"] != c.ID || result["content"] != "result "+c.Name {
+			t.Errorf("tool message %d = %v, want the result of %s under id %q", i, result, c.Name, c.ID)
+		}
+	}
+}
+
+func TestFinishReasonLengthIsTruncated(t *testing.T) {
+	for _, tt := range []struct {
+		name, body string
+		want       bool
+	}{
+		{"text cut off", `{"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+			"choices": [{"index": 0, "finish_reason": "length",
+				"message": {"role": "assistant", "content": "The answer is"}}]}`, true},
+		{"tool call cut off", toolCallsReply("length",
+			`{"id": "call_1", "type": "function", "function": {"name": "send", "arguments": "{\"to\": \"bo"}}`), true},
+		{"stop", textReply("The answer is 42."), false},
+		{"tool_calls", toolCallsReply("tool_calls",
+			`{"id": "call_1", "type": "function", "function": {"name": "send", "arguments": "{}"}}`), false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newServer(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+				writeJSON(w, 200, tt.body)
+			})
+			resp, err := newModel(t, s, Config{}).Generate(context.Background(), hello)
+			if err != nil {
+				t.Fatalf("Generate: %v", err)
+			}
+			if resp.Truncated != tt.want {
+				t.Errorf("Truncated = %v, want %v", resp.Truncated, tt.want)
+			}
+		})
+	}
+}
