@@ -336,13 +336,13 @@ func (s *Society) Close(ctx context.Context) error {
 	case <-s.closeDone:
 		return s.closeErr
 	case <-ctx.Done():
-		s.cancel()
 		select {
 		case <-s.closeDone: // both ready: closed is what counts
 			return s.closeErr
 		default:
-			return ctx.Err()
 		}
+		s.cancel()
+		return ctx.Err()
 	}
 }
 

@@ -110,7 +110,7 @@ func (s *Society) isAncestor(ancestor string, a *agent) bool {
 // settles the requests to them that are still pending. If recording the
 // termination fails, the agents stay terminating until the society is
 // opened again.
-func (s *Society) finishTermination(ctx context.Context, a *agent) error {
+func (s *Society) finishTermination(ctx context.Context, a *agent) *Error {
 	var ended []*agent
 	err := s.apply(ctx, func() (*change, *Error) {
 		ended = nil
