@@ -54,12 +54,8 @@ func changesState(t MessageType) bool {
 	return t == IntroductionResponse || t == CollaborationRequest || t == CollaborationResponse
 }
 
-func (s *Society) send(ctx context.Context, x *Actor, out Outgoing) (Message, error) {
-	return s.sendWith(ctx, x, out, nil)
-}
-
-// sendWith is send; for a collaboration request, waiter, if not nil,
-// receives the request's outcome instead of the sender's mailbox.
+// sendWith sends out as x does; for a collaboration request, waiter, if not
+// nil, receives the request's outcome instead of the sender's mailbox.
 func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter chan Message) (Message, error) {
 	from := x.a
 	p := new(pendingSend)

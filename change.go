@@ -19,10 +19,12 @@ import (
 // claims the same thing from being checked: that one waits until the first
 // is committed (or failed), then checks again against the new state. A
 // claim is an agent, or a key written by the change (a role's name for its
-// creator, a state key, a request id). A message claims its receiver, so
-// that messages to one agent are queued in the order they were numbered; a
-// spawn claims the parent, and a termination the agents it ends. A backend that shares state between processes would
-// turn the record into a compare-and-set on the claimed keys.
+// creator, a state key, a request id). A message claims its receiver (and
+// any other agent whose contacts it adds), so that messages to one agent
+// are queued in the order they were numbered; a spawn claims the parent,
+// and a termination the agents it ends. A backend that shares state
+// between processes would turn the record into a compare-and-set on the
+// claimed keys.
 
 // A change is what checking an operation found it changes.
 type change struct {
@@ -52,10 +54,10 @@ func claimRequest(id string) string         { return "request:" + id }
 // with s.mu held for writing; it changes nothing in the organisation (it may
 // draw ids and message numbers, so these can have gaps), and may run more
 // than once, since apply checks again after waiting for a change in flight
-// that claims what check's change claims. A nil change from check means there is
-// nothing to change (the operation found its result already there). A
-// change whose record is empty (a message on a volatile store) is committed
-// in the same hold of s.mu as its check.
+// that claims what check's change claims. A nil change from check means
+// there is nothing to change (the operation found its result already
+// there). A change whose record is empty (a message on a volatile store) is
+// committed in the same hold of s.mu as its check.
 //
 // apply refuses with ErrClosed once the society is closed. A change being
 // recorded when Close begins is still committed; Close waits for it, within
