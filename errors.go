@@ -135,19 +135,39 @@ func newError(code Code, msg string) *Error {
 	return &Error{Code: code, Message: msg}
 }
 
-// MarshalJSON renders e as a failed tool result: {"error": code, "message":
-// ..., "missing_fields": [...], "message_type": ..., "agent_id": ...}, the
-// fields that do not apply left out. This is the form a model reads.
+// MarshalJSON renders e as a failed tool result, the form a model reads,
+// with the field names of seed 001's Error Handling section:
+//
+//	{"error": "invalid_task_brief", "message": ..., "missing_fields": [...]}
+//	{"error": "invalid_message_format", "message": ..., "message_type": ..., "missing_fields": [...]}
+//	{"error": "agent_not_found", "message": ..., "agentId": ...}
+//
+// missing_fields is always present for those two codes (an empty list when
+// no field is missing: the payload was malformed instead), and message_type
+// always for invalid_message_format. For other codes each of these fields
+// is present only when it applies; agentId names the agent concerned,
+// whatever the code.
 func (e *Error) MarshalJSON() ([]byte, error) {
 	msg := e.Message
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
-	return json.Marshal(struct {
-		Code          Code        `json:"error"`
-		Message       string      `json:"message,omitempty"`
-		MissingFields []string    `json:"missing_fields,omitempty"`
-		MessageType   MessageType `json:"message_type,omitempty"`
-		AgentID       string      `json:"agent_id,omitempty"`
-	}{e.Code, msg, e.MissingFields, e.MessageType, e.AgentID})
+	out := struct {
+		Code          Code         `json:"error"`
+		Message       string       `json:"message,omitempty"`
+		MessageType   *MessageType `json:"message_type,omitempty"`
+		MissingFields *[]string    `json:"missing_fields,omitempty"`
+		AgentID       string       `json:"agentId,omitempty"`
+	}{Code: e.Code, Message: msg, AgentID: e.AgentID}
+	missing := e.MissingFields
+	if missing == nil && (e.Code == ErrInvalidTaskBrief || e.Code == ErrInvalidMessageFormat) {
+		missing = []string{}
+	}
+	if missing != nil {
+		out.MissingFields = &missing
+	}
+	if e.MessageType != "" || e.Code == ErrInvalidMessageFormat {
+		out.MessageType = &e.MessageType
+	}
+	return json.Marshal(out)
 }

@@ -126,7 +126,7 @@ func TestDelegationRefusals(t *testing.T) {
 		call("7", "delegate_task", `{"assignee":"root","description":"x","payload":{"n":1}}`),
 	})
 	want := [][]string{
-		{`"error":"agent_not_found"`, `"agent_id":"agent-404"`},
+		{`"error":"agent_not_found"`, `"agentId":"agent-404"`},
 		{`"error":"invalid_argument"`, `bad arguments for delegate_task: \"assignee\" holds a number where a string is expected`},
 		{`"error":"unknown_request"`},
 		{`"error":"unknown_request"`},
