@@ -243,7 +243,7 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 			return &Error{Code: ErrDuplicateRequest, Message: "request_id " + strconvQuote(id) + " is already in use"}
 		}
 		p.request = &request{id: id, from: by, to: m.To, taskID: m.TaskID, status: StatusPending, createdAt: m.SentAt}
-		if d := timeoutOf(f); d > 0 {
+		if d, _ := timeoutOf(f); d > 0 { // checkPayload refused a bad one
 			p.request.deadline = m.SentAt.Add(d)
 		}
 	case CollaborationResponse:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
 
@@ -107,7 +108,9 @@ func (x *Actor) Respond(ctx context.Context, requestID string, p CollaborationRe
 
 func (s *Society) sendCollaboration(ctx context.Context, x *Actor, to string, p CollaborationRequestPayload, timeout time.Duration, waiter chan Message) (Message, error) {
 	if timeout > 0 {
-		p.TimeoutSeconds = timeout.Seconds()
+		// A Duration's seconds may round, as a float, to just past the
+		// longest Duration.
+		p.TimeoutSeconds = min(timeout.Seconds(), float64(MaxTimeoutSeconds))
 	}
 	return s.sendWith(ctx, x, Outgoing{To: to, Type: CollaborationRequest, Payload: p}, waiter)
 }
@@ -207,16 +210,35 @@ func (s *Society) settle(ctx context.Context, id string, status RequestStatus) {
 	}
 }
 
+// MaxTimeoutSeconds is the largest timeout_seconds a collaboration request
+// may give, about 292 years: the longest time.Duration, in whole seconds. A
+// larger one is refused, never taken as no timeout.
+const MaxTimeoutSeconds = int64(math.MaxInt64 / time.Second)
+
+// timeoutProblem is what a model is told of a timeout_seconds it must correct.
+var timeoutProblem = "timeout_seconds, when given, must be a positive number of seconds, at most " +
+	strconv.FormatInt(MaxTimeoutSeconds, 10) + " (about 292 years); leave it out for no timeout"
+
 // timeoutOf reads a collaboration request's timeout_seconds: zero when it
-// is absent.
-func timeoutOf(f fields) time.Duration {
-	v, ok := f["timeout_seconds"]
-	if !ok {
-		return 0
+// is absent, and ok false when it is not a number in (0, MaxTimeoutSeconds].
+func timeoutOf(f fields) (d time.Duration, ok bool) {
+	v, present := f["timeout_seconds"]
+	if !present {
+		return 0, true
 	}
 	secs, err := strconv.ParseFloat(string(v), 64)
-	if err != nil || secs <= 0 {
-		return 0
+	if err != nil {
+		return 0, false
 	}
-	return time.Duration(secs * float64(time.Second))
+	return secondsToDuration(secs)
+}
+
+// secondsToDuration converts a timeout in seconds to a Duration, reporting
+// false for one that is not positive or exceeds MaxTimeoutSeconds (NaN
+// included). A positive timeout shorter than a nanosecond is a nanosecond.
+func secondsToDuration(secs float64) (time.Duration, bool) {
+	if !(secs > 0 && secs <= float64(MaxTimeoutSeconds)) {
+		return 0, false
+	}
+	return max(time.Duration(secs*float64(time.Second)), 1), true
 }
