@@ -112,7 +112,7 @@ func (s *Society) sendCollaboration(ctx context.Context, x *Actor, to string, p 
 		// longest Duration.
 		p.TimeoutSeconds = min(timeout.Seconds(), float64(MaxTimeoutSeconds))
 	}
-	return s.sendWith(ctx, x, Outgoing{To: to, Type: CollaborationRequest, Payload: p}, waiter)
+	return s.sendWith(ctx, x, Outgoing{To: to, Type: CollaborationRequest, Payload: p}, waiter, false)
 }
 
 func requestIDOf(m Message) string {

@@ -39,6 +39,11 @@ const (
 	ErrParentMismatch Code = "parent_mismatch"
 	// ErrNotRoleOwner: an agent tried to spawn on a role it did not create.
 	ErrNotRoleOwner Code = "not_role_owner"
+	// ErrMailboxFull: the receiver already has Config.MaxQueued messages
+	// waiting to be handled; the message was not sent. The society's own
+	// messages and answers to collaboration requests are never refused for
+	// it (see Config.MaxQueued).
+	ErrMailboxFull Code = "mailbox_full"
 	// ErrTooManyAgents: the society already has Config.MaxAgents live agents.
 	ErrTooManyAgents Code = "too_many_agents"
 	// ErrMaxDepth: the child would be deeper than Config.MaxDepth.

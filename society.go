@@ -29,6 +29,7 @@ const (
 // Defaults for the zero values of Config.
 const (
 	DefaultMaxAgents        = 10_000
+	DefaultMaxQueued        = 10_000
 	DefaultMaxDepth         = 16
 	DefaultMaxArtifactBytes = 16 << 20
 	DefaultUserInbox        = 1024
@@ -70,6 +71,16 @@ type Config struct {
 	// MaxDepth caps the depth of the organisation: root is at depth 0 and its
 	// children at depth 1. Zero means DefaultMaxDepth.
 	MaxDepth int
+	// MaxQueued caps the messages waiting in one agent's mailbox (the one
+	// it is handling aside): a message to an agent that already has
+	// MaxQueued waiting is refused with ErrMailboxFull, and changes nothing.
+	// The society's own messages are exempt, so that none is lost to the
+	// cap: a handoff, the settlement of a request whose timeout passed or
+	// whose responder ended, a failure report. So is a collaboration_response:
+	// each request is answered once, so answers cannot flood a mailbox, and
+	// refusing one would leave its request unsettled. Zero means
+	// DefaultMaxQueued; a negative value means no cap.
+	MaxQueued int
 	// MaxArtifactBytes caps an artifact's size. Zero means DefaultMaxArtifactBytes.
 	MaxArtifactBytes int64
 
@@ -211,6 +222,9 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	}
 	if cfg.MaxAgents <= 0 {
 		cfg.MaxAgents = DefaultMaxAgents
+	}
+	if cfg.MaxQueued == 0 {
+		cfg.MaxQueued = DefaultMaxQueued
 	}
 	if cfg.MaxDepth <= 0 {
 		cfg.MaxDepth = DefaultMaxDepth
