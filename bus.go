@@ -26,7 +26,9 @@ import (
 // collaboration_request reusing a request id is refused with
 // ErrDuplicateRequest; a collaboration_response with ErrUnknownRequest,
 // ErrWrongResponder (not from the agent asked, or not to the requester) or
-// ErrRequestClosed (already answered). A message to an agent whose mailbox
+// ErrRequestClosed (already answered; a request settled more than
+// Config.Retention ago is forgotten, and an answer to it is refused with
+// ErrUnknownRequest). A message to an agent whose mailbox
 // holds Config.MaxQueued messages is refused with ErrMailboxFull, unless it
 // is a collaboration_response.
 func (x *Actor) Send(ctx context.Context, out Outgoing) (Message, error) {
@@ -167,6 +169,7 @@ func (s *Society) commitSend(p *pendingSend) {
 	}
 	if r := p.answered; r != nil {
 		r.status = p.status
+		s.retireRequest(r)
 		if r.timer != nil && r.timer.Stop() {
 			s.wg.Done()
 		}
@@ -272,7 +275,7 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 		r := s.requests[id]
 		switch {
 		case r == nil:
-			return &Error{Code: ErrUnknownRequest, Message: "no collaboration request " + strconvQuote(id)}
+			return unknownRequest(id)
 		case r.to != by || r.from != m.To:
 			return &Error{Code: ErrWrongResponder, Message: "request " + id + " was sent by " + r.from + " to " + r.to + "; only " + r.to + " answers it, to " + r.from}
 		case r.status != StatusPending:

@@ -100,10 +100,17 @@ func (x *Actor) Respond(ctx context.Context, requestID string, p CollaborationRe
 	}
 	x.s.mu.RUnlock()
 	if requester == "" {
-		return Message{}, x.s.refuse("send_message", x.ID(), &Error{Code: ErrUnknownRequest, Message: "no collaboration request " + strconvQuote(requestID)})
+		return Message{}, x.s.refuse("send_message", x.ID(), unknownRequest(requestID))
 	}
 	p.RequestID = requestID
 	return x.Send(ctx, Outgoing{To: requester, Type: CollaborationResponse, Payload: p})
+}
+
+// unknownRequest is the refusal of an answer to request id, which the
+// society does not have.
+func unknownRequest(id string) *Error {
+	return &Error{Code: ErrUnknownRequest, Message: "no collaboration request " + strconvQuote(id) +
+		": it was never made, or it was settled long ago and is forgotten; check the request_id you were sent"}
 }
 
 func (s *Society) sendCollaboration(ctx context.Context, x *Actor, to string, p CollaborationRequestPayload, timeout time.Duration, waiter chan Message) (Message, error) {
@@ -184,7 +191,9 @@ func (s *Society) settle(ctx context.Context, id string, status RequestStatus) {
 	err := s.apply(ctx, func() (*change, *Error) {
 		p.answered = nil
 		r := s.requests[id]
-		if r == nil || r.status != StatusPending || s.agents[r.from] == nil || s.agents[r.to] == nil {
+		// The responder may be forgotten already (see prune): the requester
+		// is told all the same.
+		if r == nil || r.status != StatusPending || s.agents[r.from] == nil {
 			return nil, nil
 		}
 		why := "terminated: " + r.to + " was terminated before it answered"

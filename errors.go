@@ -51,7 +51,9 @@ const (
 	// ErrForbidden: the user endpoint tried to organise: it sends messages,
 	// it does not create roles or spawn agents.
 	ErrForbidden Code = "forbidden"
-	// ErrUnknownRequest: a collaboration_response names no known request.
+	// ErrUnknownRequest: a collaboration_response names no known request:
+	// none was made with its id, or it was settled more than
+	// Config.Retention ago and forgotten, or the agent that made it was.
 	ErrUnknownRequest Code = "unknown_request"
 	// ErrWrongResponder: a collaboration_response comes from an agent the
 	// request was not addressed to, or goes to someone other than the requester.

@@ -131,6 +131,7 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) error {
 			ended = list
 			for _, e := range list {
 				e.info.Status = StatusTerminated
+				s.retireAgent(e)
 				s.live--
 				if e.info.ParentID == RootID && s.rootKids[e.info.TaskID] == e.info.ID {
 					delete(s.rootKids, e.info.TaskID) // root may start the task afresh
