@@ -140,8 +140,11 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) error {
 		}
 		return c, nil
 	})
-	if err != nil || ended == nil {
+	if err != nil {
 		return err
+	}
+	if ended == nil {
+		return nil // not a typed nil *Error: the caller tests err != nil
 	}
 	s.settleRequestsTo(ctx, ended)
 	s.log.LogAttrs(ctx, slog.LevelInfo, "agent terminated", slog.String("agent", a.info.ID), slog.Int("with_descendants", len(ended)-1))
