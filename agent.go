@@ -365,13 +365,15 @@ func (s *Society) birthContacts(parent, child *agent, now time.Time) []ownedCont
 
 // addAgent records a new agent in memory. Called with s.mu held.
 func (s *Society) addAgent(c *agent) {
-	c.order = uint64(len(s.agents))
+	s.added++
+	c.order = s.added
 	s.agents[c.info.ID] = c
 	if c.spawnKey != "" {
 		s.spawnKeys[c.spawnKey] = c.info.ID
 	}
 	if c.info.Status == StatusTerminated {
-		return // restored: it counts for nothing
+		s.retireAgent(c) // restored: it counts for nothing, and is forgotten in time
+		return
 	}
 	s.live++
 	if c.info.ParentID == RootID {

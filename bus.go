@@ -26,9 +26,13 @@ import (
 // collaboration_request reusing a request id is refused with
 // ErrDuplicateRequest; a collaboration_response with ErrUnknownRequest,
 // ErrWrongResponder (not from the agent asked, or not to the requester) or
-// ErrRequestClosed (already answered).
+// ErrRequestClosed (already answered; a request settled more than
+// Config.Retention ago is forgotten, and an answer to it is refused with
+// ErrUnknownRequest). A message to an agent whose mailbox
+// holds Config.MaxQueued messages is refused with ErrMailboxFull, unless it
+// is a collaboration_response.
 func (x *Actor) Send(ctx context.Context, out Outgoing) (Message, error) {
-	return x.s.sendWith(ctx, x, out, nil)
+	return x.s.sendWith(ctx, x, out, nil, false)
 }
 
 // SendText sends the payload {"text": text} to agent to, as a general message.
@@ -46,6 +50,7 @@ type pendingSend struct {
 	request  *request // a new request, or nil
 	answered *request // the request a response closes, or nil
 	status   RequestStatus
+	own      bool // the society's own message: exempt from Config.MaxQueued
 }
 
 // changesState reports whether accepting a message of type t always changes
@@ -54,11 +59,18 @@ func changesState(t MessageType) bool {
 	return t == IntroductionResponse || t == CollaborationRequest || t == CollaborationResponse
 }
 
-// sendWith sends out as x does; for a collaboration request, waiter, if not
-// nil, receives the request's outcome instead of the sender's mailbox.
-func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter chan Message) (Message, error) {
+// sendOwn sends out as x on the society's behalf (a failure report), as
+// Send does, except that it is exempt from Config.MaxQueued.
+func (s *Society) sendOwn(ctx context.Context, x *Actor, out Outgoing) (Message, error) {
+	return s.sendWith(ctx, x, out, nil, true)
+}
+
+// sendWith is Send; for a collaboration request, waiter, if not nil,
+// receives the request's outcome instead of the sender's mailbox. own marks
+// the society's own message, exempt from Config.MaxQueued.
+func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter chan Message, own bool) (Message, error) {
 	from := x.a
-	p := new(pendingSend)
+	p := &pendingSend{own: own}
 	f, err := compose(&p.msg, from, x.taskID, out)
 	if err != nil {
 		return Message{}, s.refuse("send_message", from.info.ID, err)
@@ -157,6 +169,7 @@ func (s *Society) commitSend(p *pendingSend) {
 	}
 	if r := p.answered; r != nil {
 		r.status = p.status
+		s.retireRequest(r)
 		if r.timer != nil && r.timer.Stop() {
 			s.wg.Done()
 		}
@@ -199,6 +212,10 @@ func (s *Society) prepare(p *pendingSend, from *agent, f fields) *Error {
 	if s.cfg.ContactPolicy == ContactStrict && by != UserID && m.To != UserID && !s.contacts.knows(by, m.To) {
 		return &Error{Code: ErrUnknownContact, Message: m.To + " is not in your contacts; ask a contact for an introduction", AgentID: m.To}
 	}
+	if !p.own && m.Type != CollaborationResponse && s.mailboxFull(to) {
+		return &Error{Code: ErrMailboxFull, Message: m.To + "'s mailbox is full (" + itoa(s.cfg.MaxQueued) +
+			" messages waiting); nothing was sent. Do not resend at once: send again after " + m.To + " has caught up, for example once it has answered you.", AgentID: m.To}
+	}
 	p.to = to
 	if !s.contacts.knows(m.To, by) {
 		p.contacts = append(p.contacts, firstContact(from, m))
@@ -207,6 +224,17 @@ func (s *Society) prepare(p *pendingSend, from *agent, f fields) *Error {
 		return s.prepareTyped(p, f)
 	}
 	return nil
+}
+
+// mailboxFull reports whether a has Config.MaxQueued messages waiting.
+// Called with s.mu held: a send claims its receiver, so no other message to
+// a is being queued meanwhile.
+func (s *Society) mailboxFull(a *agent) bool {
+	if s.cfg.MaxQueued < 0 {
+		return false
+	}
+	box := a.box.Load()
+	return box != nil && box.Len() >= s.cfg.MaxQueued
 }
 
 func terminatedError(from, to *agent) *Error {
@@ -239,7 +267,7 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 			return &Error{Code: ErrDuplicateRequest, Message: "request_id " + strconvQuote(id) + " is already in use"}
 		}
 		p.request = &request{id: id, from: by, to: m.To, taskID: m.TaskID, status: StatusPending, createdAt: m.SentAt}
-		if d := timeoutOf(f); d > 0 {
+		if d, _ := timeoutOf(f); d > 0 { // checkPayload refused a bad one
 			p.request.deadline = m.SentAt.Add(d)
 		}
 	case CollaborationResponse:
@@ -247,7 +275,7 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 		r := s.requests[id]
 		switch {
 		case r == nil:
-			return &Error{Code: ErrUnknownRequest, Message: "no collaboration request " + strconvQuote(id)}
+			return unknownRequest(id)
 		case r.to != by || r.from != m.To:
 			return &Error{Code: ErrWrongResponder, Message: "request " + id + " was sent by " + r.from + " to " + r.to + "; only " + r.to + " answers it, to " + r.from}
 		case r.status != StatusPending:

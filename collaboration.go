@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"strconv"
 	"time"
 
@@ -99,17 +100,26 @@ func (x *Actor) Respond(ctx context.Context, requestID string, p CollaborationRe
 	}
 	x.s.mu.RUnlock()
 	if requester == "" {
-		return Message{}, x.s.refuse("send_message", x.ID(), &Error{Code: ErrUnknownRequest, Message: "no collaboration request " + strconvQuote(requestID)})
+		return Message{}, x.s.refuse("send_message", x.ID(), unknownRequest(requestID))
 	}
 	p.RequestID = requestID
 	return x.Send(ctx, Outgoing{To: requester, Type: CollaborationResponse, Payload: p})
 }
 
+// unknownRequest is the refusal of an answer to request id, which the
+// society does not have.
+func unknownRequest(id string) *Error {
+	return &Error{Code: ErrUnknownRequest, Message: "no collaboration request " + strconvQuote(id) +
+		": it was never made, or it was settled long ago and is forgotten; check the request_id you were sent"}
+}
+
 func (s *Society) sendCollaboration(ctx context.Context, x *Actor, to string, p CollaborationRequestPayload, timeout time.Duration, waiter chan Message) (Message, error) {
 	if timeout > 0 {
-		p.TimeoutSeconds = timeout.Seconds()
+		// A Duration's seconds may round, as a float, to just past the
+		// longest Duration.
+		p.TimeoutSeconds = min(timeout.Seconds(), float64(MaxTimeoutSeconds))
 	}
-	return s.sendWith(ctx, x, Outgoing{To: to, Type: CollaborationRequest, Payload: p}, waiter)
+	return s.sendWith(ctx, x, Outgoing{To: to, Type: CollaborationRequest, Payload: p}, waiter, false)
 }
 
 func requestIDOf(m Message) string {
@@ -181,7 +191,9 @@ func (s *Society) settle(ctx context.Context, id string, status RequestStatus) {
 	err := s.apply(ctx, func() (*change, *Error) {
 		p.answered = nil
 		r := s.requests[id]
-		if r == nil || r.status != StatusPending || s.agents[r.from] == nil || s.agents[r.to] == nil {
+		// The responder may be forgotten already (see prune): the requester
+		// is told all the same.
+		if r == nil || r.status != StatusPending || s.agents[r.from] == nil {
 			return nil, nil
 		}
 		why := "terminated: " + r.to + " was terminated before it answered"
@@ -207,16 +219,35 @@ func (s *Society) settle(ctx context.Context, id string, status RequestStatus) {
 	}
 }
 
+// MaxTimeoutSeconds is the largest timeout_seconds a collaboration request
+// may give, about 292 years: the longest time.Duration, in whole seconds. A
+// larger one is refused, never taken as no timeout.
+const MaxTimeoutSeconds = int64(math.MaxInt64 / time.Second)
+
+// timeoutProblem is what a model is told of a timeout_seconds it must correct.
+var timeoutProblem = "timeout_seconds, when given, must be a positive number of seconds, at most " +
+	strconv.FormatInt(MaxTimeoutSeconds, 10) + " (about 292 years); leave it out for no timeout"
+
 // timeoutOf reads a collaboration request's timeout_seconds: zero when it
-// is absent.
-func timeoutOf(f fields) time.Duration {
-	v, ok := f["timeout_seconds"]
-	if !ok {
-		return 0
+// is absent, and ok false when it is not a number in (0, MaxTimeoutSeconds].
+func timeoutOf(f fields) (d time.Duration, ok bool) {
+	v, present := f["timeout_seconds"]
+	if !present {
+		return 0, true
 	}
 	secs, err := strconv.ParseFloat(string(v), 64)
-	if err != nil || secs <= 0 {
-		return 0
+	if err != nil {
+		return 0, false
 	}
-	return time.Duration(secs * float64(time.Second))
+	return secondsToDuration(secs)
+}
+
+// secondsToDuration converts a timeout in seconds to a Duration, reporting
+// false for one that is not positive or exceeds MaxTimeoutSeconds (NaN
+// included). A positive timeout shorter than a nanosecond is a nanosecond.
+func secondsToDuration(secs float64) (time.Duration, bool) {
+	if !(secs > 0 && secs <= float64(MaxTimeoutSeconds)) {
+		return 0, false
+	}
+	return max(time.Duration(secs*float64(time.Second)), 1), true
 }

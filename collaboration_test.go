@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"math"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	as "agentsociety"
+	"agentsociety/store"
 
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
@@ -377,5 +380,88 @@ func TestCloseWakesCollaborate(t *testing.T) {
 	}
 	if err := recv(t, got, "Collaborate to return after Close"); !errors.Is(err, as.ErrClosed) {
 		t.Fatalf("Collaborate = %v, want ErrClosed", err)
+	}
+}
+
+// TestTimeoutTooLongForADurationIsRefused: a timeout_seconds past the
+// longest time.Duration is refused, by send_message with a
+// collaboration_request payload and by request_collaboration alike, with a
+// message naming the maximum, and nothing is sent; it is never taken as no
+// timeout.
+func TestTimeoutTooLongForADurationIsRefused(t *testing.T) {
+	in := newInbox()
+	maxSecs := strconv.FormatInt(as.MaxTimeoutSeconds, 10)
+	payload := func(timeout string) string {
+		return `{"to":"agent-2","message_type":"collaboration_request","payload":{"subtask_description":"x","timeout_seconds":` + timeout + `}}`
+	}
+	request := func(timeout string) string {
+		return `{"to":"agent-2","subtask_description":"x","timeout_seconds":` + timeout + `}`
+	}
+	results := callTools(t, as.Config{}, in.behavior(),
+		toolCall{"send_message", payload("1e10")},
+		toolCall{"send_message", payload("9223372036.9")},
+		toolCall{"send_message", payload("1e400")},
+		toolCall{"request_collaboration", request("1e10")},
+		toolCall{"request_collaboration", request("1e300")},
+		toolCall{"request_collaboration", request("1e400")},
+	)
+	atMost := "at most " + maxSecs + " (about 292 years)"
+	want := []struct {
+		code as.Code
+		in   string
+	}{
+		{as.ErrInvalidMessageFormat, atMost},
+		{as.ErrInvalidMessageFormat, atMost},
+		{as.ErrInvalidMessageFormat, atMost},
+		{as.ErrInvalidArgument, atMost},
+		{as.ErrInvalidArgument, atMost},
+		{as.ErrInvalidArgument, `"timeout_seconds" holds a number out of range: 1e400 is too large`},
+	}
+	if len(results) != len(want) {
+		t.Fatalf("%d results, want %d: %q", len(results), len(want), results)
+	}
+	for i, r := range results {
+		var e toolError
+		if err := json.Unmarshal([]byte(r), &e); err != nil {
+			t.Fatalf("result %d: %v: %s", i, err, r)
+		}
+		if e.Error != string(want[i].code) || !strings.Contains(e.Message, want[i].in) {
+			t.Errorf("result %d is %s, want %s with a message containing %q", i, r, want[i].code, want[i].in)
+		}
+		if e.Error == string(as.ErrInvalidMessageFormat) && e.MessageType != string(as.CollaborationRequest) {
+			t.Errorf("result %d: message_type %q", i, e.MessageType)
+		}
+	}
+	select {
+	case m := <-in.ch:
+		t.Fatalf("agent-2 got %s", m.Payload)
+	default:
+	}
+}
+
+// TestRequestCollaborationTakesTheLongestDuration: Actor.RequestCollaboration
+// takes a Duration, so even the longest one is a timeout: the request gets
+// a deadline, and the payload says MaxTimeoutSeconds.
+func TestRequestCollaborationTakesTheLongestDuration(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	st := store.NewMemory()
+	s := newSociety(t, as.Config{Store: st, DefaultBehavior: in.behavior()})
+	lead, helper := chain(t, s, nil)
+	before := time.Now()
+	id, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, time.Duration(math.MaxInt64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p as.CollaborationRequestPayload
+	if m := in.next(t); m.Decode(&p) != nil || p.RequestID != id || p.TimeoutSeconds != float64(as.MaxTimeoutSeconds) {
+		t.Fatalf("helper got %s", m.Payload)
+	}
+	state, err := st.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(state.Requests) != 1 || state.Requests[0].Status != string(as.StatusPending) || state.Requests[0].Deadline.Before(before.AddDate(290, 0, 0)) {
+		t.Fatalf("the store holds %+v, want one pending request due in about 292 years", state.Requests)
 	}
 }

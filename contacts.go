@@ -170,6 +170,14 @@ func (r *ContactRegistry) knows(from, to string) bool {
 	return r.owners[from].find(to) >= 0
 }
 
+// forget drops owner's registry: the society forgot owner (see
+// Config.Retention). Entries about owner in other registries stay.
+func (r *ContactRegistry) forget(owner string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.owners, owner)
+}
+
 // List returns owner's contacts in the order they were added.
 func (r *ContactRegistry) List(owner string) []Contact {
 	r.mu.RLock()

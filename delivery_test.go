@@ -504,3 +504,164 @@ func BenchmarkRouteBaseline(b *testing.B) {
 	wg.Wait()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
+
+// TestMailboxCap: a send to an agent whose mailbox already holds
+// Config.MaxQueued messages is refused with ErrMailboxFull and changes
+// nothing; the society's own messages (a failure report, a handoff) and
+// answers to requests still go through; once the agent has caught up,
+// sends work again.
+func TestMailboxCap(t *testing.T) {
+	ctx := context.Background()
+	const maxQueued = 3
+	st := newRecordingStore()
+	s := newSociety(t, as.Config{Store: st, MaxQueued: maxQueued, Logger: quiet})
+
+	// The lead holds on each "hold" until released; its child fails on
+	// "fail".
+	got := make(chan as.Message, 64)
+	holding, release := make(chan struct{}), make(chan struct{})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "", as.BehaviorFunc(func(ctx context.Context, _ *as.Actor, m as.Message) error {
+		got <- m
+		if m.Text() == "hold" {
+			holding <- struct{}{}
+			<-release
+		}
+		return nil
+	})).ID)
+	role, _, err := lead.CreateRole(ctx, as.RoleSpec{Name: "child"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := spawnWith(t, s, lead, role.ID, as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
+		if m.Text() == "fail" {
+			return errors.New("cannot")
+		}
+		return nil
+	}))
+	user := actorOf(t, s, as.UserID)
+	send := func(from *as.Actor, out as.Outgoing) (as.Message, error) {
+		t.Helper()
+		if out.TaskID == "" {
+			out.TaskID = "t"
+		}
+		return from.Send(ctx, out)
+	}
+	mustSend := func(from *as.Actor, out as.Outgoing) as.Message {
+		t.Helper()
+		m, err := send(from, out)
+		if err != nil {
+			t.Fatalf("%s to %s: %v", from.ID(), out.To, err)
+		}
+		return m
+	}
+
+	// The lead holds its first message; a request from it waits for the
+	// child's answer.
+	hold := mustSend(user, as.Outgoing{To: lead.ID(), Payload: as.Text("hold")})
+	recv(t, holding, "the lead holding")
+	req := mustSend(lead, as.Outgoing{To: child.ID(), Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: "req-1", SubtaskDescription: "x"}})
+	st.waitFinished(t, req.ID)
+	queued := []as.Message{hold}
+	for i := range maxQueued {
+		queued = append(queued, mustSend(user, as.Outgoing{To: lead.ID(), Payload: as.Text("m" + strconv.Itoa(i))}))
+	}
+
+	// The mailbox is full: nothing more gets in, from anyone, of any type.
+	before, mark := snapshot(t, s), st.mark()
+	for _, c := range []struct {
+		from *as.Actor
+		out  as.Outgoing
+	}{
+		{user, as.Outgoing{To: lead.ID(), Payload: as.Text("one too many")}},
+		{child, as.Outgoing{To: lead.ID(), Payload: as.Text("one too many")}},
+		{child, as.Outgoing{To: lead.ID(), Type: as.StatusReport, Payload: as.StatusReportPayload{Status: "busy"}}},
+		{child, as.Outgoing{To: lead.ID(), Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: "req-refused", SubtaskDescription: "x"}}},
+	} {
+		m, err := send(c.from, c.out)
+		if e := wantCode(t, err, as.ErrMailboxFull); e.AgentID != lead.ID() || m.ID != "" {
+			t.Fatalf("refusal %+v, message %+v", e, m)
+		}
+	}
+	wantCode(t, sendErr(ctx, child, as.Outgoing{To: lead.ID(), Type: as.CollaborationResponse,
+		Payload: as.CollaborationResponsePayload{RequestID: "req-refused", Status: as.StatusRejected, ErrorMessage: "no"}}), as.ErrUnknownRequest)
+	sameState(t, before, s)
+	st.assertOnly(t, mark)
+
+	// An answer to a request and a failure report still get in.
+	answer, err := child.Respond(ctx, "req-1", as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: json.RawMessage(`{"ok":true}`)})
+	if err != nil {
+		t.Fatalf("the answer: %v", err)
+	}
+	queued = append(queued, answer)
+	mustSend(user, as.Outgoing{To: child.ID(), Payload: as.Text("fail")})
+	waitFor(t, "the failure report to be accepted", func() bool {
+		for _, c := range st.since(mark) {
+			for _, m := range c.Accepted {
+				if m.From == child.ID() && m.Type == string(as.StatusReport) {
+					return true
+				}
+			}
+		}
+		return false
+	})
+
+	// Once the lead has caught up, sends work again.
+	release <- struct{}{}
+	for i, want := range queued {
+		if m := recv(t, got, "a message to the lead"); m.ID != want.ID {
+			t.Fatalf("message %d to the lead is %s %s, want %s %s", i, m.ID, m.Payload, want.ID, want.Payload)
+		}
+	}
+	if m := recv(t, got, "the failure report"); m.From != child.ID() || m.Type != as.StatusReport {
+		t.Fatalf("the lead got %+v, want the child's failure report", m)
+	}
+	after := mustSend(user, as.Outgoing{To: lead.ID(), Payload: as.Text("after")})
+	if m := recv(t, got, "a message after the lead caught up"); m.ID != after.ID {
+		t.Fatalf("the lead got %s, want %s", m.ID, after.ID)
+	}
+
+	// A handoff gets into a full mailbox too.
+	mustSend(user, as.Outgoing{To: lead.ID(), Payload: as.Text("hold")})
+	recv(t, holding, "the lead holding again")
+	for i := range maxQueued {
+		mustSend(user, as.Outgoing{To: lead.ID(), Payload: as.Text("n" + strconv.Itoa(i))})
+	}
+	wantCode(t, sendErr(ctx, user, as.Outgoing{To: lead.ID(), TaskID: "t", Payload: as.Text("one too many")}), as.ErrMailboxFull)
+	if err := s.Terminate(ctx, lead.ID()); err != nil {
+		t.Fatalf("terminating an agent whose mailbox is full: %v", err)
+	}
+	release <- struct{}{}
+	for range maxQueued + 1 {
+		recv(t, got, "a message to the lead")
+	}
+	waitFor(t, "the lead to end", func() bool {
+		a, _ := s.Agent(lead.ID())
+		return a.Status == as.StatusTerminated
+	})
+}
+
+// TestMailboxCapNegativeMeansNone: with a negative MaxQueued, a mailbox
+// takes any number of messages.
+func TestMailboxCapNegativeMeansNone(t *testing.T) {
+	ctx := context.Background()
+	holding, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	s := newSociety(t, as.Config{MaxQueued: -1, Logger: quiet, Root: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
+		once.Do(func() {
+			holding <- struct{}{}
+			<-release
+		})
+		return nil
+	})})
+	user := actorOf(t, s, as.UserID).WithTask("t")
+	if _, err := user.SendText(ctx, as.RootID, "first"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, holding, "root holding")
+	for i := range as.DefaultMaxQueued + 1 {
+		if _, err := user.SendText(ctx, as.RootID, strconv.Itoa(i)); err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+	}
+	close(release)
+}

@@ -92,6 +92,9 @@
 // queued when the society closes (see [store.Volatile]). Go behaviours are
 // code, not state: give them back with Config.RestoreBehavior. A message to
 // user stays pending until the host has it (see [Society.OnUserMessage]).
+// What has ended, a settled request or a terminated agent, is forgotten
+// from memory Config.Retention after it ended, so that a long-lived
+// society does not grow; the store keeps it.
 //
 // Every change goes one way: it is checked against the society's state
 // under its lock, recorded in the store with no lock held, then applied to

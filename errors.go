@@ -39,6 +39,11 @@ const (
 	ErrParentMismatch Code = "parent_mismatch"
 	// ErrNotRoleOwner: an agent tried to spawn on a role it did not create.
 	ErrNotRoleOwner Code = "not_role_owner"
+	// ErrMailboxFull: the receiver already has Config.MaxQueued messages
+	// waiting to be handled; the message was not sent. The society's own
+	// messages and answers to collaboration requests are never refused for
+	// it (see Config.MaxQueued).
+	ErrMailboxFull Code = "mailbox_full"
 	// ErrTooManyAgents: the society already has Config.MaxAgents live agents.
 	ErrTooManyAgents Code = "too_many_agents"
 	// ErrMaxDepth: the child would be deeper than Config.MaxDepth.
@@ -46,7 +51,9 @@ const (
 	// ErrForbidden: the user endpoint tried to organise: it sends messages,
 	// it does not create roles or spawn agents.
 	ErrForbidden Code = "forbidden"
-	// ErrUnknownRequest: a collaboration_response names no known request.
+	// ErrUnknownRequest: a collaboration_response names no known request:
+	// none was made with its id, or it was settled more than
+	// Config.Retention ago and forgotten, or the agent that made it was.
 	ErrUnknownRequest Code = "unknown_request"
 	// ErrWrongResponder: a collaboration_response comes from an agent the
 	// request was not addressed to, or goes to someone other than the requester.
@@ -135,19 +142,39 @@ func newError(code Code, msg string) *Error {
 	return &Error{Code: code, Message: msg}
 }
 
-// MarshalJSON renders e as a failed tool result: {"error": code, "message":
-// ..., "missing_fields": [...], "message_type": ..., "agent_id": ...}, the
-// fields that do not apply left out. This is the form a model reads.
+// MarshalJSON renders e as a failed tool result, the form a model reads,
+// with the field names of seed 001's Error Handling section:
+//
+//	{"error": "invalid_task_brief", "message": ..., "missing_fields": [...]}
+//	{"error": "invalid_message_format", "message": ..., "message_type": ..., "missing_fields": [...]}
+//	{"error": "agent_not_found", "message": ..., "agentId": ...}
+//
+// missing_fields is always present for those two codes (an empty list when
+// no field is missing: the payload was malformed instead), and message_type
+// always for invalid_message_format. For other codes each of these fields
+// is present only when it applies; agentId names the agent concerned,
+// whatever the code.
 func (e *Error) MarshalJSON() ([]byte, error) {
 	msg := e.Message
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
-	return json.Marshal(struct {
-		Code          Code        `json:"error"`
-		Message       string      `json:"message,omitempty"`
-		MissingFields []string    `json:"missing_fields,omitempty"`
-		MessageType   MessageType `json:"message_type,omitempty"`
-		AgentID       string      `json:"agent_id,omitempty"`
-	}{e.Code, msg, e.MissingFields, e.MessageType, e.AgentID})
+	out := struct {
+		Code          Code         `json:"error"`
+		Message       string       `json:"message,omitempty"`
+		MessageType   *MessageType `json:"message_type,omitempty"`
+		MissingFields *[]string    `json:"missing_fields,omitempty"`
+		AgentID       string       `json:"agentId,omitempty"`
+	}{Code: e.Code, Message: msg, AgentID: e.AgentID}
+	missing := e.MissingFields
+	if missing == nil && (e.Code == ErrInvalidTaskBrief || e.Code == ErrInvalidMessageFormat) {
+		missing = []string{}
+	}
+	if missing != nil {
+		out.MissingFields = &missing
+	}
+	if e.MessageType != "" || e.Code == ErrInvalidMessageFormat {
+		out.MessageType = &e.MessageType
+	}
+	return json.Marshal(out)
 }

@@ -488,3 +488,71 @@ func TestRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestRefusalJSONFollowsSeed001 checks the refusals a model reads against
+// seed 001's Error Handling section, field names and all:
+// {error: 'invalid_task_brief', missing_fields: [...]}, {error:
+// 'invalid_message_format', message_type: type, missing_fields: [...]} and
+// {error: 'agent_not_found', agentId: targetId}, each with a message.
+func TestRefusalJSONFollowsSeed001(t *testing.T) {
+	results := callTools(t, as.Config{}, newInbox().behavior(),
+		toolCall{"spawn_agent", `{"roleId":"role-1","taskBrief":{"objective":"x","constraints":[]}}`},
+		toolCall{"send_message", `{"to":"agent-2","message_type":"introduction_request","payload":{"reason":"need a DBA"}}`},
+		toolCall{"send_message", `{"to":"agent-2","payload":[1,2]}`},
+		toolCall{"send_message", `{"to":"agent-404","payload":{"text":"hi"}}`},
+	)
+	want := []map[string]any{
+		{"error": "invalid_task_brief", "missing_fields": []any{"inputs", "outputs", "completion_criteria"}},
+		{"error": "invalid_message_format", "message_type": "introduction_request", "missing_fields": []any{"required_capability"}},
+		{"error": "invalid_message_format", "message_type": "general", "missing_fields": []any{}},
+		{"error": "agent_not_found", "agentId": "agent-404"},
+	}
+	if len(results) != len(want) {
+		t.Fatalf("%d results, want %d: %q", len(results), len(want), results)
+	}
+	for i, r := range results {
+		var got map[string]any
+		if err := json.Unmarshal([]byte(r), &got); err != nil {
+			t.Fatalf("result %d is not a JSON object: %v: %s", i, err, r)
+		}
+		if msg, _ := got["message"].(string); msg == "" {
+			t.Errorf("result %d has no message: %s", i, r)
+		}
+		delete(got, "message")
+		if diff := cmp.Diff(want[i], got); diff != "" {
+			t.Errorf("result %d (-want +got):\n%s", i, diff)
+		}
+	}
+}
+
+// TestErrorJSONFromTheAPI checks that the refusals the host gets encode as
+// the model reads them: the same seed 001 fields, from errors.As on a Go
+// call's error.
+func TestErrorJSONFromTheAPI(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{})
+	root := actorOf(t, s, as.RootID).WithTask("t")
+	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "r"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, briefErr := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: &as.TaskBrief{Objective: "x"}})
+	formatErr := sendErr(ctx, root, as.Outgoing{To: as.UserID, Type: as.StatusReport, Payload: map[string]any{}})
+	notFoundErr := sendErr(ctx, root, as.Outgoing{To: "agent-9", Payload: as.Text("hi")})
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{briefErr, `{"error":"invalid_task_brief","message":"the task brief lacks required fields","missing_fields":["constraints","inputs","outputs","completion_criteria"]}`},
+		{formatErr, `{"error":"invalid_message_format","message":"the payload lacks fields its type requires","message_type":"status_report","missing_fields":["status"]}`},
+		{notFoundErr, `{"error":"agent_not_found","message":"no agent \"agent-9\"","agentId":"agent-9"}`},
+	} {
+		b, err := json.Marshal(c.err)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != c.want {
+			t.Errorf("got  %s\nwant %s", b, c.want)
+		}
+	}
+}

@@ -970,7 +970,7 @@ type toolError struct {
 	Message       string   `json:"message"`
 	MissingFields []string `json:"missing_fields"`
 	MessageType   string   `json:"message_type"`
-	AgentID       string   `json:"agent_id"`
+	AgentID       string   `json:"agentId"`
 }
 
 // cpuTimer measures the CPU time the process spends, user and system, over
@@ -994,4 +994,46 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// toolCall is a tool call a scripted model makes: a tool's name and its
+// JSON arguments.
+type toolCall struct{ name, args string }
+
+// callTools has the model-driven agent of a new society make calls, one per
+// step of one turn, and returns the results the model read, in order. The
+// agent is agent-1, root's child on task "t"; agent-2, its child, is driven
+// by helper. cfg's Model is replaced.
+func callTools(t *testing.T, cfg as.Config, helper as.Behavior, calls ...toolCall) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var results []string
+	done := make(chan struct{})
+	cfg.Model = llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if r := lastToolResult(req); r != "" {
+			results = append(results, r)
+		}
+		if n := len(results); n < len(calls) {
+			return call(fmt.Sprintf("c%d", n+1), calls[n].name, calls[n].args), nil
+		}
+		close(done)
+		return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Content: "done"}}, nil
+	})
+	if cfg.MaxSteps == 0 {
+		cfg.MaxSteps = len(calls) + 1
+	}
+	s := newSociety(t, cfg)
+	lead, _ := chain(t, s, helper)
+	if lead.ID() != "agent-1" {
+		t.Fatalf("the model-driven agent is %s, want agent-1", lead.ID())
+	}
+	if _, err := s.SendTextToAgent(context.Background(), lead.ID(), "go", ""); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, done, "the end of agent-1's turn")
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(results)
 }

@@ -129,7 +129,8 @@ type CollaborationRequestPayload struct {
 	SubtaskDescription string          `json:"subtask_description"`
 	Context            json.RawMessage `json:"context,omitempty"`
 	// TimeoutSeconds, when positive, is how long the responder has: then
-	// the society settles the request itself (see StatusTimeout).
+	// the society settles the request itself (see StatusTimeout). It may
+	// not exceed MaxTimeoutSeconds.
 	TimeoutSeconds float64 `json:"timeout_seconds,omitempty"`
 	Text           string  `json:"text,omitempty"`
 }
@@ -231,8 +232,8 @@ func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 		if _, ok := f["request_id"]; ok && !f.hasText("request_id") {
 			problem, malformed = "request_id, when given, must be a non-empty string", true
 		}
-		if _, ok := f["timeout_seconds"]; ok && timeoutOf(f) <= 0 {
-			problem, malformed = "timeout_seconds, when given, must be a positive number", true
+		if _, ok := timeoutOf(f); !ok {
+			problem, malformed = timeoutProblem, true
 		}
 	case CollaborationResponse:
 		need("request_id", "status")

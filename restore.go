@@ -96,8 +96,12 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 			s.contacts.Add(owner, c)
 		}
 	}
-	for _, r := range st.Requests {
-		s.requests[r.ID] = requestFromRecord(r)
+	for _, rec := range st.Requests {
+		r := requestFromRecord(rec)
+		s.requests[r.id] = r
+		if r.status != StatusPending {
+			s.retireRequest(r) // forgotten Config.Retention after opening
+		}
 	}
 	for _, h := range st.Histories {
 		a := s.agents[h.AgentID]

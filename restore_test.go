@@ -263,7 +263,8 @@ func TestReopen_NewMessagesDoNotOvertakePendingOnes(t *testing.T) {
 		<-ctx.Done()
 		return nil
 	})
-	s, err := as.New(ctx, as.Config{Logger: quiet, Store: forgetFinished{mem}, Root: hold, DefaultBehavior: hold})
+	// More messages than a mailbox holds by default: no cap.
+	s, err := as.New(ctx, as.Config{Logger: quiet, Store: forgetFinished{mem}, Root: hold, DefaultBehavior: hold, MaxQueued: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,7 +298,7 @@ func TestReopen_NewMessagesDoNotOvertakePendingOnes(t *testing.T) {
 		_, err := self.SendText(ctx, x.ID, "last")
 		return err
 	})
-	s, err = as.New(ctx, as.Config{Logger: quiet, Store: mem, Root: forward, DefaultBehavior: record})
+	s, err = as.New(ctx, as.Config{Logger: quiet, Store: mem, Root: forward, DefaultBehavior: record, MaxQueued: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

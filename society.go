@@ -29,6 +29,7 @@ const (
 // Defaults for the zero values of Config.
 const (
 	DefaultMaxAgents        = 10_000
+	DefaultMaxQueued        = 10_000
 	DefaultMaxDepth         = 16
 	DefaultMaxArtifactBytes = 16 << 20
 	DefaultUserInbox        = 1024
@@ -38,6 +39,7 @@ const (
 	DefaultRetryBackoff     = 500 * time.Millisecond
 	DefaultModelCallTimeout = 2 * time.Minute
 	DefaultHistoryBudget    = 24_000
+	DefaultRetention        = 24 * time.Hour
 )
 
 // Config configures a Society. The zero value is a working configuration:
@@ -70,8 +72,33 @@ type Config struct {
 	// MaxDepth caps the depth of the organisation: root is at depth 0 and its
 	// children at depth 1. Zero means DefaultMaxDepth.
 	MaxDepth int
+	// MaxQueued caps the messages waiting in one agent's mailbox (the one
+	// it is handling aside): a message to an agent that already has
+	// MaxQueued waiting is refused with ErrMailboxFull, and changes nothing.
+	// The society's own messages are exempt, so that none is lost to the
+	// cap: a handoff, the settlement of a request whose timeout passed or
+	// whose responder ended, a failure report. So is a collaboration_response:
+	// each request is answered once, so answers cannot flood a mailbox, and
+	// refusing one would leave its request unsettled. Zero means
+	// DefaultMaxQueued; a negative value means no cap.
+	MaxQueued int
 	// MaxArtifactBytes caps an artifact's size. Zero means DefaultMaxArtifactBytes.
 	MaxArtifactBytes int64
+	// Retention is how long the society keeps in memory what has ended,
+	// so that nothing it holds grows for its whole life. A collaboration
+	// request is forgotten Retention after it was settled: a late answer
+	// to it is then refused with ErrUnknownRequest rather than
+	// ErrRequestClosed. A terminated agent is forgotten Retention after it
+	// ended, with its spawn key, its contact registry, its private state,
+	// the requests it made or was asked, and the roles it created that no
+	// remaining agent is on: Agent, Agents, Roles and FindRoleByName no
+	// longer show them, and a message to it is refused with
+	// ErrAgentNotFound rather than ErrAgentTerminated. Entries about it in
+	// other agents' registries stay. The store keeps all of it (store.Store
+	// has no way to delete a request or an agent): a society reopened on the
+	// store forgets it again Retention after opening. Zero means
+	// DefaultRetention; a negative value means nothing is forgotten.
+	Retention time.Duration
 
 	// Model drives every agent that has no Go behaviour (neither its own nor
 	// Root or DefaultBehavior): see the package documentation on model-driven agents.
@@ -141,9 +168,10 @@ type Society struct {
 	// every change goes through apply (change.go), which records it with
 	// mu released.
 	//
-	// Goroutines: every drainer starts in goFunc, and every request timer
-	// in armTimeout, both with mu held and closed false; wg counts them and
-	// the changes being recorded, and Close waits for wg.
+	// Goroutines: every drainer starts in goFunc, every request timer in
+	// armTimeout and the prune timer in armPrune, all with mu held and
+	// closed false; wg counts them and the changes being recorded, and
+	// Close waits for wg.
 	cfg   Config
 	store store.Store
 	log   *slog.Logger
@@ -170,10 +198,16 @@ type Society struct {
 	spawnKeys map[string]string // spawn key -> child (see turn)
 	requests  map[string]*request
 	state     map[stateKey]StateValue
-	live      int // agents other than root and user
-	adding    int // agents being added by changes in flight
+	live      int    // agents other than root and user
+	added     uint64 // agents added so far, for their creation order
+	adding    int    // agents being added by changes in flight
 	claims    map[string]chan struct{}
 	contacts  ContactRegistry
+	// retired holds what ended, in the order it ended, to be forgotten
+	// Config.Retention later; pruneTimer fires when the oldest is due (see
+	// prune.go).
+	retired    []retiree
+	pruneTimer *time.Timer
 
 	// closed is set under mu held for writing; apply checks it under mu, so
 	// no change is checked after Close began. Drainers read it alone: a
@@ -212,6 +246,9 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	if cfg.MaxAgents <= 0 {
 		cfg.MaxAgents = DefaultMaxAgents
 	}
+	if cfg.MaxQueued == 0 {
+		cfg.MaxQueued = DefaultMaxQueued
+	}
 	if cfg.MaxDepth <= 0 {
 		cfg.MaxDepth = DefaultMaxDepth
 	}
@@ -238,6 +275,9 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	}
 	if cfg.ModelCallTimeout == 0 {
 		cfg.ModelCallTimeout = DefaultModelCallTimeout
+	}
+	if cfg.Retention == 0 {
+		cfg.Retention = DefaultRetention
 	}
 	if cfg.HistoryBudget <= 0 {
 		cfg.HistoryBudget = DefaultHistoryBudget
@@ -356,6 +396,7 @@ func (s *Society) stop() bool {
 	}
 	s.closed.Store(true)
 	s.stopTimeouts()
+	s.stopPrune()
 	s.mu.Unlock()
 	close(s.done)
 	return true
@@ -376,7 +417,8 @@ func (s *Society) Actor(id string) (*Actor, error) {
 	return &Actor{s: s, a: a, taskID: a.info.TaskID}, nil
 }
 
-// Agent returns the agent with the given id, root and user included.
+// Agent returns the agent with the given id, root and user included. A
+// terminated agent is forgotten Config.Retention after it ended.
 func (s *Society) Agent(id string) (Agent, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -387,7 +429,8 @@ func (s *Society) Agent(id string) (Agent, bool) {
 	return a.info.clone(), true
 }
 
-// Agents returns every agent other than root and user, oldest first.
+// Agents returns every agent other than root and user, oldest first,
+// terminated ones included until Config.Retention after they ended.
 func (s *Society) Agents() []Agent {
 	type ordered struct {
 		order uint64
@@ -420,7 +463,9 @@ func (s *Society) Role(id string) (Role, bool) {
 	return r.clone(), true
 }
 
-// Roles returns every role, oldest first.
+// Roles returns every role, oldest first. A role created by an agent that
+// was forgotten (see Config.Retention) is forgotten with it, once no agent
+// the society has is on it.
 func (s *Society) Roles() []Role {
 	s.mu.RLock()
 	defer s.mu.RUnlock()

@@ -131,6 +131,7 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) *Error {
 			ended = list
 			for _, e := range list {
 				e.info.Status = StatusTerminated
+				s.retireAgent(e)
 				s.live--
 				if e.info.ParentID == RootID && s.rootKids[e.info.TaskID] == e.info.ID {
 					delete(s.rootKids, e.info.TaskID) // root may start the task afresh
@@ -139,8 +140,11 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) *Error {
 		}
 		return c, nil
 	})
-	if err != nil || ended == nil {
+	if err != nil {
 		return err
+	}
+	if ended == nil {
+		return nil // not a typed nil *Error: the caller tests err != nil
 	}
 	s.settleRequestsTo(ctx, ended)
 	s.log.LogAttrs(ctx, slog.LevelInfo, "agent terminated", slog.String("agent", a.info.ID), slog.Int("with_descendants", len(ended)-1))

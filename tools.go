@@ -234,15 +234,17 @@ func toolError(err error) *Error {
 }
 
 // toolTimeout reads an optional timeout_seconds: absent means none, and a
-// value given must be positive, as in a collaboration_request's payload.
+// value given must be positive and at most MaxTimeoutSeconds, as in a
+// collaboration_request's payload.
 func toolTimeout(secs *float64) (time.Duration, error) {
 	if secs == nil {
 		return 0, nil
 	}
-	if *secs <= 0 {
-		return 0, &Error{Code: ErrInvalidArgument, Message: "timeout_seconds, when given, must be a positive number"}
+	d, ok := secondsToDuration(*secs)
+	if !ok {
+		return 0, &Error{Code: ErrInvalidArgument, Message: timeoutProblem}
 	}
-	return time.Duration(*secs * float64(time.Second)), nil
+	return d, nil
 }
 
 // decodeArgs decodes a model's arguments for tool into v (a pointer). Empty
@@ -280,10 +282,15 @@ func argsProblem(err error) string {
 	default: // "string", "number"
 		given = "a " + given
 	}
+	want := jsonKind(typ.Type)
 	if typ.Field == "" {
-		return "the arguments must be " + jsonKind(typ.Type) + ", not " + given
+		return "the arguments must be " + want + ", not " + given
 	}
-	return strconvQuote(typ.Field) + " holds " + given + " where " + jsonKind(typ.Type) + " is expected"
+	if given == want { // a number too large for its Go type
+		n, _ := strings.CutPrefix(typ.Value, "number ")
+		return strconvQuote(typ.Field) + " holds a number out of range: " + n + " is too large"
+	}
+	return strconvQuote(typ.Field) + " holds " + given + " where " + want + " is expected"
 }
 
 // jsonKind names the JSON value that decodes into a value of type t.

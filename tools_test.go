@@ -397,7 +397,7 @@ func TestEveryRefusalReachesTheModelAsACodedToolResult(t *testing.T) {
 			continue
 		}
 		if e.Error != string(c.code) || !slices.Equal(e.MissingFields, c.missing) || e.MessageType != c.msgType || e.AgentID != c.agentID {
-			t.Errorf("%s: the model got %s,\nwant code %s, missing_fields %q, message_type %q, agent_id %q", c.name, res.Content, c.code, c.missing, c.msgType, c.agentID)
+			t.Errorf("%s: the model got %s,\nwant code %s, missing_fields %q, message_type %q, agentId %q", c.name, res.Content, c.code, c.missing, c.msgType, c.agentID)
 		}
 		if e.Message == "" || !strings.Contains(e.Message, c.detail) {
 			t.Errorf("%s: message %q, want a message containing %q", c.name, e.Message, c.detail)

@@ -2,6 +2,7 @@ package agentsociety
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -58,6 +59,11 @@ func (s *Society) OnUserMessage(f func(Message)) (unregister func()) {
 // society closes. filter runs under the endpoint's lock and must not call
 // the society.
 //
+// A filter that panics is the host's bug: the panic is logged at Error level
+// and this call returns it as an error with code ErrInvalidArgument; the
+// message it was looking at is treated as not matching, so it goes to
+// another waiter or stays in the inbox, and the endpoint goes on working.
+//
 // Unclaimed messages wait in an inbox of Config.UserInbox messages; when it
 // is full the oldest is dropped. A dropped message the host never had (by
 // the console or a callback) is logged at Error level and counted by
@@ -108,7 +114,34 @@ type userMessage struct {
 
 type waiter struct {
 	filter func(Message) bool
-	ch     chan Message // buffered(1): the claimed message
+	ch     chan claim // buffered(1): the claimed message, or the filter's panic
+}
+
+// claim is what a waiter gets: a message its filter matched, or the error
+// its filter's panic became.
+type claim struct {
+	m   Message
+	err error
+}
+
+// match runs a WaitForUserMessage filter on m under u.mu; a nil filter
+// matches any message. A panic in the filter is returned as an error,
+// for the caller whose filter it is, and to be logged once u.mu is released.
+func match(filter func(Message) bool, m Message) (ok bool, err error) {
+	if filter == nil {
+		return true, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = &Error{Code: ErrInvalidArgument, Message: fmt.Sprintf("the WaitForUserMessage filter panicked on message %s: %v", m.ID, r)}
+		}
+	}()
+	return filter(m), nil
+}
+
+// filterPanicked logs err, the panic of a WaitForUserMessage filter.
+func (u *userEndpoint) filterPanicked(ctx context.Context, err error) {
+	u.s.log.LogAttrs(ctx, slog.LevelError, "WaitForUserMessage filter panicked; its caller gets the error", slog.String("err", err.Error()))
 }
 
 func newUserEndpoint(s *Society, console io.Writer, limit int) *userEndpoint {
@@ -131,13 +164,26 @@ func (u *userEndpoint) HandleMessage(ctx context.Context, _ *Actor, m Message) e
 	had := len(subs) > 0 || u.console != nil
 
 	var drop *userMessage
+	var panics []error
+	claimed := false
 	u.mu.Lock()
-	i := slices.IndexFunc(u.waiters, func(w *waiter) bool { return w.filter == nil || w.filter(m) })
-	if i >= 0 {
-		u.waiters[i].ch <- m
+	for i := 0; i < len(u.waiters) && !claimed; {
+		w := u.waiters[i]
+		ok, err := match(w.filter, m)
+		switch {
+		case err != nil:
+			w.ch <- claim{err: err}
+			panics = append(panics, err)
+		case ok:
+			w.ch <- claim{m: m}
+			had, claimed = true, true
+		default:
+			i++
+			continue
+		}
 		u.waiters = slices.Delete(u.waiters, i, i+1)
-		had = true
-	} else {
+	}
+	if !claimed {
 		if len(u.inbox) >= u.limit {
 			drop = &userMessage{}
 			*drop, u.inbox = u.inbox[0], u.inbox[1:]
@@ -145,6 +191,9 @@ func (u *userEndpoint) HandleMessage(ctx context.Context, _ *Actor, m Message) e
 		u.inbox = append(u.inbox, userMessage{m, had})
 	}
 	u.mu.Unlock()
+	for _, err := range panics {
+		u.filterPanicked(ctx, err)
+	}
 	if had {
 		u.ended(ctx, m.ID)
 	}
@@ -224,7 +273,13 @@ func (u *userEndpoint) subscribe(f func(Message)) func() {
 func (u *userEndpoint) wait(ctx context.Context, filter func(Message) bool) (Message, error) {
 	u.mu.Lock()
 	for i, m := range u.inbox {
-		if filter == nil || filter(m.Message) {
+		ok, err := match(filter, m.Message)
+		if err != nil {
+			u.mu.Unlock()
+			u.filterPanicked(ctx, err)
+			return Message{}, err
+		}
+		if ok {
 			u.inbox = slices.Delete(u.inbox, i, i+1)
 			u.mu.Unlock()
 			if !m.had {
@@ -237,14 +292,14 @@ func (u *userEndpoint) wait(ctx context.Context, filter func(Message) bool) (Mes
 		u.mu.Unlock()
 		return Message{}, errClosed()
 	}
-	w := &waiter{filter: filter, ch: make(chan Message, 1)}
+	w := &waiter{filter: filter, ch: make(chan claim, 1)}
 	u.waiters = append(u.waiters, w)
 	u.mu.Unlock()
 
 	var err error
 	select {
-	case m := <-w.ch:
-		return m, nil
+	case c := <-w.ch:
+		return c.m, c.err
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-u.done:
@@ -258,7 +313,8 @@ func (u *userEndpoint) wait(ctx context.Context, filter func(Message) bool) (Mes
 	}
 	// A message was handed to w just as it gave up: return it rather than
 	// lose it.
-	return <-w.ch, nil
+	c := <-w.ch
+	return c.m, c.err
 }
 
 func (u *userEndpoint) close() {

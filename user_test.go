@@ -393,3 +393,81 @@ func TestUserMessage_UnclaimedOutliveCloseOnAVolatileStore(t *testing.T) {
 		t.Fatalf("after reopening: %q, %v; want the report", m.Text(), err)
 	}
 }
+
+// TestWaitForUserMessage_PanickingFilter: a filter that panics returns the
+// panic to its caller as ErrInvalidArgument and is logged; the endpoint
+// keeps working: the message it looked at goes on to another waiter or
+// the inbox, other waiters get their messages, and later messages arrive.
+func TestWaitForUserMessage_PanickingFilter(t *testing.T) {
+	ctx := context.Background()
+	logs := &logRecorder{}
+	s := newSociety(t, as.Config{Logger: slog.New(logs)})
+	say := func(text string) { sendAs(t, s, as.RootID, as.UserID, text) }
+	text := func(m as.Message) string { return m.Text() }
+
+	// A filter that panics on a message already in the inbox, or on one
+	// that comes while it waits: the message stays for the next call.
+	say("first")
+	if _, err := s.WaitForUserMessage(ctx, func(as.Message) bool { panic("filter bug") }); err == nil || !strings.Contains(err.Error(), "filter bug") {
+		t.Fatalf("the panicking filter's call returned %v", err)
+	} else {
+		wantCode(t, err, as.ErrInvalidArgument)
+	}
+	if m, err := s.WaitForUserMessage(ctx, nil); err != nil || text(m) != "first" {
+		t.Fatalf("after the panic, got %q, %v; want first", text(m), err)
+	}
+
+	// Two waiters, one whose filter panics on all but the marker. Each
+	// signals when its filter sees the marker: by then it is registered.
+	seen := make(chan string, 2)
+	type result struct {
+		m   as.Message
+		err error
+	}
+	panicky, picky := make(chan result, 1), make(chan result, 1)
+	go func() {
+		m, err := s.WaitForUserMessage(ctx, func(m as.Message) bool {
+			if text(m) == "marker" {
+				seen <- "panicky"
+				return false
+			}
+			panic("filter bug")
+		})
+		panicky <- result{m, err}
+	}()
+	go func() {
+		m, err := s.WaitForUserMessage(ctx, func(m as.Message) bool {
+			if text(m) == "marker" {
+				seen <- "picky"
+				return false
+			}
+			return text(m) == "second"
+		})
+		picky <- result{m, err}
+	}()
+	say("marker")
+	recv(t, seen, "a waiter seeing the marker")
+	recv(t, seen, "the other waiter seeing the marker")
+	say("second")
+	if r := recv(t, picky, "the picky waiter"); r.err != nil || text(r.m) != "second" {
+		t.Fatalf("the picky waiter got %q, %v", text(r.m), r.err)
+	}
+	say("third") // the panicky waiter, if "second" went to the picky one first
+	if r := recv(t, panicky, "the panicky waiter"); r.err == nil {
+		t.Fatalf("the panicky waiter got %q", text(r.m))
+	} else {
+		wantCode(t, r.err, as.ErrInvalidArgument)
+	}
+	for _, want := range []string{"marker", "third"} {
+		if m, err := s.WaitForUserMessage(ctx, nil); err != nil || text(m) != want {
+			t.Fatalf("got %q, %v; want %s", text(m), err, want)
+		}
+	}
+	say("fourth")
+	if m, err := s.WaitForUserMessage(ctx, func(m as.Message) bool { return text(m) == "fourth" }); err != nil || text(m) != "fourth" {
+		t.Fatalf("a later message: got %q, %v", text(m), err)
+	}
+	if n := len(logs.records("WaitForUserMessage filter panicked; its caller gets the error")); n < 2 {
+		t.Errorf("%d panics logged, want 2 or more", n)
+	}
+}

@@ -3,6 +3,7 @@ package toolset
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	as "agentsociety"
@@ -81,13 +82,15 @@ func fail(ctx context.Context, x *as.Actor, a failArgs) (any, error) {
 
 // timeout reads an optional timeout_seconds as the built-in
 // request_collaboration does: absent means none, and a value given must be
-// positive, as in a collaboration_request's payload.
+// positive and at most agentsociety.MaxTimeoutSeconds, as in a
+// collaboration_request's payload.
 func timeout(secs *float64) (time.Duration, error) {
 	if secs == nil {
 		return 0, nil
 	}
-	if *secs <= 0 {
-		return 0, &as.Error{Code: as.ErrInvalidArgument, Message: "timeout_seconds, when given, must be a positive number"}
+	if !(*secs > 0 && *secs <= float64(as.MaxTimeoutSeconds)) {
+		return 0, &as.Error{Code: as.ErrInvalidArgument, Message: "timeout_seconds, when given, must be a positive number of seconds, at most " +
+			strconv.FormatInt(as.MaxTimeoutSeconds, 10) + " (about 292 years); leave it out for no timeout"}
 	}
-	return time.Duration(*secs * float64(time.Second)), nil
+	return max(time.Duration(*secs*float64(time.Second)), 1), nil
 }

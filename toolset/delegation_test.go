@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -126,12 +127,38 @@ func TestDelegationRefusals(t *testing.T) {
 		call("7", "delegate_task", `{"assignee":"root","description":"x","payload":{"n":1}}`),
 	})
 	want := [][]string{
-		{`"error":"agent_not_found"`, `"agent_id":"agent-404"`},
+		{`"error":"agent_not_found"`, `"agentId":"agent-404"`},
 		{`"error":"invalid_argument"`, `bad arguments for delegate_task: \"assignee\" holds a number where a string is expected`},
 		{`"error":"unknown_request"`},
 		{`"error":"unknown_request"`},
 		{`"error":"unknown_request"`},
 		{`"error":"invalid_argument"`, `\"timeout_seconds\" holds a string where a number is expected`},
+		{`"status":"pending"`, `"task_id":"`},
+	}
+	for i, r := range results {
+		for _, part := range want[i] {
+			if !strings.Contains(r, part) {
+				t.Errorf("call %d by %s: result %s lacks %s", i+1, w.ID(), r, part)
+			}
+		}
+	}
+}
+
+// TestDelegateTaskRefusesATimeoutTooLong: a timeout_seconds past the
+// longest time.Duration is refused with a message naming the maximum, never
+// taken as no timeout; the maximum itself is accepted.
+func TestDelegateTaskRefusesATimeoutTooLong(t *testing.T) {
+	maxSecs := strconv.FormatInt(as.MaxTimeoutSeconds, 10)
+	_, w, results := runCalls(t, toolset.Delegation(), []*llm.Response{
+		call("1", "delegate_task", `{"assignee":"root","description":"x","timeout_seconds":1e10}`),
+		call("2", "delegate_task", `{"assignee":"root","description":"x","timeout_seconds":1e300}`),
+		call("3", "delegate_task", `{"assignee":"root","description":"x","timeout_seconds":1e400}`),
+		call("4", "delegate_task", `{"assignee":"root","description":"x","timeout_seconds":`+maxSecs+`}`),
+	})
+	want := [][]string{
+		{`"error":"invalid_argument"`, `at most ` + maxSecs + ` (about 292 years)`},
+		{`"error":"invalid_argument"`, `at most ` + maxSecs + ` (about 292 years)`},
+		{`"error":"invalid_argument"`, `\"timeout_seconds\" holds a number out of range: 1e400 is too large`},
 		{`"status":"pending"`, `"task_id":"`},
 	}
 	for i, r := range results {

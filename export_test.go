@@ -1,0 +1,24 @@
+package agentsociety
+
+// Held returns how many records of each kind the society holds in memory,
+// by the name of the field that holds them, so that a test can check that
+// nothing grows for the life of the society.
+func (s *Society) Held() map[string]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	s.contacts.mu.RLock()
+	defer s.contacts.mu.RUnlock()
+	return map[string]int{
+		"agents":    len(s.agents),
+		"roles":     len(s.roles),
+		"roleKeys":  len(s.roleKeys),
+		"roleOrder": len(s.roleOrder),
+		"rootKids":  len(s.rootKids),
+		"spawnKeys": len(s.spawnKeys),
+		"requests":  len(s.requests),
+		"state":     len(s.state),
+		"claims":    len(s.claims),
+		"contacts":  len(s.contacts.owners),
+		"retired":   len(s.retired),
+	}
+}

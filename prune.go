@@ -1,0 +1,172 @@
+package agentsociety
+
+import (
+	"slices"
+	"strings"
+	"time"
+)
+
+// Pruning: what has ended is kept in memory for Config.Retention, then
+// forgotten, so that nothing the society holds grows for its whole life.
+// What ends is queued, in the order it ended, on s.retired; since the
+// retention is the same for all, the queue is in the order things fall due,
+// and one timer, armed for the oldest, prunes whatever is due when it
+// fires, then arms itself for the next. Like a request's timer it is
+// counted in s.wg and stopped by Close, so it never outlives the society.
+//
+// The store is not told: store.Store has no way to delete a request or an
+// agent, so it keeps them, and a society reopened on it forgets them again
+// Config.Retention after opening.
+
+// retiree is something that ended: a settled request or a terminated
+// agent, due to be forgotten at due.
+type retiree struct {
+	due     time.Time
+	request *request
+	agent   *agent
+}
+
+// retireRequest queues r, just settled, to be forgotten. Called with s.mu
+// held for writing.
+func (s *Society) retireRequest(r *request) { s.retire(retiree{request: r}) }
+
+// retireAgent queues a, just terminated, to be forgotten. Called with s.mu
+// held for writing.
+func (s *Society) retireAgent(a *agent) { s.retire(retiree{agent: a}) }
+
+func (s *Society) retire(e retiree) {
+	if s.cfg.Retention < 0 {
+		return
+	}
+	e.due = time.Now().Add(s.cfg.Retention)
+	s.retired = append(s.retired, e)
+	s.armPrune()
+}
+
+// armPrune starts the prune timer for the oldest retiree, unless it runs
+// already, nothing is queued or the society is closed. Called with s.mu
+// held for writing: the timer is counted in s.wg until it fires or Close
+// stops it.
+func (s *Society) armPrune() {
+	if s.pruneTimer != nil || len(s.retired) == 0 || s.closed.Load() {
+		return
+	}
+	s.wg.Add(1)
+	s.pruneTimer = time.AfterFunc(time.Until(s.retired[0].due), func() {
+		defer s.wg.Done()
+		s.prune()
+	})
+}
+
+// stopPrune stops the prune timer. Called by Close with s.mu held for
+// writing, after setting closed; a timer that already fired sees closed and
+// returns.
+func (s *Society) stopPrune() {
+	if s.pruneTimer != nil && s.pruneTimer.Stop() {
+		s.wg.Done()
+	}
+	s.pruneTimer = nil
+}
+
+// prune forgets every retiree that is due, and what goes with a forgotten
+// agent: its spawn key, its contact registry, its private state, the
+// requests it made or was asked (a request from an agent that ended may
+// still be pending), and the roles it created that no agent remembered
+// has. It runs from the prune timer, takes s.mu and calls no store and no
+// log handler.
+func (s *Society) prune() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pruneTimer = nil
+	if s.closed.Load() {
+		return
+	}
+	now := time.Now()
+	gone := map[string]bool{}
+	n := 0
+	for ; n < len(s.retired) && !s.retired[n].due.After(now); n++ {
+		switch e := s.retired[n]; {
+		case e.request != nil:
+			if s.requests[e.request.id] == e.request {
+				delete(s.requests, e.request.id)
+			}
+		case e.agent != nil:
+			if s.forgetAgent(e.agent) {
+				gone[e.agent.info.ID] = true
+			}
+		}
+	}
+	clear(s.retired[:n]) // let them be collected
+	s.retired = s.retired[n:]
+	if len(s.retired) == 0 {
+		s.retired = nil // drop the array a burst grew
+	}
+	if len(gone) > 0 {
+		s.forgetWith(gone)
+	}
+	s.armPrune()
+}
+
+// forgetAgent forgets a, if the society still has it, and its spawn key
+// and contact registry, and reports whether it did. Called with s.mu held
+// for writing.
+func (s *Society) forgetAgent(a *agent) bool {
+	id := a.info.ID
+	if s.agents[id] != a {
+		return false
+	}
+	delete(s.agents, id)
+	if a.spawnKey != "" && s.spawnKeys[a.spawnKey] == id {
+		delete(s.spawnKeys, a.spawnKey)
+	}
+	if s.rootKids[a.info.TaskID] == id {
+		delete(s.rootKids, a.info.TaskID)
+	}
+	s.contacts.forget(id)
+	return true
+}
+
+// forgetWith forgets what goes with the agents gone: the requests they
+// made or were asked, their private state, and the roles whose creator
+// the society no longer has and that no agent it has is on. A pending request to an agent gone from
+// an agent still there stays, for settleRequestsTo to settle: its
+// requester must be told. Called with s.mu held for writing.
+func (s *Society) forgetWith(gone map[string]bool) {
+	for id, r := range s.requests {
+		if gone[r.from] || (gone[r.to] && r.status != StatusPending) {
+			if r.timer != nil && r.timer.Stop() {
+				s.wg.Done()
+			}
+			r.timer = nil
+			delete(s.requests, id)
+		}
+	}
+	for k := range s.state {
+		if id, ok := strings.CutPrefix(k.scope, "agent:"); ok && gone[id] {
+			delete(s.state, k)
+		}
+	}
+	var orphans map[string]bool
+	for id, r := range s.roles {
+		if s.agents[r.CreatedBy] == nil {
+			if orphans == nil {
+				orphans = map[string]bool{}
+			}
+			orphans[id] = true
+		}
+	}
+	if orphans == nil {
+		return
+	}
+	for _, a := range s.agents {
+		delete(orphans, a.info.RoleID)
+	}
+	for id := range orphans {
+		r := s.roles[id]
+		delete(s.roles, id)
+		if s.roleKeys[roleKey{r.CreatedBy, r.Name}] == id {
+			delete(s.roleKeys, roleKey{r.CreatedBy, r.Name})
+		}
+	}
+	s.roleOrder = slices.DeleteFunc(s.roleOrder, func(id string) bool { return orphans[id] })
+}

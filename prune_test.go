@@ -1,0 +1,301 @@
+package agentsociety_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	as "agentsociety"
+	"agentsociety/store"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// retention is the Config.Retention of the tests here: long enough for a
+// test to see a record before it is forgotten, short enough to wait for.
+const retention = time.Second
+
+// TestRetention_SettledRequestIsForgotten: a settled request, answered or
+// timed out, is forgotten Config.Retention after it was settled; a late
+// answer is refused with ErrRequestClosed until then, and with
+// ErrUnknownRequest after.
+func TestRetention_SettledRequestIsForgotten(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	s := newSociety(t, as.Config{Retention: retention, DefaultBehavior: in.behavior(), Logger: quiet})
+	lead, helper := chain(t, s, nil)
+	base := s.Held()
+
+	answered, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	timedOut, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "y"}, time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer := as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: json.RawMessage(`1`)}
+	if _, err := helper.Respond(ctx, answered, answer); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 { // the two requests, the answer and the timeout's outcome
+		in.next(t)
+	}
+	for _, id := range []string{answered, timedOut} {
+		_, err := helper.Respond(ctx, id, answer)
+		wantCode(t, err, as.ErrRequestClosed)
+	}
+	for _, id := range []string{answered, timedOut} {
+		waitFor(t, "request "+id+" to be forgotten", func() bool {
+			_, err := helper.Respond(ctx, id, answer)
+			return errors.Is(err, as.ErrUnknownRequest)
+		})
+	}
+	if diff := cmp.Diff(base, s.Held()); diff != "" {
+		t.Errorf("the society holds more than before the requests (-before +after):\n%s", diff)
+	}
+}
+
+// TestRetention_TerminatedAgentIsForgotten: a terminated agent is
+// forgotten Config.Retention after it ended, with its descendants, spawn
+// keys, contact registries, private state, the requests they made and the
+// roles they created.
+func TestRetention_TerminatedAgentIsForgotten(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{Retention: retention, Logger: quiet})
+	lead, role := hostLead(t, s, "t", "worker")
+	ready := make(chan string, 1)
+	// The worker, on "go", spawns a child on a role of its own, writes
+	// private state and asks the lead for help.
+	worker := spawnWith(t, s, lead, role, as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		if m.Text() != "go" {
+			return nil
+		}
+		r, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "intern"})
+		if err != nil {
+			return err
+		}
+		child, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: r.ID, Brief: validBrief(), Behavior: newInbox().behavior()})
+		if err != nil {
+			return err
+		}
+		if err := self.SetState(ctx, "notes", "mine", as.ScopePrivate); err != nil {
+			return err
+		}
+		if _, err := self.Send(ctx, as.Outgoing{To: lead.ID(), Type: as.CollaborationRequest,
+			Payload: as.CollaborationRequestPayload{RequestID: "req-w", SubtaskDescription: "help"}}); err != nil {
+			return err
+		}
+		ready <- child.ID
+		return nil
+	}))
+	base := s.Held()
+	sendAs(t, s, lead.ID(), worker.ID(), "go")
+	child := recv(t, ready, "the worker's spawn")
+	grown := s.Held()
+	if grown["spawnKeys"] != base["spawnKeys"]+1 || grown["requests"] != base["requests"]+1 || grown["state"] != base["state"]+1 {
+		t.Fatalf("before the termination the society holds %v (it held %v)", grown, base)
+	}
+
+	if err := lead.Terminate(ctx, worker.ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker to end", func() bool {
+		a, _ := s.Agent(worker.ID())
+		return a.Status == as.StatusTerminated
+	})
+	wantCode(t, sendErr(ctx, lead, as.Outgoing{To: worker.ID(), Payload: as.Text("hi")}), as.ErrAgentTerminated)
+	if _, err := lead.Respond(ctx, "req-w", as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: json.RawMessage(`1`)}); !errors.Is(err, as.ErrAgentTerminated) {
+		t.Fatalf("an answer to a terminated requester: %v", err)
+	}
+
+	waitFor(t, "the worker to be forgotten", func() bool {
+		_, ok := s.Agent(worker.ID())
+		return !ok
+	})
+	waitFor(t, "the worker's child to be forgotten", func() bool {
+		_, ok := s.Agent(child)
+		return !ok
+	})
+	for _, id := range []string{worker.ID(), child} {
+		if _, err := s.Contacts(id); !errors.Is(err, as.ErrAgentNotFound) {
+			t.Errorf("Contacts(%s): %v", id, err)
+		}
+	}
+	wantCode(t, sendErr(ctx, lead, as.Outgoing{To: worker.ID(), Payload: as.Text("hi")}), as.ErrAgentNotFound)
+	_, err := lead.Respond(ctx, "req-w", as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: json.RawMessage(`1`)})
+	wantCode(t, err, as.ErrUnknownRequest)
+	for _, a := range s.Agents() {
+		if a.ID == worker.ID() || a.ID == child {
+			t.Errorf("Agents() lists %s", a.ID)
+		}
+	}
+	if got := s.FindRoleByName("intern"); len(got) != 0 {
+		t.Errorf("the worker's role is still there: %+v", got)
+	}
+	// The lead's registry still names the worker: entries about a
+	// forgotten agent stay.
+	if !s.IsKnown(lead.ID(), worker.ID()) {
+		t.Errorf("the lead forgot its contact %s", worker.ID())
+	}
+	held := s.Held()
+	want := base
+	want["agents"]-- // the worker
+	want["contacts"]--
+	if diff := cmp.Diff(want, held); diff != "" {
+		t.Errorf("the society holds (-want +got):\n%s", diff)
+	}
+}
+
+// TestRetention_NothingGrows: task after task of spawning, asking,
+// answering and terminating leaves the society holding what it held
+// before, once Config.Retention has passed.
+func TestRetention_NothingGrows(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	s := newSociety(t, as.Config{Retention: 50 * time.Millisecond, DefaultBehavior: in.behavior(), Logger: quiet})
+	root := actorOf(t, s, as.RootID)
+	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := s.Held()
+	for i := range 20 {
+		task := "t" + strconv.Itoa(i)
+		lead, _, err := root.WithTask(task).SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := actorOf(t, s, lead.ID).WithTask(task)
+		sub, _, err := x.CreateRole(ctx, as.RoleSpec{Name: "worker"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, _, err := x.SpawnAgent(ctx, as.SpawnSpec{RoleID: sub.ID, Brief: validBrief()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id, err := x.RequestCollaboration(ctx, w.ID, as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := actorOf(t, s, w.ID).Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := x.RequestCollaboration(ctx, w.ID, as.CollaborationRequestPayload{SubtaskDescription: "y"}, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Terminate(ctx, lead.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "everything that ended to be forgotten", func() bool { return cmp.Equal(base, s.Held()) })
+}
+
+// TestRetention_AfterReopening: a society reopened on a store forgets what
+// had ended Config.Retention after opening (the store keeps it all).
+func TestRetention_AfterReopening(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	in := newInbox()
+	s1, err := as.New(ctx, as.Config{Store: st, DefaultBehavior: in.behavior(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, helper := chain(t, s1, nil)
+	id, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := helper.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Terminate(ctx, helper.ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the helper to end", func() bool {
+		a, _ := s1.Agent(helper.ID())
+		return a.Status == as.StatusTerminated
+	})
+	if err := s1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := newSociety(t, as.Config{Store: st, Retention: retention, DefaultBehavior: in.behavior(), Logger: quiet})
+	if a, ok := s2.Agent(helper.ID()); !ok || a.Status != as.StatusTerminated {
+		t.Fatalf("on reopening, the helper is %+v, %v", a, ok)
+	}
+	waitFor(t, "the helper to be forgotten", func() bool {
+		_, ok := s2.Agent(helper.ID())
+		return !ok
+	})
+	lead2 := actorOf(t, s2, lead.ID())
+	wantCode(t, sendErr(ctx, lead2, as.Outgoing{To: helper.ID(), Payload: as.Text("hi")}), as.ErrAgentNotFound)
+	if h := s2.Held(); h["requests"] != 0 || h["retired"] != 0 {
+		t.Errorf("the reopened society holds %v", h)
+	}
+	state, err := st.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(state.Requests) != 1 || len(state.Agents) != 2 {
+		t.Errorf("the store holds %d requests and %d agents, want 1 and 2: it keeps them", len(state.Requests), len(state.Agents))
+	}
+}
+
+// TestRetention_NegativeKeepsEverything: with a negative Config.Retention
+// nothing is queued to be forgotten.
+func TestRetention_NegativeKeepsEverything(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	s := newSociety(t, as.Config{Retention: -1, DefaultBehavior: in.behavior(), Logger: quiet})
+	lead, helper := chain(t, s, nil)
+	id, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := helper.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := lead.Terminate(ctx, helper.ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the helper to end", func() bool {
+		a, _ := s.Agent(helper.ID())
+		return a.Status == as.StatusTerminated
+	})
+	if h := s.Held(); h["retired"] != 0 || h["requests"] != 1 {
+		t.Errorf("the society holds %v", h)
+	}
+}
+
+// TestRetention_CloseDoesNotWaitForThePruneTimer: Close stops the prune
+// timer, as it stops request timers: it returns at once, not when the
+// oldest record falls due.
+func TestRetention_CloseDoesNotWaitForThePruneTimer(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	s, err := as.New(ctx, as.Config{Retention: time.Hour, DefaultBehavior: in.behavior(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead, helper := chain(t, s, nil)
+	id, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := helper.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"}); err != nil {
+		t.Fatal(err)
+	}
+	if h := s.Held(); h["retired"] != 1 {
+		t.Fatalf("the society holds %v, want one record retired", h)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := s.Close(cctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
