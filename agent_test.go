@@ -296,6 +296,8 @@ func (sm *orgMachine) spawn(t *rapid.T) {
 		want = ""
 	case slices.ContainsFunc(collabs, func(c string) bool { return !m.exists(c) }):
 		want = as.ErrAgentNotFound
+	case m.policy == as.ContactStrict && slices.ContainsFunc(collabs, func(c string) bool { return c != by && c != as.UserID && !m.knows(by, c) }):
+		want = as.ErrUnknownContact
 	case len(m.order)-2 >= m.maxAgents:
 		want = as.ErrTooManyAgents
 	case m.agents[by].depth+1 > m.maxDepth:
@@ -642,5 +644,54 @@ func writeHeapProfile(b *testing.B, name string) {
 	defer f.Close()
 	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// TestStrictPresetOnlyKnownAgents checks that under ContactStrict a parent
+// presets as collaborators only agents it knows itself (and user): a brief
+// naming a stranger is refused with ErrUnknownContact and changes nothing,
+// so the child cannot reach the stranger; the same preset is accepted under
+// ContactOpen.
+func TestStrictPresetOnlyKnownAgents(t *testing.T) {
+	ctx := context.Background()
+	f := newSmallOrg(t, as.Config{ContactPolicy: as.ContactStrict})
+	// a knows root (its parent) and g (its child), not b.
+	if f.s.IsKnown(f.a.ID(), f.b.ID()) {
+		t.Fatal("a must not know b at the start")
+	}
+	brief := validBrief()
+	brief.Collaborators = []as.Collaborator{{AgentID: f.g.ID(), Description: "my worker"}, {AgentID: f.b.ID(), Description: "a reviewer I never met"}}
+	before := snapshot(t, f.s)
+	e := wantCode(t, spawnErr(ctx, f.a, as.SpawnSpec{RoleID: f.worker.ID, Brief: brief}), as.ErrUnknownContact)
+	if e.AgentID != f.b.ID() {
+		t.Fatalf("the refusal names %q, want %s", e.AgentID, f.b.ID())
+	}
+	sameState(t, before, f.s)
+	f.assertQuiet(t)
+
+	// Agents a knows, user and a itself are fine.
+	brief.Collaborators = []as.Collaborator{{AgentID: f.g.ID()}, {AgentID: as.RootID}, {AgentID: as.UserID}, {AgentID: f.a.ID()}}
+	child, _, err := f.a.SpawnAgent(ctx, as.SpawnSpec{RoleID: f.worker.ID, Brief: brief, Behavior: f.rec.behavior()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{f.g.ID(), as.RootID, as.UserID, f.a.ID()} {
+		if !f.s.IsKnown(child.ID, id) {
+			t.Fatalf("the child does not know %s", id)
+		}
+	}
+	if f.s.IsKnown(child.ID, f.b.ID()) {
+		t.Fatal("the child knows b")
+	}
+
+	// Under ContactOpen the registry only records: the preset is accepted.
+	o := newSmallOrg(t, as.Config{})
+	brief.Collaborators = []as.Collaborator{{AgentID: o.b.ID()}}
+	child, _, err = o.a.SpawnAgent(ctx, as.SpawnSpec{RoleID: o.worker.ID, Brief: brief})
+	if err != nil {
+		t.Fatalf("open policy: %v", err)
+	}
+	if !o.s.IsKnown(child.ID, o.b.ID()) {
+		t.Fatal("open policy: the child does not know its collaborator b")
 	}
 }

@@ -395,6 +395,45 @@ func TestProperty6_PresetCollaborators(t *testing.T) {
 				Description: rapid.StringOfN(rapid.RuneFrom([]rune("如需界面设计建议可联系此智能体 review")), 0, 20, -1).Draw(t, "description"),
 			})
 		}
+		// Under the strict policy a parent presets only agents it knows
+		// (and user): a brief naming any other is refused whole and
+		// changes nothing; the parent then spawns with the ones it knows.
+		if policy == as.ContactStrict {
+			var known []as.Collaborator
+			var stranger string
+			for _, col := range collabs {
+				if col.AgentID == as.UserID || m.knows(parent, col.AgentID) {
+					known = append(known, col)
+				} else if stranger == "" {
+					stranger = col.AgentID
+				}
+			}
+			if stranger != "" {
+				ctx := context.Background()
+				before, agentsBefore := allContacts(t, s), s.Agents()
+				x := actorOf(t, s, parent)
+				role, _, err := x.CreateRole(ctx, as.RoleSpec{Name: "preset-check", Prompt: "p"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				brief := validBrief()
+				brief.Collaborators = collabs
+				e := wantCode(t, spawnErr(ctx, x, as.SpawnSpec{RoleID: role.ID, Brief: brief}), as.ErrUnknownContact)
+				if e.AgentID != stranger {
+					t.Fatalf("the refusal names %q, want the first collaborator %s does not know, %s", e.AgentID, parent, stranger)
+				}
+				if diff := cmp.Diff(before, allContacts(t, s)); diff != "" {
+					t.Fatalf("a refused preset changed registries (-before +after):\n%s", diff)
+				}
+				if diff := cmp.Diff(agentsBefore, s.Agents()); diff != "" {
+					t.Fatalf("a refused preset changed the agents (-before +after):\n%s", diff)
+				}
+			}
+			collabs, chosen = known, nil
+			for _, col := range known {
+				chosen = append(chosen, col.AgentID)
+			}
+		}
 		child := spawnStep(t, s, m, parent, "task-preset", collabs, nil)
 
 		got := contactsOf(t, s, child)
