@@ -113,6 +113,9 @@ type orgModel struct {
 	contacts map[string][]modelContact
 	requests map[string]*modelRequest
 	reqOrder []string
+	// asks holds the open introduction requests (requester, asked) under
+	// ContactStrict; the society keeps them in memory only.
+	asks map[[2]string]bool
 }
 
 type modelAgent struct {
@@ -147,6 +150,7 @@ func newOrgModel(policy as.ContactPolicy, maxAgents, maxDepth int) *orgModel {
 			as.UserID: {{ID: as.RootID, Role: as.RootID, Source: "system"}},
 		},
 		requests: map[string]*modelRequest{},
+		asks:     map[[2]string]bool{},
 	}
 	return m
 }
@@ -404,6 +408,8 @@ func (sm *orgMachine) send(t *rapid.T) {
 				want = as.ErrInvalidArgument
 			case !m.knows(from, target) && !m.knows(to, target):
 				want = as.ErrUnknownContact
+			case m.policy == as.ContactStrict && !m.knows(to, target) && !m.asks[[2]string{to, from}]:
+				want = as.ErrUnsolicitedIntroduction
 			}
 		case as.CollaborationResponse:
 			r := m.requests[req]
@@ -426,7 +432,12 @@ func (sm *orgMachine) send(t *rapid.T) {
 	}
 	m.addContact(to, modelContact{ID: from, Role: m.agents[from].roleName, Source: "first_message"})
 	switch typ {
+	case as.IntroductionRequest:
+		if m.policy == as.ContactStrict {
+			m.asks[[2]string{from, to}] = true
+		}
 	case as.IntroductionResponse:
+		delete(m.asks, [2]string{to, from}) // answered
 		var p as.IntroductionResponsePayload
 		if err := sent.Decode(&p); err != nil || p.TargetRole != m.agents[target].roleName {
 			t.Fatalf("introduction payload %s: target_role must be the real %q", sent.Payload, m.agents[target].roleName)

@@ -174,6 +174,7 @@ type Society struct {
 	adding    int // agents being added by changes in flight
 	claims    map[string]chan struct{}
 	contacts  ContactRegistry
+	intros    introductions // open introduction requests, under ContactStrict
 
 	// closed is set under mu held for writing; apply checks it under mu, so
 	// no change is checked after Close began. Drainers read it alone: a
