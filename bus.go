@@ -41,18 +41,19 @@ func (x *Actor) SendText(ctx context.Context, to, text string) (Message, error) 
 }
 
 // pendingSend is a message that passed its checks, with what accepting it
-// changes besides queueing it, and the change that accepts it.
+// changes besides queueing it, and the change that accepts it. Under
+// ContactStrict, asks and answers are the introduction requests accepting it
+// opens and closes (see introductions).
 type pendingSend struct {
 	change   change
 	msg      Message
 	to       *agent
 	contacts []ownedContact
+	asks     []introKey
+	answers  []introKey
 	request  *request // a new request, or nil
 	answered *request // the request a response closes, or nil
 	status   RequestStatus
-	// Under ContactStrict, the introduction requests accepting the
-	// message opens and closes (see introductions).
-	asks, answers []introKey
 }
 
 // changesState reports whether accepting a message of type t always changes

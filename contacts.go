@@ -232,7 +232,7 @@ const maxOpenIntroductions = 8192
 // The requests live in memory only: a society reopened on its store starts
 // with none, and an agent whose request was open before must ask again.
 // At most maxOpenIntroductions are kept, the oldest forgotten first.
-// The society guards it with its own lock.
+// Society.intros is guarded by the society's lock, s.mu.
 type introductions struct {
 	open  map[introKey]uint64 // the stamp of the request's latest opening
 	queue []introStamp        // openings, oldest first; stale when open has another stamp

@@ -169,12 +169,12 @@ type Society struct {
 	rootKids  map[string]string // taskID -> root's child
 	spawnKeys map[string]string // spawn key -> child (see turn)
 	requests  map[string]*request
+	intros    introductions
 	state     map[stateKey]StateValue
 	live      int // agents other than root and user
 	adding    int // agents being added by changes in flight
 	claims    map[string]chan struct{}
 	contacts  ContactRegistry
-	intros    introductions // open introduction requests, under ContactStrict
 
 	// closed is set under mu held for writing; apply checks it under mu, so
 	// no change is checked after Close began. Drainers read it alone: a
