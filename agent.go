@@ -218,7 +218,9 @@ type SpawnSpec struct {
 // nothing and changes no registry.
 //
 // The child knows its parent and the brief's collaborators from birth, and
-// the parent knows the child.
+// the parent knows the child. Under ContactStrict a parent presets only
+// agents it knows itself (and user): a collaborator outside its registry is
+// refused with ErrUnknownContact.
 func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, reused bool, err error) {
 	s, by := x.s, x.a.info.ID
 	refuse := func(e *Error) (Agent, bool, error) { return Agent{}, false, s.refuse("spawn_agent", by, e) }
@@ -306,6 +308,16 @@ func (s *Society) checkSpawn(x *Actor, spec SpawnSpec, key string) (*agent, bool
 	for _, c := range spec.Brief.Collaborators {
 		if s.agents[c.AgentID] == nil {
 			return nil, false, &Error{Code: ErrAgentNotFound, Message: "collaborator " + strconvQuote(c.AgentID) + " does not exist", AgentID: c.AgentID}
+		}
+	}
+	// Under the strict policy a preset passes on an acquaintance: the
+	// parent can give only the contacts it has (user aside, whom anyone
+	// may write to).
+	if s.cfg.ContactPolicy == ContactStrict {
+		for _, c := range spec.Brief.Collaborators {
+			if id := c.AgentID; id != by && id != UserID && !s.contacts.knows(by, id) {
+				return nil, false, &Error{Code: ErrUnknownContact, Message: "collaborator " + id + " is not in your contacts: you can preset only agents you know; ask a contact for an introduction first, or leave " + id + " out", AgentID: id}
+			}
 		}
 	}
 	if s.live+s.adding >= s.cfg.MaxAgents {

@@ -113,6 +113,9 @@ type orgModel struct {
 	contacts map[string][]modelContact
 	requests map[string]*modelRequest
 	reqOrder []string
+	// asks holds the open introduction requests (requester, asked) under
+	// ContactStrict; the society keeps them in memory only.
+	asks map[[2]string]bool
 }
 
 type modelAgent struct {
@@ -147,6 +150,7 @@ func newOrgModel(policy as.ContactPolicy, maxAgents, maxDepth int) *orgModel {
 			as.UserID: {{ID: as.RootID, Role: as.RootID, Source: "system"}},
 		},
 		requests: map[string]*modelRequest{},
+		asks:     map[[2]string]bool{},
 	}
 	return m
 }
@@ -296,6 +300,8 @@ func (sm *orgMachine) spawn(t *rapid.T) {
 		want = ""
 	case slices.ContainsFunc(collabs, func(c string) bool { return !m.exists(c) }):
 		want = as.ErrAgentNotFound
+	case m.policy == as.ContactStrict && slices.ContainsFunc(collabs, func(c string) bool { return c != by && c != as.UserID && !m.knows(by, c) }):
+		want = as.ErrUnknownContact
 	case len(m.order)-2 >= m.maxAgents:
 		want = as.ErrTooManyAgents
 	case m.agents[by].depth+1 > m.maxDepth:
@@ -402,6 +408,8 @@ func (sm *orgMachine) send(t *rapid.T) {
 				want = as.ErrInvalidArgument
 			case !m.knows(from, target) && !m.knows(to, target):
 				want = as.ErrUnknownContact
+			case m.policy == as.ContactStrict && !m.knows(to, target) && !m.asks[[2]string{to, from}]:
+				want = as.ErrUnsolicitedIntroduction
 			}
 		case as.CollaborationResponse:
 			r := m.requests[req]
@@ -424,7 +432,12 @@ func (sm *orgMachine) send(t *rapid.T) {
 	}
 	m.addContact(to, modelContact{ID: from, Role: m.agents[from].roleName, Source: "first_message"})
 	switch typ {
+	case as.IntroductionRequest:
+		if m.policy == as.ContactStrict {
+			m.asks[[2]string{from, to}] = true
+		}
 	case as.IntroductionResponse:
+		delete(m.asks, [2]string{to, from}) // answered
 		var p as.IntroductionResponsePayload
 		if err := sent.Decode(&p); err != nil || p.TargetRole != m.agents[target].roleName {
 			t.Fatalf("introduction payload %s: target_role must be the real %q", sent.Payload, m.agents[target].roleName)
@@ -642,5 +655,54 @@ func writeHeapProfile(b *testing.B, name string) {
 	defer f.Close()
 	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// TestStrictPresetOnlyKnownAgents checks that under ContactStrict a parent
+// presets as collaborators only agents it knows itself (and user): a brief
+// naming a stranger is refused with ErrUnknownContact and changes nothing,
+// so the child cannot reach the stranger; the same preset is accepted under
+// ContactOpen.
+func TestStrictPresetOnlyKnownAgents(t *testing.T) {
+	ctx := context.Background()
+	f := newSmallOrg(t, as.Config{ContactPolicy: as.ContactStrict})
+	// a knows root (its parent) and g (its child), not b.
+	if f.s.IsKnown(f.a.ID(), f.b.ID()) {
+		t.Fatal("a must not know b at the start")
+	}
+	brief := validBrief()
+	brief.Collaborators = []as.Collaborator{{AgentID: f.g.ID(), Description: "my worker"}, {AgentID: f.b.ID(), Description: "a reviewer I never met"}}
+	before := snapshot(t, f.s)
+	e := wantCode(t, spawnErr(ctx, f.a, as.SpawnSpec{RoleID: f.worker.ID, Brief: brief}), as.ErrUnknownContact)
+	if e.AgentID != f.b.ID() {
+		t.Fatalf("the refusal names %q, want %s", e.AgentID, f.b.ID())
+	}
+	sameState(t, before, f.s)
+	f.assertQuiet(t)
+
+	// Agents a knows, user and a itself are fine.
+	brief.Collaborators = []as.Collaborator{{AgentID: f.g.ID()}, {AgentID: as.RootID}, {AgentID: as.UserID}, {AgentID: f.a.ID()}}
+	child, _, err := f.a.SpawnAgent(ctx, as.SpawnSpec{RoleID: f.worker.ID, Brief: brief, Behavior: f.rec.behavior()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{f.g.ID(), as.RootID, as.UserID, f.a.ID()} {
+		if !f.s.IsKnown(child.ID, id) {
+			t.Fatalf("the child does not know %s", id)
+		}
+	}
+	if f.s.IsKnown(child.ID, f.b.ID()) {
+		t.Fatal("the child knows b")
+	}
+
+	// Under ContactOpen the registry only records: the preset is accepted.
+	o := newSmallOrg(t, as.Config{})
+	brief.Collaborators = []as.Collaborator{{AgentID: o.b.ID()}}
+	child, _, err = o.a.SpawnAgent(ctx, as.SpawnSpec{RoleID: o.worker.ID, Brief: brief})
+	if err != nil {
+		t.Fatalf("open policy: %v", err)
+	}
+	if !o.s.IsKnown(child.ID, o.b.ID()) {
+		t.Fatal("open policy: the child does not know its collaborator b")
 	}
 }

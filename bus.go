@@ -22,7 +22,11 @@ import (
 // to oneself; ErrInvalidMessageFormat for a payload that does not fit its
 // type; ErrUnknownContact under ContactStrict. An introduction_response is
 // refused with ErrAgentNotFound if its target does not exist and with
-// ErrUnknownContact if the sender does not know the target. A
+// ErrUnknownContact if the sender does not know the target (unless the agent
+// it is for knows it already, and it only passes an answer on); under
+// ContactStrict, with ErrUnsolicitedIntroduction if it would add the target
+// to an agent that has no open introduction_request to the sender, directly
+// or through the receiver (see ContactStrict). A
 // collaboration_request reusing a request id is refused with
 // ErrDuplicateRequest; a collaboration_response with ErrUnknownRequest,
 // ErrWrongResponder (not from the agent asked, or not to the requester) or
@@ -41,12 +45,16 @@ func (x *Actor) SendText(ctx context.Context, to, text string) (Message, error) 
 }
 
 // pendingSend is a message that passed its checks, with what accepting it
-// changes besides queueing it, and the change that accepts it.
+// changes besides queueing it, and the change that accepts it. Under
+// ContactStrict, asks and answers are the introduction requests accepting it
+// opens and closes (see introductions).
 type pendingSend struct {
 	change   change
 	msg      Message
 	to       *agent
 	contacts []ownedContact
+	asks     []introKey
+	answers  []introKey
 	request  *request // a new request, or nil
 	answered *request // the request a response closes, or nil
 	status   RequestStatus
@@ -163,6 +171,12 @@ func (s *Society) commitSend(p *pendingSend) {
 	for _, e := range p.contacts {
 		s.contacts.Add(e.owner, e.c)
 	}
+	for _, k := range p.answers {
+		s.intros.remove(k)
+	}
+	for _, k := range p.asks {
+		s.intros.add(k)
+	}
 	if r := p.request; r != nil {
 		s.requests[r.id] = r
 		s.armTimeout(r)
@@ -198,6 +212,7 @@ func (s *Society) logMessage(ctx context.Context, what string, m *Message) {
 // again on the same p; called with s.mu held.
 func (s *Society) prepare(p *pendingSend, from *agent, f fields) *Error {
 	p.contacts, p.request, p.answered = p.contacts[:0], nil, nil
+	p.asks, p.answers = p.asks[:0], p.answers[:0]
 	m, by := &p.msg, from.info.ID
 	to := s.agents[m.To]
 	if to == nil {
@@ -220,7 +235,7 @@ func (s *Society) prepare(p *pendingSend, from *agent, f fields) *Error {
 	if !s.contacts.knows(m.To, by) {
 		p.contacts = append(p.contacts, firstContact(from, m))
 	}
-	if changesState(m.Type) {
+	if changesState(m.Type) || m.Type == IntroductionRequest {
 		return s.prepareTyped(p, f)
 	}
 	return nil
@@ -255,6 +270,16 @@ func firstContact(from *agent, m *Message) ownedContact {
 func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 	m, by := p.msg, p.msg.From
 	switch m.Type {
+	case IntroductionRequest:
+		// Under the strict policy the request entitles its receiver to
+		// introduce an agent to the sender, and to the agent the sender
+		// asks for, if that one asked the sender.
+		if s.cfg.ContactPolicy == ContactStrict {
+			p.asks = append(p.asks, introKey{by, m.To})
+			if r := f.text("requester_agent_id"); r != "" && r != by && r != m.To && s.intros.has(introKey{r, by}) {
+				p.asks = append(p.asks, introKey{r, m.To})
+			}
+		}
 	case IntroductionResponse:
 		return s.prepareIntroduction(p, f, m.SentAt)
 	case CollaborationRequest:
@@ -288,10 +313,18 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 
 // prepareIntroduction checks an introduction_response, fills in the target's
 // real role and interface, and adds the target to the registry of the agent
-// the introduction is for: the receiver, or the original requester named by
-// requester_agent_id when the receiver only forwards the answer along a
-// chain of introducers. The introducer must know the target, unless the
-// beneficiary already does (a forwarder passing on what was added).
+// the introduction is for, the beneficiary: the receiver, or the original
+// requester named by requester_agent_id when the receiver only forwards the
+// answer along a chain of introducers.
+//
+// The introducer must know the target, unless the beneficiary already does:
+// a forwarder passing on what was added, which adds nothing. Under
+// ContactStrict an introduction that adds the target must answer a request:
+// the beneficiary asked the introducer (itself, or through an agent that
+// asked on its behalf naming it as requester_agent_id), or the beneficiary
+// asked the receiver and the receiver asked the introducer. Accepting it
+// closes those requests and the receiver's own request to the introducer,
+// which it answers: one request, one introduction.
 func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *Error {
 	by, id := p.msg.From, f.text("target_agent_id")
 	target := s.agents[id]
@@ -311,6 +344,18 @@ func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *
 	known := s.contacts.knows(beneficiary, id)
 	if !known && !s.contacts.knows(by, id) {
 		return &Error{Code: ErrUnknownContact, Message: "you can only introduce agents in your own contacts", AgentID: id}
+	}
+	if s.cfg.ContactPolicy == ContactStrict {
+		if !known {
+			used, ok := s.intros.solicited(beneficiary, p.msg.To, by)
+			if !ok {
+				return &Error{Code: ErrUnsolicitedIntroduction, AgentID: beneficiary, Message: beneficiary +
+					" has no open introduction_request to you: introduce an agent only to one that asked you, or, naming it as requester_agent_id, to one that asked the agent you answer, which asked you." +
+					" A request is closed once answered and forgotten on a restart; then the requester must ask again."}
+			}
+			p.answers = append(p.answers, used...)
+		}
+		p.answers = append(p.answers, introKey{p.msg.To, by})
 	}
 	f.set("target_role", target.roleName)
 	if target.spec != nil {

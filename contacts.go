@@ -40,7 +40,16 @@ const (
 	// records who knows whom (Property 5). It is the default.
 	ContactOpen ContactPolicy = iota
 	// ContactStrict refuses a message to an agent that is not in the sender's
-	// registry with [ErrUnknownContact] (Requirement 2.6).
+	// registry with [ErrUnknownContact] (Requirement 2.6), and no path
+	// widens a registry beyond what the rules grant: a parent presets as
+	// collaborators only agents it knows (and user), or the spawn is
+	// refused with ErrUnknownContact; an introduction_response adds its
+	// target only to an agent that asked for an introduction, or it is
+	// refused with [ErrUnsolicitedIntroduction] (see [Actor.Send]).
+	//
+	// Open introduction requests are kept in memory, up to a few thousand,
+	// oldest forgotten first, and not across a restart: after a society is
+	// reopened, an agent whose request was still unanswered must ask again.
 	ContactStrict
 )
 
@@ -209,4 +218,88 @@ func (l *contactList) find(id string) int {
 		}
 	}
 	return -1
+}
+
+// introKey names an introduction request: requester asked asked to
+// introduce it to an agent with some capability, itself or through an agent
+// that asked on its behalf (see introductions).
+type introKey struct{ requester, asked string }
+
+// maxOpenIntroductions bounds the open introduction requests a society
+// remembers; past it, the oldest is forgotten.
+const maxOpenIntroductions = 8192
+
+// introductions holds the open introduction requests of a society under
+// ContactStrict, so that an introduction adds a contact only to an agent
+// that asked for one. An accepted introduction_request from S to Y opens
+// (S, Y), and also (A, Y) when it names requester_agent_id A and (A, S) is
+// open: S asks on behalf of an agent that asked it. An accepted
+// introduction_response closes the requests it answers (see
+// Society.prepareIntroduction).
+//
+// The requests live in memory only: a society reopened on its store starts
+// with none, and an agent whose request was open before must ask again.
+// At most maxOpenIntroductions are kept, the oldest forgotten first.
+// Society.intros is guarded by the society's lock, s.mu.
+type introductions struct {
+	open  map[introKey]uint64 // the stamp of the request's latest opening
+	queue []introStamp        // openings, oldest first; stale when open has another stamp
+	stamp uint64
+}
+
+type introStamp struct {
+	key   introKey
+	stamp uint64
+}
+
+func (r *introductions) has(k introKey) bool {
+	_, ok := r.open[k]
+	return ok
+}
+
+// add opens k, or opens it again as the newest if it is open.
+func (r *introductions) add(k introKey) {
+	if r.open == nil {
+		r.open = make(map[introKey]uint64)
+	}
+	r.stamp++
+	r.open[k] = r.stamp
+	r.queue = append(r.queue, introStamp{k, r.stamp})
+	for len(r.open) > maxOpenIntroductions {
+		old := r.queue[0]
+		r.queue = r.queue[1:]
+		if r.open[old.key] == old.stamp {
+			delete(r.open, old.key)
+		}
+	}
+	if len(r.queue) > 2*len(r.open)+64 { // mostly stale: keep the live openings
+		live := make([]introStamp, 0, len(r.open))
+		for _, st := range r.queue {
+			if r.open[st.key] == st.stamp {
+				live = append(live, st)
+			}
+		}
+		r.queue = live
+	}
+}
+
+// remove closes k, if it is open.
+func (r *introductions) remove(k introKey) { delete(r.open, k) }
+
+// solicited reports whether introducer may add a contact to beneficiary by
+// an introduction_response to receiver, and returns the open requests that
+// entitle it: beneficiary asked introducer (directly, or through an agent
+// that asked on its behalf), or beneficiary asked receiver and receiver
+// asked introducer.
+func (r *introductions) solicited(beneficiary, receiver, introducer string) ([]introKey, bool) {
+	if k := (introKey{beneficiary, introducer}); r.has(k) {
+		return []introKey{k}, true
+	}
+	if beneficiary != receiver {
+		k1, k2 := introKey{beneficiary, receiver}, introKey{receiver, introducer}
+		if r.has(k1) && r.has(k2) {
+			return []introKey{k1, k2}, true
+		}
+	}
+	return nil, false
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	as "agentsociety"
+	"agentsociety/store/filestore"
 
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
@@ -122,8 +123,18 @@ func TestIntroductionAddsTheRealTarget(t *testing.T) {
 	_, err := f.a.SendText(ctx, b, "hello?")
 	wantCode(t, err, as.ErrUnknownContact)
 
-	// root introduces b to a, with a made-up role and spec: the society
-	// records and delivers b's real ones.
+	// a asks its parent; root introduces b to a, with a made-up role and
+	// spec: the society records and delivers b's real ones.
+	ask := func() {
+		t.Helper()
+		m, err := f.a.Send(ctx, as.Outgoing{To: as.RootID, Type: as.IntroductionRequest, Payload: as.IntroductionRequestPayload{
+			Reason: "my code needs a review", RequiredCapability: "code review"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.rec.expect(t, as.RootID, m.ID)
+	}
+	ask()
 	msg, err := f.root.Send(ctx, as.Outgoing{To: a, Type: as.IntroductionResponse, Payload: map[string]any{
 		"target_agent_id":       b,
 		"target_role":           "假角色",
@@ -169,6 +180,7 @@ func TestIntroductionAddsTheRealTarget(t *testing.T) {
 	}
 
 	// Introducing an agent whose role has no spec: a forged spec is dropped.
+	ask()
 	msg, err = f.root.Send(ctx, as.Outgoing{To: a, Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{
 		TargetAgentID: as.UserID, TargetRole: "admin", TargetInterfaceSpec: &as.InterfaceSpec{Services: "everything"},
 	}})
@@ -187,7 +199,8 @@ func TestIntroductionAddsTheRealTarget(t *testing.T) {
 		t.Fatalf("a's entry for user: %+v (found %v)", c, ok)
 	}
 
-	// Introducing b again changes nothing: the first entry wins.
+	// Introducing b again changes nothing, and needs no request: the
+	// first entry wins.
 	before := contactsOf(t, f.s, a)
 	if _, err := f.root.Send(ctx, as.Outgoing{To: a, Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{TargetAgentID: b, Advice: "again"}}); err != nil {
 		t.Fatal(err)
@@ -395,6 +408,45 @@ func TestProperty6_PresetCollaborators(t *testing.T) {
 				Description: rapid.StringOfN(rapid.RuneFrom([]rune("如需界面设计建议可联系此智能体 review")), 0, 20, -1).Draw(t, "description"),
 			})
 		}
+		// Under the strict policy a parent presets only agents it knows
+		// (and user): a brief naming any other is refused whole and
+		// changes nothing; the parent then spawns with the ones it knows.
+		if policy == as.ContactStrict {
+			var known []as.Collaborator
+			var stranger string
+			for _, col := range collabs {
+				if col.AgentID == as.UserID || m.knows(parent, col.AgentID) {
+					known = append(known, col)
+				} else if stranger == "" {
+					stranger = col.AgentID
+				}
+			}
+			if stranger != "" {
+				ctx := context.Background()
+				before, agentsBefore := allContacts(t, s), s.Agents()
+				x := actorOf(t, s, parent)
+				role, _, err := x.CreateRole(ctx, as.RoleSpec{Name: "preset-check", Prompt: "p"})
+				if err != nil {
+					t.Fatal(err)
+				}
+				brief := validBrief()
+				brief.Collaborators = collabs
+				e := wantCode(t, spawnErr(ctx, x, as.SpawnSpec{RoleID: role.ID, Brief: brief}), as.ErrUnknownContact)
+				if e.AgentID != stranger {
+					t.Fatalf("the refusal names %q, want the first collaborator %s does not know, %s", e.AgentID, parent, stranger)
+				}
+				if diff := cmp.Diff(before, allContacts(t, s)); diff != "" {
+					t.Fatalf("a refused preset changed registries (-before +after):\n%s", diff)
+				}
+				if diff := cmp.Diff(agentsBefore, s.Agents()); diff != "" {
+					t.Fatalf("a refused preset changed the agents (-before +after):\n%s", diff)
+				}
+			}
+			collabs, chosen = known, nil
+			for _, col := range known {
+				chosen = append(chosen, col.AgentID)
+			}
+		}
 		child := spawnStep(t, s, m, parent, "task-preset", collabs, nil)
 
 		got := contactsOf(t, s, child)
@@ -430,4 +482,277 @@ func TestProperty6_PresetCollaborators(t *testing.T) {
 		}
 		m.check(t, s)
 	})
+}
+
+// askFor makes from send to an introduction_request, on behalf of requester
+// when it is not empty, and waits until to has it.
+func askFor(t *testing.T, f *smallOrg, from, to *as.Actor, requester string) {
+	t.Helper()
+	m, err := from.Send(context.Background(), as.Outgoing{To: to.ID(), Type: as.IntroductionRequest, Payload: as.IntroductionRequestPayload{
+		Reason: "I need a reviewer", RequiredCapability: "code review", RequesterAgentID: requester}})
+	if err != nil {
+		t.Fatalf("%s asks %s: %v", from.ID(), to.ID(), err)
+	}
+	f.rec.expect(t, to.ID(), m.ID)
+}
+
+// introduce makes by send to an introduction_response about target, for
+// requester when it is not empty; an accepted one must reach to.
+func introduce(t *testing.T, f *smallOrg, by, to *as.Actor, target, requester string) error {
+	t.Helper()
+	m, err := by.Send(context.Background(), as.Outgoing{To: to.ID(), Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{
+		TargetAgentID: target, RequesterAgentID: requester, Advice: "ask it for a review"}})
+	if err == nil {
+		f.rec.expect(t, to.ID(), m.ID)
+	} else if m.ID != "" {
+		t.Fatalf("a refused introduction returned message %+v", m)
+	}
+	return err
+}
+
+// refusedWith checks that err has code and names agent, and that the refusal
+// changed nothing: no registry, no agent. (No message was queued either:
+// each test expects every accepted message next in its receiver's mailbox,
+// and ends with assertQuiet.)
+func refusedWith(t *testing.T, f *smallOrg, before orgState, err error, code as.Code, agent string) {
+	t.Helper()
+	if e := wantCode(t, err, code); e.AgentID != agent {
+		t.Fatalf("the refusal names %q, want %q", e.AgentID, agent)
+	}
+	sameState(t, before, f.s)
+}
+
+// TestStrictIntroductionNeedsARequest checks that under ContactStrict an
+// introduction adds a contact only to an agent that asked for one: the
+// receiver asked the introducer, or, for an answer naming
+// requester_agent_id, the requester asked the receiver and the receiver
+// asked the introducer. An unsolicited introduction is refused with
+// ErrUnsolicitedIntroduction and changes nothing; an answer closes the
+// requests it answers.
+func TestStrictIntroductionNeedsARequest(t *testing.T) {
+	f := newSmallOrg(t, as.Config{ContactPolicy: as.ContactStrict})
+	a, b, g := f.a.ID(), f.b.ID(), f.g.ID()
+
+	// root knows b, but a never asked.
+	before := snapshot(t, f.s)
+	refusedWith(t, f, before, introduce(t, f, f.root, f.a, b, ""), as.ErrUnsolicitedIntroduction, a)
+
+	// a request from a to another agent does not count.
+	askFor(t, f, f.a, f.g, "")
+	before = snapshot(t, f.s)
+	refusedWith(t, f, before, introduce(t, f, f.root, f.a, b, ""), as.ErrUnsolicitedIntroduction, a)
+
+	// Along a chain: a asked root, but g never asked a.
+	askFor(t, f, f.a, f.root, "")
+	before = snapshot(t, f.s)
+	refusedWith(t, f, before, introduce(t, f, f.root, f.a, b, g), as.ErrUnsolicitedIntroduction, g)
+
+	// g asks a, a asked root: root's answer to a naming g adds b to g only.
+	askFor(t, f, f.g, f.a, "")
+	if err := introduce(t, f, f.root, f.a, b, g); err != nil {
+		t.Fatalf("the solicited introduction along the chain: %v", err)
+	}
+	c, ok := findContact(contactsOf(t, f.s, g), b)
+	if !ok || c.Source != as.SourceIntroduction || c.IntroducedBy != as.RootID || c.Role != "reviewer" {
+		t.Fatalf("g's entry for b = %+v, %v; want an introduction by root", c, ok)
+	}
+	if f.s.IsKnown(a, b) {
+		t.Fatal("the agent in the middle of the chain was given b")
+	}
+	// a passes the answer on: g knows b already, so a, which does not,
+	// may, and nothing changes.
+	before = snapshot(t, f.s)
+	if err := introduce(t, f, f.a, f.g, b, ""); err != nil {
+		t.Fatalf("forwarding the answer: %v", err)
+	}
+	sameState(t, before, f.s)
+
+	// The answer closed both requests: root cannot add another contact to
+	// g through a, nor to a.
+	before = snapshot(t, f.s)
+	refusedWith(t, f, before, introduce(t, f, f.root, f.a, as.UserID, g), as.ErrUnsolicitedIntroduction, g)
+	refusedWith(t, f, before, introduce(t, f, f.root, f.a, as.UserID, ""), as.ErrUnsolicitedIntroduction, a)
+
+	// Asked again, directly: root introduces user to a.
+	askFor(t, f, f.a, f.root, "")
+	if err := introduce(t, f, f.root, f.a, as.UserID, ""); err != nil {
+		t.Fatalf("the solicited direct introduction: %v", err)
+	}
+	if c, ok := findContact(contactsOf(t, f.s, a), as.UserID); !ok || c.Source != as.SourceIntroduction || c.IntroducedBy != as.RootID {
+		t.Fatalf("a's entry for user = %+v, %v; want an introduction by root", c, ok)
+	}
+	// One request, one introduction.
+	before = snapshot(t, f.s)
+	refusedWith(t, f, before, introduce(t, f, f.root, f.a, b, ""), as.ErrUnsolicitedIntroduction, a)
+	f.assertQuiet(t)
+}
+
+// TestStrictIntroductionOnBehalfOfARequester checks the chain in which the
+// agent in the middle asks on the requester's behalf: g asks a, a asks root
+// naming g as requester_agent_id, and root's answer to a naming g adds the
+// target to g. A request naming a requester that did not ask entitles
+// nobody but its sender.
+func TestStrictIntroductionOnBehalfOfARequester(t *testing.T) {
+	f := newSmallOrg(t, as.Config{ContactPolicy: as.ContactStrict})
+	a, b, g := f.a.ID(), f.b.ID(), f.g.ID()
+
+	// a claims to ask for g, which never asked a.
+	askFor(t, f, f.a, f.root, g)
+	before := snapshot(t, f.s)
+	refusedWith(t, f, before, introduce(t, f, f.root, f.a, b, g), as.ErrUnsolicitedIntroduction, g)
+
+	// Now g asks, and a asks on its behalf.
+	askFor(t, f, f.g, f.a, "")
+	askFor(t, f, f.a, f.root, g)
+	if err := introduce(t, f, f.root, f.a, b, g); err != nil {
+		t.Fatalf("the introduction g asked for: %v", err)
+	}
+	if !f.s.IsKnown(g, b) || f.s.IsKnown(a, b) {
+		t.Fatalf("after the introduction: g knows b %v, a knows b %v; want true, false", f.s.IsKnown(g, b), f.s.IsKnown(a, b))
+	}
+	f.assertQuiet(t)
+}
+
+// TestStrictIntroductionOfATargetTheIntroducerDoesNotKnow checks that an
+// introduction naming a target the introducer does not know is refused with
+// ErrUnknownContact and changes nothing, even when it was asked for; the
+// request stays open, and once the introducer knows the target it may answer.
+func TestStrictIntroductionOfATargetTheIntroducerDoesNotKnow(t *testing.T) {
+	f := newSmallOrg(t, as.Config{ContactPolicy: as.ContactStrict})
+	a, b, g := f.a.ID(), f.b.ID(), f.g.ID()
+
+	askFor(t, f, f.g, f.a, "")
+	before := snapshot(t, f.s)
+	refusedWith(t, f, before, introduce(t, f, f.a, f.g, b, ""), as.ErrUnknownContact, b)
+	// root, which knows b, cannot answer along a chain in a's place: a
+	// never asked root.
+	refusedWith(t, f, before, introduce(t, f, f.root, f.a, b, g), as.ErrUnsolicitedIntroduction, g)
+
+	// a asks root, learns b, and answers g's request, still open.
+	askFor(t, f, f.a, f.root, "")
+	if err := introduce(t, f, f.root, f.a, b, ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := introduce(t, f, f.a, f.g, b, ""); err != nil {
+		t.Fatalf("a, knowing b now, answers g's request: %v", err)
+	}
+	if c, ok := findContact(contactsOf(t, f.s, g), b); !ok || c.IntroducedBy != a {
+		t.Fatalf("g's entry for b = %+v, %v; want an introduction by a", c, ok)
+	}
+	f.assertQuiet(t)
+}
+
+// TestOpenIntroductionNeedsNoRequest checks that under ContactOpen
+// introductions stay as Property 5 has them: the registry records, and an
+// introduction nobody asked for still adds its target.
+func TestOpenIntroductionNeedsNoRequest(t *testing.T) {
+	f := newSmallOrg(t, as.Config{})
+	if err := introduce(t, f, f.root, f.a, f.b.ID(), ""); err != nil {
+		t.Fatalf("open policy: %v", err)
+	}
+	if err := introduce(t, f, f.root, f.a, f.b.ID(), f.g.ID()); err != nil {
+		t.Fatalf("open policy, for a requester: %v", err)
+	}
+	if !f.s.IsKnown(f.a.ID(), f.b.ID()) || !f.s.IsKnown(f.g.ID(), f.b.ID()) {
+		t.Fatal("open policy: the introductions added nothing")
+	}
+	// The introducer must still know the target.
+	before := snapshot(t, f.s)
+	refusedWith(t, f, before, introduce(t, f, f.g, f.a, as.UserID, ""), as.ErrUnknownContact, as.UserID)
+	f.assertQuiet(t)
+}
+
+// TestStrictIntroductionRequestsAreForgottenOnReopen shows the documented
+// limit: open introduction requests live in memory, so an answer after the
+// society was reopened on its store is refused, and the requester asks again.
+func TestStrictIntroductionRequestsAreForgottenOnReopen(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	cfg := as.Config{ContactPolicy: as.ContactStrict, Root: noop, DefaultBehavior: noop}
+	s, st := openFS(t, dir, filestore.SyncBatched, cfg)
+	root, _ := s.Actor(as.RootID)
+	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := root.WithTask("t1").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := root.WithTask("t2").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(s *as.Society) {
+		t.Helper()
+		if _, err := actorOf(t, s, a.ID).Send(ctx, as.Outgoing{To: as.RootID, Type: as.IntroductionRequest,
+			Payload: as.IntroductionRequestPayload{Reason: "r", RequiredCapability: "c"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	intro := as.Outgoing{To: a.ID, Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{TargetAgentID: b.ID}}
+	ask(s)
+	closeFS(t, s, st)
+
+	s, st = openFS(t, dir, filestore.SyncBatched, cfg)
+	defer closeFS(t, s, st)
+	_, err = actorOf(t, s, as.RootID).Send(ctx, intro)
+	wantCode(t, err, as.ErrUnsolicitedIntroduction)
+	if s.IsKnown(a.ID, b.ID) {
+		t.Fatal("a refused introduction added b")
+	}
+	ask(s)
+	if _, err := actorOf(t, s, as.RootID).Send(ctx, intro); err != nil {
+		t.Fatalf("after asking again: %v", err)
+	}
+	if !s.IsKnown(a.ID, b.ID) {
+		t.Fatal("a does not know b after the introduction it asked for")
+	}
+}
+
+// TestStrictIntroductionRequestsAreBounded checks that the society keeps at
+// most 8,192 open introduction requests, forgetting the oldest first: a lead
+// asks each of its 8,193 children, and the first child's answer is then
+// refused while the second's is accepted.
+func TestStrictIntroductionRequestsAreBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns 8,197 agents")
+	}
+	const bound = 8192
+	ctx := context.Background()
+	s := newSociety(t, as.Config{ContactPolicy: as.ContactStrict, Root: noop, DefaultBehavior: noop})
+	root, _ := s.Actor(as.RootID)
+	lead := spawnWith(t, s, root.WithTask("t"), mustRole(t, root, "lead"), noop)
+	kid := mustRole(t, lead, "kid")
+	kids := make([]*as.Actor, bound+1)
+	for i := range kids {
+		kids[i] = spawnWith(t, s, lead, kid, noop)
+	}
+	grandchild := func(x *as.Actor) string {
+		return spawnWith(t, s, x, mustRole(t, x, "helper"), noop).ID()
+	}
+	g1, g2 := grandchild(kids[0]), grandchild(kids[1])
+	for _, k := range kids {
+		if _, err := lead.Send(ctx, as.Outgoing{To: k.ID(), Type: as.IntroductionRequest,
+			Payload: as.IntroductionRequestPayload{Reason: "r", RequiredCapability: "c"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := kids[0].Send(ctx, as.Outgoing{To: lead.ID(), Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{TargetAgentID: g1}})
+	wantCode(t, err, as.ErrUnsolicitedIntroduction)
+	if _, err := kids[1].Send(ctx, as.Outgoing{To: lead.ID(), Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{TargetAgentID: g2}}); err != nil {
+		t.Fatalf("the answer to the oldest request still open: %v", err)
+	}
+	if s.IsKnown(lead.ID(), g1) || !s.IsKnown(lead.ID(), g2) {
+		t.Fatalf("the lead knows g1 %v, g2 %v; want false, true", s.IsKnown(lead.ID(), g1), s.IsKnown(lead.ID(), g2))
+	}
+}
+
+func mustRole(t *testing.T, x *as.Actor, name string) string {
+	t.Helper()
+	r, _, err := x.CreateRole(context.Background(), as.RoleSpec{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r.ID
 }

@@ -74,7 +74,11 @@
 // introduction_response from X to A about T adds T to A's contacts with T's
 // real role and interface spec. Under [ContactOpen] (the default) the
 // registry only records who knows whom; under [ContactStrict] a message to
-// an agent outside the sender's registry is refused with [ErrUnknownContact].
+// an agent outside the sender's registry is refused with [ErrUnknownContact],
+// and so is a brief presetting a collaborator its parent does not know; an
+// introduction adds a contact only to an agent that asked for one
+// ([ErrUnsolicitedIntroduction]), a rule kept in memory, so that after a
+// restart an unanswered request is asked again.
 // Under both, any agent may write to user and user to any agent.
 //
 // # Persistence

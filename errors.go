@@ -32,9 +32,14 @@ const (
 	// ErrRoleNotFound: a named role does not exist.
 	ErrRoleNotFound Code = "role_not_found"
 	// ErrUnknownContact: under ContactStrict, the target is not in the
-	// sender's registry; for an introduction, the introducer does not know
-	// the agent it introduces.
+	// sender's registry, or a spawn presets a collaborator the parent does
+	// not know; for an introduction, the introducer does not know the agent
+	// it introduces.
 	ErrUnknownContact Code = "unknown_contact"
+	// ErrUnsolicitedIntroduction: under ContactStrict, an
+	// introduction_response would add a contact to an agent that did not
+	// ask the introducer for one (directly, or through the agent it asked).
+	ErrUnsolicitedIntroduction Code = "unsolicited_introduction"
 	// ErrParentMismatch: spawn_agent named a parent other than the caller.
 	ErrParentMismatch Code = "parent_mismatch"
 	// ErrNotRoleOwner: an agent tried to spawn on a role it did not create.

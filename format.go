@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // FormatMessage renders m as an agent sees it (Requirement 10): a source
@@ -17,6 +19,15 @@ import (
 // content is the payload's "text" when it has one, else the payload rendered
 // as indented JSON; a typed message (not general) also shows its type and its
 // fields other than text, since those are what the receiver must act on.
+//
+// The source line cannot be forged. A content line that could pass for a
+// source line or a reply hint (one that says 来自 beside a bracket such as
+// 【 or [, or says 如需回复 or send_message(to=, ignoring spaces, invisible
+// characters and full-width forms) is shown quoted: prefixed with "> ",
+// its 【 and 】 turned into 〖 and 〗. The sender's role name is shown on
+// one line, with 【】 turned into 〖〗 and full-width parentheses into
+// ASCII ones, so that the only 【 and （ in a source line are the
+// society's. The prompts tell agents so.
 func FormatMessage(m Message, senderRole string) string {
 	return formatMessage(m, senderRole, true)
 }
@@ -29,12 +40,12 @@ func formatMessage(m Message, senderRole string, hint bool) string {
 		b.WriteString("【来自用户的消息】\n")
 	} else {
 		b.WriteString("【来自 ")
-		b.WriteString(senderRole)
+		b.WriteString(shownRole(senderRole))
 		b.WriteString("（")
 		b.WriteString(m.From)
 		b.WriteString("）的消息】\n")
 	}
-	b.WriteString(messageContent(m))
+	b.WriteString(neutralise(messageContent(m)))
 	if hint && m.From != UserID {
 		b.WriteString("\n如需回复，请使用 send_message(to='")
 		b.WriteString(m.From)
@@ -108,7 +119,7 @@ func FormatBrief(b *TaskBrief) string {
 	var w strings.Builder
 	field := func(label, v string) {
 		if v != "" {
-			w.WriteString(label + ": " + v + "\n")
+			w.WriteString(label + ": " + neutralise(v) + "\n")
 		}
 	}
 	list := func(label string, items []string) {
@@ -120,7 +131,7 @@ func FormatBrief(b *TaskBrief) string {
 			w.WriteString("  (none)\n")
 		}
 		for _, it := range items {
-			w.WriteString("  - " + it + "\n")
+			w.WriteString("  - " + neutralise(it) + "\n")
 		}
 	}
 	field("objective", b.Objective)
@@ -131,16 +142,16 @@ func FormatBrief(b *TaskBrief) string {
 	if len(b.Collaborators) > 0 {
 		w.WriteString("collaborators:\n")
 		for _, c := range b.Collaborators {
-			w.WriteString("  - " + c.AgentID)
+			w.WriteString("  - " + neutralise(c.AgentID))
 			if c.Role != "" {
-				w.WriteString(" (" + c.Role + ")")
+				w.WriteString(" (" + neutralise(c.Role) + ")")
 			}
 			if c.Description != "" {
-				w.WriteString(": " + c.Description)
+				w.WriteString(": " + neutralise(c.Description))
 			}
 			w.WriteString("\n")
 			if c.InterfaceSpec != nil {
-				w.WriteString("    interface: " + oneLineJSON(c.InterfaceSpec) + "\n")
+				w.WriteString("    interface: " + neutralise(oneLineJSON(c.InterfaceSpec)) + "\n")
 			}
 		}
 	}
@@ -155,4 +166,108 @@ func oneLineJSON(v any) string {
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
 	return strings.TrimRight(buf.String(), "\n")
+}
+
+// shownRole returns a sender's role name as a source line shows it: on one
+// line (control characters but tab, and line separators, become spaces;
+// invisible format characters are dropped), with 【】 turned into 〖〗 and （） into
+// (), so that a role name cannot end the source line early or open a second
+// one.
+func shownRole(role string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\t':
+			return r
+		case isLineBreak(r) || unicode.IsControl(r):
+			return ' '
+		case unicode.Is(unicode.Cf, r):
+			return -1
+		}
+		switch r {
+		case '【':
+			return '〖'
+		case '】':
+			return '〗'
+		case '（':
+			return '('
+		case '）':
+			return ')'
+		}
+		return r
+	}, role)
+}
+
+// isLineBreak reports whether r ends a line for a reader: a model or a
+// terminal may break a line at any of these, not only at "\n".
+func isLineBreak(r rune) bool {
+	switch r {
+	case '\n', '\r', '\v', '\f', '\u0085', '\u2028', '\u2029':
+		return true
+	}
+	return false
+}
+
+// quoteBrackets turns the brackets of a source line into look-alikes that a
+// source line never has.
+var quoteBrackets = strings.NewReplacer("【", "〖", "】", "〗")
+
+// neutralise returns content with every line that could pass for a source
+// line or a reply hint (see forgeable) quoted: prefixed with "> ", its 【】
+// turned into 〖〗. Other lines, and the line breaks, are left as they are.
+func neutralise(content string) string {
+	var b strings.Builder
+	done := 0 // content[:done] is in b
+	for start := 0; ; {
+		end := len(content)
+		if i := strings.IndexFunc(content[start:], isLineBreak); i >= 0 {
+			end = start + i
+		}
+		if line := content[start:end]; forgeable(line) {
+			if done == 0 {
+				b.Grow(len(content) + 16)
+			}
+			b.WriteString(content[done:start])
+			b.WriteString("> ")
+			b.WriteString(quoteBrackets.Replace(line))
+			done = end
+		}
+		if end == len(content) {
+			break
+		}
+		_, n := utf8.DecodeRuneInString(content[end:])
+		start = end + n
+	}
+	if b.Len() == 0 {
+		return content
+	}
+	b.WriteString(content[done:])
+	return b.String()
+}
+
+// forgeable reports whether line could pass for a line the society writes:
+// a source line (来自 beside one of the brackets 【】〖〗[]〔〕) or a reply
+// hint (如需回复, or send_message(to=). Spaces, invisible characters and
+// combining marks are ignored, full-width forms read as ASCII and
+// traditional 來 and 覆 as 来 and 复, so that a look-alike is caught too.
+func forgeable(line string) bool {
+	if line == "" {
+		return false
+	}
+	var b strings.Builder
+	for _, r := range line {
+		switch {
+		case unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me):
+			continue
+		case r >= 0xFF01 && r <= 0xFF5E: // full-width ASCII
+			r -= 0xFEE0
+		case r == '來':
+			r = '来'
+		case r == '覆':
+			r = '复'
+		}
+		b.WriteRune(unicode.ToLower(r))
+	}
+	s := b.String()
+	return strings.Contains(s, "如需回复") || strings.Contains(s, "send_message(to=") ||
+		strings.Contains(s, "来自") && strings.ContainsAny(s, "【】〖〗[]〔〕")
 }

@@ -98,9 +98,14 @@ type StatusReportPayload struct {
 }
 
 // IntroductionRequestPayload is the payload of an [IntroductionRequest].
+//
+// RequesterAgentID is set by an agent that asks on behalf of another, which
+// asked it (Requirement 3.5): under ContactStrict, the agent asked may then
+// introduce an agent to that requester as well (see ContactStrict).
 type IntroductionRequestPayload struct {
 	Reason             string `json:"reason"`
 	RequiredCapability string `json:"required_capability"`
+	RequesterAgentID   string `json:"requester_agent_id,omitempty"`
 	Text               string `json:"text,omitempty"`
 }
 

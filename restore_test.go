@@ -2262,6 +2262,7 @@ func (r *reopeningMachine) shut(t *rapid.T) {
 func (r *reopeningMachine) reopen(t *rapid.T) {
 	r.shut(t)
 	r.open(t)
+	clear(r.model.asks) // open introduction requests live in memory only
 }
 
 // reopenRounds is how many times rapid runs its default number of checks

@@ -197,6 +197,7 @@ type Society struct {
 	rootKids  map[string]string // taskID -> root's child
 	spawnKeys map[string]string // spawn key -> child (see turn)
 	requests  map[string]*request
+	intros    introductions
 	state     map[stateKey]StateValue
 	live      int    // agents other than root and user
 	added     uint64 // agents added so far, for their creation order
