@@ -167,18 +167,19 @@ func (s *Society) cachedSystemPrompt(a *agent, mem *mind) (string, error) {
 // systemPrompt assembles a's system prompt from its current state.
 func (s *Society) systemPrompt(a *agent) (string, error) {
 	s.mu.RLock()
-	f := prompts.Facts{ID: a.info.ID, Role: a.roleName, TaskID: a.info.TaskID}
+	// Role names are agents' words: shown as a source line shows them.
+	f := prompts.Facts{ID: a.info.ID, Role: shownRole(a.roleName), TaskID: a.info.TaskID}
 	var rolePrompt string
 	if r := s.roles[a.info.RoleID]; r != nil {
 		rolePrompt = r.Prompt
 	}
 	if p := s.agents[a.info.ParentID]; p != nil {
-		f.Parent = p.info.ID + "（" + p.roleName + "）"
+		f.Parent = p.info.ID + "（" + shownRole(p.roleName) + "）"
 	}
 	s.mu.RUnlock()
 	f.Brief = FormatBrief(a.info.Brief)
 	for _, c := range s.contacts.List(a.info.ID) {
-		pc := prompts.Contact{ID: c.ID, Role: c.Role, Source: string(c.Source), IntroducedBy: c.IntroducedBy, Note: c.Note}
+		pc := prompts.Contact{ID: c.ID, Role: shownRole(c.Role), Source: string(c.Source), IntroducedBy: c.IntroducedBy, Note: neutralise(c.Note)}
 		if c.InterfaceSpec != nil {
 			b, _ := json.Marshal(c.InterfaceSpec)
 			pc.Interface = string(b)
