@@ -59,6 +59,7 @@ type pendingSend struct {
 	answered *request // the request a response closes, or nil
 	status   RequestStatus
 	own      bool // the society's own message: exempt from Config.MaxQueued
+	start    bool // set by commitSend: the receiver's drainer is to be started
 }
 
 // changesState reports whether accepting a message of type t always changes
@@ -194,7 +195,7 @@ func (s *Society) commitSend(p *pendingSend) {
 			return
 		}
 	}
-	s.enqueue(p.to, p.msg)
+	p.start = s.enqueue(p.to, p.msg)
 }
 
 // logMessage records a step of m's journey at Debug level.

@@ -87,6 +87,7 @@ func (s *Society) apply(ctx context.Context, check func() (*change, *Error)) *Er
 		if c.record.Empty() {
 			s.commit(c)
 			s.mu.Unlock()
+			s.started(c)
 			return nil
 		}
 		done := s.claim(c)
@@ -138,6 +139,7 @@ func (s *Society) recordAndCommit(ctx context.Context, c *change, done chan stru
 		s.commit(c)
 	}
 	s.mu.Unlock()
+	s.started(c)
 	close(done)
 	s.wg.Done()
 	if err != nil {
@@ -153,6 +155,14 @@ func (s *Society) commit(c *change) {
 	}
 	if c.send != nil {
 		s.commitSend(c.send)
+	}
+}
+
+// started starts the drainer that committing c's message called for. Called
+// with s.mu released.
+func (s *Society) started(c *change) {
+	if c.send != nil && c.send.start {
+		s.startDrainer(c.send.to)
 	}
 }
 

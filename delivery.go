@@ -20,14 +20,24 @@ import (
 // that an answer to what it just handled, which often comes meanwhile,
 // needs no new goroutine.
 
-// enqueue queues m for a and starts a drainer for a if none runs. Called
-// with s.mu held, by a change's commit; once the society is closed the
-// message stays queued and no drainer starts (a durable store keeps it
-// pending; Close records a volatile store's queue).
-func (s *Society) enqueue(a *agent, m Message) {
+// enqueue queues m for a and reports whether a needs a drainer, which the
+// caller starts with startDrainer once it has released s.mu; the drainer is
+// counted in s.wg already, so that Close waits for it. Called with s.mu
+// held, by a change's commit; once the society is closed the message stays
+// queued and no drainer starts (a durable store keeps it pending; Close
+// records a volatile store's queue).
+func (s *Society) enqueue(a *agent, m Message) (start bool) {
 	if a.inbox().Push(m) && !s.closed.Load() {
-		s.goFunc(func() { s.drain(a) })
+		s.wg.Add(1) // counted now, started by startDrainer once s.mu is released
+		return true
 	}
+	return false
+}
+
+// startDrainer starts the drainer of a that enqueue counted. Called with
+// s.mu released: starting a goroutine need not hold up every other change.
+func (s *Society) startDrainer(a *agent) {
+	go s.run(func() { s.drain(a) })
 }
 
 // goFunc runs f in a new goroutine that Close waits for. Every goroutine of
@@ -38,6 +48,7 @@ func (s *Society) goFunc(f func()) {
 	go s.run(f)
 }
 
+// run runs f and marks one goroutine of s.wg done.
 func (s *Society) run(f func()) {
 	defer s.wg.Done()
 	f()

@@ -168,10 +168,11 @@ type Society struct {
 	// every change goes through apply (change.go), which records it with
 	// mu released.
 	//
-	// Goroutines: every drainer starts in goFunc, every request timer in
-	// armTimeout and the prune timer in armPrune, all with mu held and
-	// closed false; wg counts them and the changes being recorded, and
-	// Close waits for wg.
+	// Goroutines: every drainer is counted in wg with mu held and closed
+	// false (goFunc, or enqueue, whose drainer startDrainer starts once mu
+	// is released), and so is every request timer (armTimeout) and the
+	// prune timer (armPrune); wg also counts the changes being recorded,
+	// and Close waits for wg.
 	cfg   Config
 	store store.Store
 	log   *slog.Logger
