@@ -127,8 +127,8 @@ func (x *Actor) TaskID() string { return x.taskID }
 
 // Agent returns the agent this handle acts as.
 func (x *Actor) Agent() Agent {
-	x.s.mu.RLock()
-	defer x.s.mu.RUnlock()
+	x.s.mu.Lock()
+	defer x.s.mu.Unlock()
 	return x.a.info.clone()
 }
 

@@ -166,8 +166,8 @@ func (p *pendingSend) record(ch *store.Change, withMessage bool) {
 
 // commitSend applies p's changes to the organisation and routes its message:
 // to the waiter blocked in Collaborate for the request it settles, if there
-// is one, else to the receiver's mailbox. Called with s.mu held for writing,
-// after the store recorded them.
+// is one, else to the receiver's mailbox. Called with s.mu held, after the
+// store recorded them.
 func (s *Society) commitSend(p *pendingSend) {
 	for _, e := range p.contacts {
 		s.contacts.Add(e.owner, e.c)

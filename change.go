@@ -37,7 +37,7 @@ type change struct {
 	// record is what the store keeps of the change.
 	record store.Change
 	// commit applies the change to memory, after the store recorded it.
-	// Called with s.mu held for writing; nil when memory does not change.
+	// Called with s.mu held; nil when memory does not change.
 	commit func()
 	// send is a message the change accepts: after commit, commitSend
 	// makes its changes and routes it.
@@ -51,7 +51,7 @@ func claimState(scope, key string) string   { return "state:" + scope + "\x00" +
 func claimRequest(id string) string         { return "request:" + id }
 
 // apply runs one operation the way every change goes (see above). check runs
-// with s.mu held for writing; it changes nothing in the organisation (it may
+// with s.mu held; it changes nothing in the organisation (it may
 // draw ids and message numbers, so these can have gaps), and may run more
 // than once, since apply checks again after waiting for a change in flight
 // that claims what check's change claims. A nil change from check means
@@ -148,7 +148,7 @@ func (s *Society) recordAndCommit(ctx context.Context, c *change, done chan stru
 	return nil
 }
 
-// commit applies c to memory. Called with s.mu held for writing.
+// commit applies c to memory. Called with s.mu held.
 func (s *Society) commit(c *change) {
 	if c.commit != nil {
 		c.commit()

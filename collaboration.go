@@ -93,12 +93,12 @@ func (s *Society) received(ctx context.Context, m Message) Message {
 // ErrWrongResponder, ErrRequestClosed, or ErrInvalidMessageFormat for a
 // payload that does not fit its status.
 func (x *Actor) Respond(ctx context.Context, requestID string, p CollaborationResponsePayload) (Message, error) {
-	x.s.mu.RLock()
+	x.s.mu.Lock()
 	var requester string
 	if r := x.s.requests[requestID]; r != nil {
 		requester = r.from
 	}
-	x.s.mu.RUnlock()
+	x.s.mu.Unlock()
 	if requester == "" {
 		return Message{}, x.s.refuse("send_message", x.ID(), unknownRequest(requestID))
 	}
@@ -143,9 +143,8 @@ func (s *Society) armTimeout(r *request) {
 	})
 }
 
-// stopTimeouts stops every request's timer. Called by Close with s.mu held
-// for writing after setting closed; a timer that already fired sees closed
-// and returns.
+// stopTimeouts stops every request's timer. Called by Close with s.mu held,
+// after setting closed; a timer that already fired sees closed and returns.
 func (s *Society) stopTimeouts() {
 	for _, r := range s.requests {
 		if r.timer != nil && r.timer.Stop() {
@@ -170,13 +169,13 @@ func (s *Society) settleRequestsTo(ctx context.Context, ended []*agent) {
 		gone[a.info.ID] = true
 	}
 	var ids []string
-	s.mu.RLock()
+	s.mu.Lock()
 	for _, r := range s.requests {
 		if r.status == StatusPending && gone[r.to] && !gone[r.from] {
 			ids = append(ids, r.id)
 		}
 	}
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	for _, id := range ids {
 		s.settle(ctx, id, StatusError)
 	}

@@ -81,9 +81,9 @@ func (s *Society) drain(a *agent) {
 func (s *Society) deliver(a *agent, m Message) {
 	ctx := s.runCtx
 	s.logMessage(ctx, "message delivered", &m)
-	s.mu.RLock()
+	s.mu.Lock()
 	status, handoff := a.info.Status, a.handoff
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	var err error
 	if status == StatusTerminated {
 		s.dropped(ctx, a, m.ID, "message dropped: the agent was terminated")

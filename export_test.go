@@ -4,10 +4,10 @@ package agentsociety
 // by the name of the field that holds them, so that a test can check that
 // nothing grows for the life of the society.
 func (s *Society) Held() map[string]int {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	s.contacts.mu.RLock()
-	defer s.contacts.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.contacts.mu.Lock()
+	defer s.contacts.mu.Unlock()
 	return map[string]int{
 		"agents":    len(s.agents),
 		"roles":     len(s.roles),

@@ -61,8 +61,8 @@ func (s *Society) Format(m Message) string { return FormatMessage(m, s.roleNameO
 // roleNameOf returns the role name of agent id, or "unknown" for an agent
 // the society does not have.
 func (s *Society) roleNameOf(id string) string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if a := s.agents[id]; a != nil {
 		return a.roleName
 	}

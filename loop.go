@@ -166,7 +166,7 @@ func (s *Society) cachedSystemPrompt(a *agent, mem *mind) (string, error) {
 
 // systemPrompt assembles a's system prompt from its current state.
 func (s *Society) systemPrompt(a *agent) (string, error) {
-	s.mu.RLock()
+	s.mu.Lock()
 	// Role names are agents' words: shown as a source line shows them.
 	f := prompts.Facts{ID: a.info.ID, Role: shownRole(a.roleName), TaskID: a.info.TaskID}
 	var rolePrompt string
@@ -176,7 +176,7 @@ func (s *Society) systemPrompt(a *agent) (string, error) {
 	if p := s.agents[a.info.ParentID]; p != nil {
 		f.Parent = p.info.ID + "（" + shownRole(p.roleName) + "）"
 	}
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	f.Brief = FormatBrief(a.info.Brief)
 	for _, c := range s.contacts.List(a.info.ID) {
 		pc := prompts.Contact{ID: c.ID, Role: shownRole(c.Role), Source: string(c.Source), IntroducedBy: c.IntroducedBy, Note: neutralise(c.Note)}

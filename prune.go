@@ -27,11 +27,11 @@ type retiree struct {
 }
 
 // retireRequest queues r, just settled, to be forgotten. Called with s.mu
-// held for writing.
+// held.
 func (s *Society) retireRequest(r *request) { s.retire(retiree{request: r}) }
 
 // retireAgent queues a, just terminated, to be forgotten. Called with s.mu
-// held for writing.
+// held.
 func (s *Society) retireAgent(a *agent) { s.retire(retiree{agent: a}) }
 
 func (s *Society) retire(e retiree) {
@@ -45,7 +45,7 @@ func (s *Society) retire(e retiree) {
 
 // armPrune starts the prune timer for the oldest retiree, unless it runs
 // already, nothing is queued or the society is closed. Called with s.mu
-// held for writing: the timer is counted in s.wg until it fires or Close
+// held: the timer is counted in s.wg until it fires or Close
 // stops it.
 func (s *Society) armPrune() {
 	if s.pruneTimer != nil || len(s.retired) == 0 || s.closed.Load() {
@@ -108,8 +108,7 @@ func (s *Society) prune() {
 }
 
 // forgetAgent forgets a, if the society still has it, and its spawn key
-// and contact registry, and reports whether it did. Called with s.mu held
-// for writing.
+// and contact registry, and reports whether it did. Called with s.mu held.
 func (s *Society) forgetAgent(a *agent) bool {
 	id := a.info.ID
 	if s.agents[id] != a {
@@ -130,7 +129,7 @@ func (s *Society) forgetAgent(a *agent) bool {
 // made or were asked, their private state, and the roles whose creator
 // the society no longer has and that no agent it has is on. A pending request to an agent gone from
 // an agent still there stays, for settleRequestsTo to settle: its
-// requester must be told. Called with s.mu held for writing.
+// requester must be told. Called with s.mu held.
 func (s *Society) forgetWith(gone map[string]bool) {
 	for id, r := range s.requests {
 		if gone[r.from] || (gone[r.to] && r.status != StatusPending) {

@@ -204,7 +204,7 @@ func (s *Society) saveQueued(err error) error {
 		}
 		ch.Accepted = append(ch.Accepted, messageRecord(&m))
 	}
-	s.mu.RLock()
+	s.mu.Lock()
 	for _, a := range s.agents {
 		if box := a.box.Load(); box != nil {
 			for _, m := range box.Items() {
@@ -212,7 +212,7 @@ func (s *Society) saveQueued(err error) error {
 			}
 		}
 	}
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	for _, m := range s.user.unclaimed() {
 		keep(m)
 	}

@@ -187,9 +187,9 @@ type Society struct {
 
 	// mu guards the organisation: roles, agents and their status, root's
 	// children, requests, state, the message counter and the claims of
-	// changes in flight. Contacts have their own lock; they change under
-	// mu held for writing.
-	mu        sync.RWMutex
+	// changes in flight. Contacts have their own lock; they change with mu
+	// held. A plain mutex: almost every use changes something.
+	mu        sync.Mutex
 	seq       uint64 // numbers accepted messages; a message's id is made from its number
 	roles     map[string]*Role
 	roleOrder []string
@@ -211,8 +211,8 @@ type Society struct {
 	retired    []retiree
 	pruneTimer *time.Timer
 
-	// closed is set under mu held for writing; apply checks it under mu, so
-	// no change is checked after Close began. Drainers read it alone: a
+	// closed is set under mu; apply checks it under mu, so no change is
+	// checked after Close began. Drainers read it alone: a
 	// stale false only costs one more handled message.
 	closed atomic.Bool
 	// volatile is set for a store.Volatile store: messages are recorded
@@ -410,9 +410,9 @@ func (s *Society) isClosed() bool { return s.closed.Load() }
 // done as that agent, under the same rules an agent's own behaviour follows.
 // The handle works on the agent's own task; see [Actor.WithTask].
 func (s *Society) Actor(id string) (*Actor, error) {
-	s.mu.RLock()
+	s.mu.Lock()
 	a := s.agents[id]
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	if a == nil {
 		return nil, &Error{Code: ErrAgentNotFound, Message: "no agent " + strconvQuote(id), AgentID: id}
 	}
@@ -422,8 +422,8 @@ func (s *Society) Actor(id string) (*Actor, error) {
 // Agent returns the agent with the given id, root and user included. A
 // terminated agent is forgotten Config.Retention after it ended.
 func (s *Society) Agent(id string) (Agent, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	a := s.agents[id]
 	if a == nil {
 		return Agent{}, false
@@ -438,14 +438,14 @@ func (s *Society) Agents() []Agent {
 		order uint64
 		info  Agent
 	}
-	s.mu.RLock()
+	s.mu.Lock()
 	list := make([]ordered, 0, len(s.agents))
 	for _, a := range s.agents {
 		if a.info.ID != RootID && a.info.ID != UserID {
 			list = append(list, ordered{a.order, a.info.clone()})
 		}
 	}
-	s.mu.RUnlock()
+	s.mu.Unlock()
 	sort.Slice(list, func(i, j int) bool { return list[i].order < list[j].order })
 	out := make([]Agent, len(list))
 	for i, a := range list {
@@ -456,8 +456,8 @@ func (s *Society) Agents() []Agent {
 
 // Role returns the role with the given id.
 func (s *Society) Role(id string) (Role, bool) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	r := s.roles[id]
 	if r == nil {
 		return Role{}, false
@@ -469,8 +469,8 @@ func (s *Society) Role(id string) (Role, bool) {
 // was forgotten (see Config.Retention) is forgotten with it, once no agent
 // the society has is on it.
 func (s *Society) Roles() []Role {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := make([]Role, len(s.roleOrder))
 	for i, id := range s.roleOrder {
 		out[i] = s.roles[id].clone()
@@ -481,8 +481,8 @@ func (s *Society) Roles() []Role {
 // FindRoleByName returns every role named name, whoever created it, oldest
 // first. It returns nil when there is none.
 func (s *Society) FindRoleByName(name string) []Role {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var out []Role
 	for _, id := range s.roleOrder {
 		if r := s.roles[id]; r.Name == name {

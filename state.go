@@ -37,8 +37,8 @@ func (x *Actor) GetState(key string, scope StateScope) (v StateValue, ok bool, e
 	if err != nil {
 		return StateValue{}, false, err
 	}
-	x.s.mu.RLock()
-	defer x.s.mu.RUnlock()
+	x.s.mu.Lock()
+	defer x.s.mu.Unlock()
 	v, ok = x.s.state[stateKey{sk, key}]
 	v.Value = append(json.RawMessage(nil), v.Value...)
 	return v, ok, nil
@@ -89,7 +89,7 @@ func (x *Actor) SetState(ctx context.Context, key string, value any, scope State
 }
 
 // putState sets key k to v in memory; an empty value deletes k. Called with
-// s.mu held for writing.
+// s.mu held.
 func (s *Society) putState(k stateKey, v StateValue) {
 	if len(v.Value) == 0 {
 		delete(s.state, k)
