@@ -1217,7 +1217,9 @@ func TestModelCallDeadlineEndsAStuckTurn(t *testing.T) {
 		}
 		return resp, nil
 	})
-	s := newSociety(t, as.Config{Model: model, MaxModelCalls: 2, ModelCallTimeout: 300 * time.Millisecond,
+	// Root's calls are stuck for two seconds each, far longer than the
+	// worker's five calls take even on a loaded machine.
+	s := newSociety(t, as.Config{Model: model, MaxModelCalls: 2, ModelCallTimeout: 2 * time.Second,
 		ModelRetries: retries, RetryBackoff: time.Millisecond})
 	worker := rootSpawn(t, s, "t-worker", "worker", "work", nil)
 	if _, err := s.SubmitRequirement(ctx, "REQ"); err != nil {
