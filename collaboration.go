@@ -129,8 +129,8 @@ func requestIDOf(m Message) string {
 }
 
 // armTimeout starts r's timer, unless the society is closed (a change
-// recorded as Close began commits after it). Called with s.mu held for
-// writing: the timer is counted in s.wg until it fires or Close stops it, so
+// recorded as Close began commits after it). Called with s.mu held: the
+// timer is counted in s.wg until it fires or Close stops it, so
 // no timer outlives Close.
 func (s *Society) armTimeout(r *request) {
 	if r.deadline.IsZero() || r.status != StatusPending || s.closed.Load() {

@@ -45,8 +45,7 @@ func (s *Society) retire(e retiree) {
 
 // armPrune starts the prune timer for the oldest retiree, unless it runs
 // already, nothing is queued or the society is closed. Called with s.mu
-// held: the timer is counted in s.wg until it fires or Close
-// stops it.
+// held: the timer is counted in s.wg until it fires or Close stops it.
 func (s *Society) armPrune() {
 	if s.pruneTimer != nil || len(s.retired) == 0 || s.closed.Load() {
 		return
@@ -58,8 +57,8 @@ func (s *Society) armPrune() {
 	})
 }
 
-// stopPrune stops the prune timer. Called by Close with s.mu held for
-// writing, after setting closed; a timer that already fired sees closed and
+// stopPrune stops the prune timer. Called by Close with s.mu held, after
+// setting closed; a timer that already fired sees closed and
 // returns.
 func (s *Society) stopPrune() {
 	if s.pruneTimer != nil && s.pruneTimer.Stop() {
