@@ -62,10 +62,15 @@ type pendingSend struct {
 	start    bool // set by commitSend: the receiver's drainer is to be started
 }
 
-// changesState reports whether accepting a message of type t always changes
-// the organisation (requests, or the receiver's contacts).
-func changesState(t MessageType) bool {
-	return t == IntroductionResponse || t == CollaborationRequest || t == CollaborationResponse
+// typed reports whether a message of type t needs prepareTyped: its
+// acceptance reads or changes requests, open introduction requests or
+// contacts beyond a first message's.
+func typed(t MessageType) bool {
+	switch t {
+	case IntroductionRequest, IntroductionResponse, CollaborationRequest, CollaborationResponse:
+		return true
+	}
+	return false
 }
 
 // sendOwn sends out as x on the society's behalf (a failure report), as
@@ -236,7 +241,7 @@ func (s *Society) prepare(p *pendingSend, from *agent, f fields) *Error {
 	if !s.contacts.knows(m.To, by) {
 		p.contacts = append(p.contacts, firstContact(from, m))
 	}
-	if changesState(m.Type) || m.Type == IntroductionRequest {
+	if typed(m.Type) {
 		return s.prepareTyped(p, f)
 	}
 	return nil
