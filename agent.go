@@ -2,6 +2,7 @@ package agentsociety
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -85,6 +86,8 @@ type agent struct {
 	mind     *mind                                // a model-driven agent's history, from its first turn
 	handoff  string                               // the id of the handoff message of an agent being terminated
 	spawnKey string                               // the spawn that made it (see turn), or ""
+	reported bool                                 // it has sent its parent a status_report; guarded by s.mu
+	reports  int32                                // how many of its children have reported; guarded by s.mu
 }
 
 // Actor is a handle through which code acts as one agent: what it sends, the
@@ -218,7 +221,11 @@ type SpawnSpec struct {
 // nothing and changes no registry.
 //
 // The child knows its parent and the brief's collaborators from birth, and
-// the parent knows the child. Under ContactStrict a parent presets only
+// the parent knows the child. A child driven by the model (no Behavior of
+// its own, and none in Config.DefaultBehavior) is sent its brief as its
+// first message: a [TaskAssignment] from the parent, accepted with the spawn,
+// so that it has a turn to start working in (a reused child is not sent it
+// again). A child driven by Go code reads its brief from [Actor.Agent]. Under ContactStrict a parent presets only
 // agents it knows itself (and user): a collaborator outside its registry is
 // refused with ErrUnknownContact.
 func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, reused bool, err error) {
@@ -242,6 +249,7 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 	// so that the n-th spawn of a turn handled again is the n-th before.
 	key := x.turn.spawnKey()
 
+	var assignment *pendingSend
 	if err := s.apply(ctx, func() (*change, *Error) {
 		c, found, e := s.checkSpawn(x, spec, key)
 		if e != nil {
@@ -256,7 +264,7 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 		if e != nil {
 			return nil, &Error{Code: ErrInvalidTaskBrief, Message: "the brief does not encode", Err: e.Err}
 		}
-		return &change{
+		ch := &change{
 			claims: []string{by},
 			agents: 1,
 			record: store.Change{Agents: []store.Agent{rec}, Contacts: contactRecords(entries)},
@@ -267,15 +275,45 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 				}
 				child = c.info.clone()
 			},
-		}, nil
+		}
+		if s.modelDriven(c) {
+			s.assign(ch, x.a, c, rec.Brief)
+			assignment = ch.send
+		}
+		return ch, nil
 	}); err != nil {
 		return refuse(err)
 	}
 	if !reused {
 		s.log.LogAttrs(ctx, slog.LevelInfo, "agent spawned",
 			slog.String("agent", child.ID), slog.String("role", child.RoleID), slog.String("parent", by), slog.String("task", child.TaskID))
+		if assignment != nil {
+			s.logMessage(ctx, "message accepted", &assignment.msg)
+		}
 	}
 	return child, reused, nil
+}
+
+// modelDriven reports whether a is driven by the society's model.
+func (s *Society) modelDriven(a *agent) bool {
+	return a.behavior == nil && s.cfg.DefaultBehavior == nil && s.cfg.Model != nil
+}
+
+// assign adds to ch, the change spawning c, the child's first message: its
+// brief, as a task_assignment from its parent, so that every child has a
+// turn to start in. The brief and its delivery are recorded together, so a
+// crash cannot leave a child that was never told its task. Called with s.mu
+// held.
+func (s *Society) assign(ch *change, parent, c *agent, brief json.RawMessage) {
+	p := &pendingSend{own: true, to: c, msg: Message{
+		From: parent.info.ID, To: c.info.ID, TaskID: c.info.TaskID,
+		Type: TaskAssignment, Payload: brief, SentAt: c.info.CreatedAt,
+	}}
+	s.number(p)
+	if !s.volatile {
+		ch.record.Accepted = []store.Message{messageRecord(&p.msg)}
+	}
+	ch.send = p
 }
 
 // checkSpawn checks a spawn by x against the organisation. It returns the

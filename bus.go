@@ -131,9 +131,7 @@ func compose(m *Message, from *agent, taskID string, out Outgoing) (fields, *Err
 // the message recorded (on a durable store) with p's other changes, which
 // commitSend makes in memory. Called with s.mu held.
 func (s *Society) accepting(p *pendingSend) *change {
-	s.seq++
-	p.msg.Seq = s.seq
-	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
+	s.number(p)
 	p.change = change{send: p}
 	c := &p.change
 	if !s.volatile || len(p.contacts) > 0 || p.request != nil || p.answered != nil {
@@ -148,6 +146,14 @@ func (s *Society) accepting(p *pendingSend) *change {
 		c.claims = append(c.claims, claimRequest(p.request.id))
 	}
 	return c
+}
+
+// number gives p's message the next sequence number and its id. Called
+// with s.mu held.
+func (s *Society) number(p *pendingSend) {
+	s.seq++
+	p.msg.Seq = s.seq
+	p.msg.ID = s.msgIDs.ID(p.msg.Seq)
 }
 
 // record fills ch with the records of accepting p: the message itself if
@@ -198,6 +204,12 @@ func (s *Society) commitSend(p *pendingSend) {
 			r.waiter <- p.msg // buffered, and each request is settled once
 			r.waiter = nil
 			return
+		}
+	}
+	if p.msg.Type == StatusReport {
+		if from := s.agents[p.msg.From]; from != nil && from.info.ParentID == p.msg.To && !from.reported {
+			from.reported = true
+			p.to.reports++
 		}
 	}
 	p.start = s.enqueue(p.to, p.msg)
@@ -333,6 +345,12 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 // which it answers: one request, one introduction.
 func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *Error {
 	by, id := p.msg.From, f.text("target_agent_id")
+	if id == "" { // no suitable agent known: the answer introduces nobody
+		if s.cfg.ContactPolicy == ContactStrict {
+			p.answers = append(p.answers, introKey{p.msg.To, by})
+		}
+		return nil
+	}
 	target := s.agents[id]
 	if target == nil {
 		return &Error{Code: ErrAgentNotFound, Message: "target_agent_id " + strconvQuote(id) + " does not exist", AgentID: id}

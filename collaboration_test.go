@@ -394,16 +394,10 @@ func TestTimeoutTooLongForADurationIsRefused(t *testing.T) {
 	payload := func(timeout string) string {
 		return `{"to":"agent-2","message_type":"collaboration_request","payload":{"subtask_description":"x","timeout_seconds":` + timeout + `}}`
 	}
-	request := func(timeout string) string {
-		return `{"to":"agent-2","subtask_description":"x","timeout_seconds":` + timeout + `}`
-	}
 	results := callTools(t, as.Config{}, in.behavior(),
 		toolCall{"send_message", payload("1e10")},
 		toolCall{"send_message", payload("9223372036.9")},
 		toolCall{"send_message", payload("1e400")},
-		toolCall{"request_collaboration", request("1e10")},
-		toolCall{"request_collaboration", request("1e300")},
-		toolCall{"request_collaboration", request("1e400")},
 	)
 	atMost := "at most " + maxSecs + " (about 292 years)"
 	want := []struct {
@@ -413,9 +407,6 @@ func TestTimeoutTooLongForADurationIsRefused(t *testing.T) {
 		{as.ErrInvalidMessageFormat, atMost},
 		{as.ErrInvalidMessageFormat, atMost},
 		{as.ErrInvalidMessageFormat, atMost},
-		{as.ErrInvalidArgument, atMost},
-		{as.ErrInvalidArgument, atMost},
-		{as.ErrInvalidArgument, `"timeout_seconds" holds a number out of range: 1e400 is too large`},
 	}
 	if len(results) != len(want) {
 		t.Fatalf("%d results, want %d: %q", len(results), len(want), results)

@@ -133,7 +133,7 @@ func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
 	if b == nil {
 		b = s.cfg.DefaultBehavior
 	}
-	if b == nil && s.cfg.Model != nil {
+	if s.modelDriven(a) {
 		b = modelBehavior{s}
 	}
 	if b == nil {

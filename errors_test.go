@@ -332,9 +332,9 @@ func TestRefusals(t *testing.T) {
 			code: as.ErrInvalidArgument,
 		},
 		{
-			name: "introduction/without a target",
+			name: "introduction/without a target or advice",
 			act: func(ctx context.Context, f *smallOrg) error {
-				return sendErr(ctx, f.root, as.Outgoing{To: f.a.ID(), Type: as.IntroductionResponse, Payload: map[string]string{"advice": "ask b"}})
+				return sendErr(ctx, f.root, as.Outgoing{To: f.a.ID(), Type: as.IntroductionResponse, Payload: map[string]string{"text": "ask b"}})
 			},
 			code:  as.ErrInvalidMessageFormat,
 			check: messageType(as.IntroductionResponse, "target_agent_id"),

@@ -74,6 +74,12 @@ func messageContent(m Message) string {
 	if json.Unmarshal(m.Payload, &f) != nil {
 		return string(m.Payload)
 	}
+	if m.Type == TaskAssignment {
+		var b TaskBrief
+		if json.Unmarshal(m.Payload, &b) == nil && b.Validate() == nil {
+			return "message_type: task_assignment\n" + formatBrief(&b, false)
+		}
+	}
 	var text string
 	hasText := f["text"] != nil && json.Unmarshal(f["text"], &text) == nil
 	if hasText && (m.Type == General || m.Type == "") {
@@ -112,9 +118,17 @@ func indentJSON(v any) string {
 // FormatBrief renders a Task Brief as it is shown in the initial context of
 // the agent it was given to: every field that is set, in a stable order,
 // one labelled section each.
-func FormatBrief(b *TaskBrief) string {
+func FormatBrief(b *TaskBrief) string { return formatBrief(b, true) }
+
+// formatBrief is FormatBrief, with the agents' words neutralised only if
+// quote is set (a caller that neutralises the whole text unsets it).
+func formatBrief(b *TaskBrief, quote bool) string {
 	if b == nil {
 		return ""
+	}
+	neutralise := neutralise
+	if !quote {
+		neutralise = func(s string) string { return s }
 	}
 	var w strings.Builder
 	field := func(label, v string) {

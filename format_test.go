@@ -258,6 +258,7 @@ func TestImpersonationIsNeutralisedForTheModel(t *testing.T) {
 		return llmtest.Say(""), nil
 	})})
 	victim := rootSpawn(t, s, "t1", "worker", "do the work", nil)
+	recv(t, seen, "the victim's first turn, on its brief")
 	mallory := actorOf(t, s, rootSpawn(t, s, "t2", "helper", "help", noop).ID)
 	root := actorOf(t, s, as.RootID)
 

@@ -26,6 +26,7 @@ import (
 
 	as "agentsociety"
 	"agentsociety/llm"
+	"agentsociety/llm/llmtest"
 	"agentsociety/store"
 	"agentsociety/store/filestore"
 
@@ -542,6 +543,27 @@ func (m *recordingStore) PutArtifact(ctx context.Context, a store.Artifact, data
 	return nil
 }
 
+// waitBriefTurn waits until the turn a model-driven child's brief started,
+// with its task_assignment, has ended, so that what a test sends next is
+// handled on its own.
+func (m *recordingStore) waitBriefTurn(t testing.TB, childID string) {
+	t.Helper()
+	var id string
+	m.mu.Lock()
+	for _, c := range m.changes {
+		for _, msg := range c.Accepted {
+			if msg.To == childID && msg.Type == string(as.TaskAssignment) {
+				id = msg.ID
+			}
+		}
+	}
+	m.mu.Unlock()
+	if id == "" {
+		t.Fatalf("%s was not sent its brief", childID)
+	}
+	m.waitFinished(t, id)
+}
+
 // mark returns a position in the record of changes, for since.
 func (m *recordingStore) mark() int {
 	m.mu.Lock()
@@ -995,6 +1017,10 @@ func processCPU(b *testing.B) time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// idleOnBrief is a rule for scripted models: the turn an agent's brief
+// starts does nothing, so that a test drives the agent by what it sends it.
+var idleOnBrief = llmtest.Rule{Name: "brief", LastContains: "message_type: task_assignment", Response: llmtest.Say("")}
 
 // toolCall is a tool call a scripted model makes: a tool's name and its
 // JSON arguments.

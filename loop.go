@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
+	"strings"
 	"time"
 
 	"agentsociety/internal/prompts"
@@ -26,10 +28,12 @@ type mind struct {
 	msgs    []llm.Message
 	dirty   bool // changed since it was last recorded in the store
 
-	// system caches the system prompt: only the agent's contacts change it,
-	// and they only grow, so their number says whether it is current.
+	// system caches the system prompt: only the agent's contacts and its
+	// children's reports change it, and both only grow, so their numbers
+	// say whether it is current.
 	system         string
 	systemContacts int
+	systemReports  int32
 }
 
 // modelBehavior drives agents with the society's model.
@@ -81,10 +85,18 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		if len(reply.ToolCalls) == 0 {
 			return nil
 		}
+		// A reply whose calls all succeed, one of them with end_turn, ends
+		// the turn: the model need not be called again only to stop.
+		end, failed := false, false
 		for _, call := range reply.ToolCalls {
-			out := s.runTool(ctx, self, call)
+			out, ok := s.runTool(ctx, self, call)
 			s.log.LogAttrs(ctx, slog.LevelDebug, "tool call", slog.String("agent", a.info.ID), slog.String("tool", call.Name), slog.String("result", out))
 			mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: out})
+			end = end || endsTurn(call.Arguments)
+			failed = failed || !ok
+		}
+		if end && !failed {
+			return nil
 		}
 	}
 	return &Error{Code: ErrStepLimit, Message: "the turn used " + itoa(s.cfg.MaxSteps) + " model calls without finishing", AgentID: a.info.ID}
@@ -150,43 +162,117 @@ func attempts(n int) string {
 }
 
 // cachedSystemPrompt returns a's system prompt, assembling it again only when
-// a's contacts changed since the last time.
+// what it shows changed since the last time: a's contacts, which only grow,
+// and how many of its children have reported, which only grows.
 func (s *Society) cachedSystemPrompt(a *agent, mem *mind) (string, error) {
+	s.mu.Lock()
+	reports := a.reports
+	s.mu.Unlock()
 	n := s.contacts.count(a.info.ID)
-	if mem.system != "" && mem.systemContacts == n {
+	if mem.system != "" && mem.systemContacts == n && mem.systemReports == reports {
 		return mem.system, nil
 	}
 	system, err := s.systemPrompt(a)
 	if err != nil {
 		return "", err
 	}
-	mem.system, mem.systemContacts = system, n
+	mem.system, mem.systemContacts, mem.systemReports = system, n, reports
 	return system, nil
 }
 
 // systemPrompt assembles a's system prompt from its current state.
 func (s *Society) systemPrompt(a *agent) (string, error) {
-	s.mu.Lock()
+	contacts := s.contacts.List(a.info.ID)
 	// Role names are agents' words: shown as a source line shows them.
-	f := prompts.Facts{ID: a.info.ID, Role: shownRole(a.roleName), TaskID: a.info.TaskID}
+	f := prompts.Facts{ID: a.info.ID, Role: shownRole(a.roleName), TaskID: a.info.TaskID,
+		MaxSteps: s.cfg.MaxSteps, Assigned: a.info.ID != RootID}
 	var rolePrompt string
+	type group struct{ reported, waiting []string }
+	children := map[string]*group{}
+	var roles []string // of children, in order of first appearance
+	s.mu.Lock()
 	if r := s.roles[a.info.RoleID]; r != nil {
 		rolePrompt = r.Prompt
 	}
 	if p := s.agents[a.info.ParentID]; p != nil {
 		f.Parent = p.info.ID + "（" + shownRole(p.roleName) + "）"
+		f.ReportTo = p.info.ID
+		if p.info.ID == RootID {
+			f.ReportTo = UserID
+		}
+	}
+	for _, c := range contacts {
+		kid := s.agents[c.ID]
+		if c.Source != SourceChild || kid == nil {
+			continue
+		}
+		g := children[c.Role]
+		if g == nil {
+			g = &group{}
+			children[c.Role] = g
+			roles = append(roles, c.Role)
+		}
+		if kid.reported {
+			g.reported = append(g.reported, c.ID)
+		} else {
+			g.waiting = append(g.waiting, c.ID)
+		}
 	}
 	s.mu.Unlock()
-	f.Brief = FormatBrief(a.info.Brief)
-	for _, c := range s.contacts.List(a.info.ID) {
-		pc := prompts.Contact{ID: c.ID, Role: shownRole(c.Role), Source: string(c.Source), IntroducedBy: c.IntroducedBy, Note: neutralise(c.Note)}
+	seen := map[string]bool{}
+	for _, c := range contacts {
 		if c.InterfaceSpec != nil {
 			b, _ := json.Marshal(c.InterfaceSpec)
-			pc.Interface = string(b)
+			if key := c.Role + "\x00" + string(b); !seen[key] {
+				seen[key] = true
+				f.Interfaces = append(f.Interfaces, prompts.Interface{Role: shownRole(c.Role), Spec: string(b)})
+			}
 		}
-		f.Contacts = append(f.Contacts, pc)
+		if c.Source != SourceChild || children[c.Role] == nil {
+			f.Contacts = append(f.Contacts, prompts.Contact{ID: c.ID, Role: shownRole(c.Role), Source: string(c.Source), IntroducedBy: c.IntroducedBy, Note: neutralise(c.Note)})
+		}
+	}
+	for _, r := range roles {
+		g := children[r]
+		f.Children = append(f.Children, prompts.Children{Role: shownRole(r), Reported: idList(g.reported), Waiting: idList(g.waiting)})
 	}
 	return s.prompts.System(a.info.ID == RootID, rolePrompt, f)
+}
+
+// idList joins agent ids with 、, a run of consecutive ids ("agent-2",
+// "agent-3", "agent-4") written as its ends ("agent-2..agent-4"): children
+// spawned together have consecutive ids, so a list of fifty is short.
+func idList(ids []string) string {
+	var b strings.Builder
+	for i := 0; i < len(ids); {
+		j := i
+		for j+1 < len(ids) && nextID(ids[j], ids[j+1]) {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteString("、")
+		}
+		b.WriteString(ids[i])
+		if j > i {
+			b.WriteString("..")
+			b.WriteString(ids[j])
+		}
+		i = j + 1
+	}
+	return b.String()
+}
+
+// nextID reports whether b is the id after a: the same prefix, and a
+// number one greater.
+func nextID(a, b string) bool {
+	pa, na, ok1 := cutLast(a, "-")
+	pb, nb, ok2 := cutLast(b, "-")
+	if !ok1 || !ok2 || pa != pb {
+		return false
+	}
+	x, err1 := strconv.Atoi(na)
+	y, err2 := strconv.Atoi(nb)
+	return err1 == nil && err2 == nil && y == x+1
 }
 
 // trimHistory drops the oldest turns while the history is over budget,

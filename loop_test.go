@@ -17,7 +17,6 @@ import (
 	"testing"
 	"testing/fstest"
 	"time"
-	"unicode/utf8"
 
 	as "agentsociety"
 	"agentsociety/llm"
@@ -39,12 +38,10 @@ func TestToolLoopRootSpawnsLeadWhoAnswersUser(t *testing.T) {
 			case strings.Contains(last, `"roleId"`) && !strings.Contains(last, "agentId"):
 				var r struct{ RoleID string }
 				json.Unmarshal([]byte(last), &r)
-				return call("c2", "spawn_agent", `{"roleId":"`+r.RoleID+`","parentAgentId":"root","taskBrief":{"objective":"calc","constraints":["static page"],"inputs":"req","outputs":"page","completion_criteria":"works","priority":"high"}}`), nil
-			case strings.Contains(last, `"agentId"`):
-				var r struct{ AgentID string }
-				json.Unmarshal([]byte(last), &r)
-				return call("c3", "send_message", `{"to":"`+r.AgentID+`","payload":"please build it"}`), nil
+				// The spawn hands the lead its brief and ends root's turn.
+				return call("c2", "spawn_agent", `{"roleId":"`+r.RoleID+`","parentAgentId":"root","end_turn":true,"taskBrief":{"objective":"calc","constraints":["static page"],"inputs":"req","outputs":"page","completion_criteria":"works","priority":"high"}}`), nil
 			default:
+				t.Errorf("root was called again after a spawn with end_turn: %s", last)
 				return llmtest.Say("delegated"), nil
 			}
 		}
@@ -69,13 +66,14 @@ func TestToolLoopRootSpawnsLeadWhoAnswersUser(t *testing.T) {
 		t.Fatalf("user got %+v", m)
 	}
 	sys := childFirst.System
-	for _, want := range []string{"agent-1", "lead", "root", task, "objective: calc", "  - static page", "priority: high", "Own the requirement"} {
+	for _, want := range []string{"agent-1", "lead", "root", task, "向 user 汇报", "Own the requirement"} {
 		if !strings.Contains(sys, want) {
 			t.Errorf("child's system prompt lacks %q:\n%s", want, sys)
 		}
 	}
-	if got := childFirst.Messages[0].Content; got != "【来自 root（root）的消息】\nplease build it\n如需回复，请使用 send_message(to='root', ...)" {
-		t.Errorf("child's first message = %q", got)
+	want := "【来自 root（root）的消息】\nmessage_type: task_assignment\nobjective: calc\nconstraints:\n  - static page\ninputs: req\noutputs: page\ncompletion_criteria: works\npriority: high\n如需回复，请使用 send_message(to='root', ...)"
+	if got := childFirst.Messages[0].Content; got != want {
+		t.Errorf("child's first message = %q, want its brief %q", got, want)
 	}
 }
 
@@ -112,7 +110,7 @@ func TestToolLoopBadArgumentsGetCodedResults(t *testing.T) {
 func TestToolLoopStepLimitIsReportedToParent(t *testing.T) {
 	ctx := context.Background()
 	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
-		return call("x", "list_contacts", `{}`), nil
+		return call("x", "get_artifact", `{}`), nil
 	})
 	s := newSociety(t, as.Config{Model: model, MaxSteps: 3})
 	if _, err := s.SubmitRequirement(ctx, "loop forever"); err != nil {
@@ -149,9 +147,9 @@ func TestToolLoopTransientFailureIsRetriedThenReported(t *testing.T) {
 func TestStepLimitReportsToParentAndTheAgentGoesOn(t *testing.T) {
 	const maxSteps = 3
 	rootInbox := newInbox()
-	model := llmtest.New(
-		llmtest.Rule{Name: "first turn", SystemContains: "MARK-steps", LastContains: "FIRST", Response: llmtest.Call("list_contacts", nil)},
-		llmtest.Rule{Name: "loop", SystemContains: "MARK-steps", AfterTool: "list_contacts", Response: llmtest.Call("list_contacts", nil)},
+	model := llmtest.New(idleOnBrief,
+		llmtest.Rule{Name: "first turn", SystemContains: "MARK-steps", LastContains: "FIRST", Response: llmtest.Call("get_artifact", nil)},
+		llmtest.Rule{Name: "loop", SystemContains: "MARK-steps", AfterTool: "get_artifact", Response: llmtest.Call("get_artifact", nil)},
 		llmtest.Rule{Name: "second turn", SystemContains: "MARK-steps", LastContains: "SECOND", Response: llmtest.Call("send_message", `{"to":"root","payload":{"text":"second handled"}}`)},
 		llmtest.Rule{Name: "end", SystemContains: "MARK-steps", AfterTool: "send_message", Response: llmtest.Say("")},
 	)
@@ -160,8 +158,8 @@ func TestStepLimitReportsToParentAndTheAgentGoesOn(t *testing.T) {
 
 	first := sendAs(t, s, as.RootID, worker.ID, "FIRST")
 	report := recv(t, rootInbox.ch, "the step_limit report")
-	if n := len(model.RequestsFor(worker.ID)); n != maxSteps {
-		t.Errorf("the turn made %d model calls, want exactly MaxSteps = %d", n, maxSteps)
+	if n := len(model.RequestsFor(worker.ID)); n != 1+maxSteps {
+		t.Errorf("the turns made %d model calls, want 1 for the brief and exactly MaxSteps = %d", n, maxSteps)
 	}
 	var p as.StatusReportPayload
 	if err := report.Decode(&p); err != nil || report.Type != as.StatusReport || report.From != worker.ID || report.TaskID != "t1" ||
@@ -180,8 +178,8 @@ func TestStepLimitReportsToParentAndTheAgentGoesOn(t *testing.T) {
 	// Every one of the first turn's calls is answered by the society: the
 	// history handed on holds each call with its result.
 	reqs := model.RequestsFor(worker.ID)
-	for i := 1; i < maxSteps; i++ {
-		if call, _ := lastCallAndResult(t, reqs[i]); call.Name != "list_contacts" {
+	for i := 2; i <= maxSteps; i++ { // reqs[0] is the brief's turn
+		if call, _ := lastCallAndResult(t, reqs[i]); call.Name != "get_artifact" {
 			t.Errorf("call %d answers %s", i, call.Name)
 		}
 	}
@@ -305,7 +303,7 @@ func TestModelFailureIsReported(t *testing.T) {
 func TestFailingModelDoesNotStallOtherAgents(t *testing.T) {
 	ctx := context.Background()
 	alive := make(chan struct{})
-	model := llmtest.New(
+	model := llmtest.New(idleOnBrief,
 		// Root's model fails, transiently, every time; its first call
 		// fails only once the other agent has done its work, so that
 		// the work happens while root's call is in flight.
@@ -396,13 +394,13 @@ type historyRun struct {
 }
 
 // runHistory delivers one message per text to a model-driven agent whose
-// every turn is: the message, a list_contacts call, its result, and "noted".
+// every turn is: the message, a get_artifact call, its result, and "noted".
 // It returns the agent's requests and the full history the agent built.
 func runHistory(t *testing.T, budget int, sum as.Summarizer, texts []string) historyRun {
 	turnDone := make(chan struct{}, len(texts))
 	model := llmtest.New(
-		llmtest.Rule{SystemContains: "MARK-history", LastContains: "TURN-", Response: llmtest.Call("list_contacts", nil)},
-		llmtest.Rule{SystemContains: "MARK-history", AfterTool: "list_contacts", Reply: func(*llm.Request) (*llm.Response, error) {
+		llmtest.Rule{SystemContains: "MARK-history", LastContains: "TURN-", Response: llmtest.Call("get_artifact", nil)},
+		llmtest.Rule{SystemContains: "MARK-history", AfterTool: "get_artifact", Reply: func(*llm.Request) (*llm.Response, error) {
 			turnDone <- struct{}{}
 			return llmtest.Say("noted"), nil
 		}},
@@ -640,10 +638,11 @@ func TestPlainTextIsLoggedAsThoughtAndSentToNobody(t *testing.T) {
 	st := newRecordingStore()
 	logs := &logRecorder{}
 	const thought = "I should tell the user the answer is 42"
-	model := llmtest.New(llmtest.Rule{SystemContains: "MARK-thinker", Response: llmtest.Say(thought)})
+	model := llmtest.New(idleOnBrief, llmtest.Rule{SystemContains: "MARK-thinker", Response: llmtest.Say(thought)})
 	rootInbox := newInbox()
 	s := newSociety(t, as.Config{Model: model, Store: st, Root: rootInbox.behavior(), Logger: slog.New(logs)})
 	worker := rootSpawn(t, s, "t1", "thinker", "MARK-thinker", nil)
+	st.waitBriefTurn(t, worker.ID)
 	before := snapshot(t, s)
 	mark := st.mark()
 	kick := sendAs(t, s, as.RootID, worker.ID, "what is the answer?")
@@ -651,8 +650,8 @@ func TestPlainTextIsLoggedAsThoughtAndSentToNobody(t *testing.T) {
 
 	st.assertOnly(t, mark, kick)
 	sameState(t, before, s)
-	if n := model.Calls(); n != 1 {
-		t.Errorf("%d model calls, want 1", n)
+	if n := model.Calls(); n != 2 {
+		t.Errorf("%d model calls, want 1 for the brief and 1 for the message", n)
 	}
 	select {
 	case m := <-rootInbox.ch:
@@ -687,11 +686,10 @@ func systemPrompts(t *testing.T, prompts fs.FS) (root, worker string, workerID s
 		return llmtest.Say(""), nil
 	}})
 	s := newSociety(t, as.Config{Model: model, Prompts: prompts})
-	w := rootSpawn(t, s, "t1", "dev", "MARK-dev role prompt", nil)
+	w := rootSpawn(t, s, "t1", "dev", "MARK-dev role prompt", nil) // its brief starts a turn
 	if _, err := s.SubmitRequirement(context.Background(), "x"); err != nil {
 		t.Fatal(err)
 	}
-	sendAs(t, s, as.RootID, w.ID, "go")
 	for range 2 {
 		req := recv(t, got, "a model call")
 		if req.Agent == as.RootID {
@@ -821,63 +819,13 @@ func TestDefaultPromptsTeachTheRules(t *testing.T) {
 	}
 	// A worker's prompt has base.txt and no root.txt.
 	root, worker, _ := systemPrompts(t, nil)
-	for _, want := range []string{"introduction_request", "introduction_response", "发送者 ID", "send_message", "constraints", "静态网页", "Python"} {
+	for _, want := range []string{"introduction_request", "introduction_response", "发送者 ID", "end_turn", "status_report", "constraints", "静态网页", "Python"} {
 		if !strings.Contains(worker, want) {
 			t.Errorf("base.txt does not mention %q:\n%s", want, worker)
 		}
 	}
 	if !strings.Contains(root, rootPart) {
 		t.Errorf("root's default prompt lacks root.txt")
-	}
-}
-
-// TestPromptOverhead reports the fixed prompt overhead of root and of a
-// worker: the characters of the system prompt plus the tool schemas sent
-// with every call, and fails above the budget of 4,800 characters.
-func TestPromptOverhead(t *testing.T) {
-	ctx := context.Background()
-	var mu sync.Mutex
-	first := map[string]*llm.Request{}
-	both := make(chan struct{})
-	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		if first[req.Agent] == nil {
-			first[req.Agent] = req
-			if len(first) == 2 {
-				close(both)
-			}
-		}
-		return llmtest.Say(""), nil
-	})
-	s := newSociety(t, as.Config{Model: model})
-	root, _ := s.Actor(as.RootID)
-	role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "developer", Prompt: "Build the page the brief asks for."})
-	child, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.SendTextToAgent(ctx, child.ID, "go", ""); err != nil {
-		t.Fatal(err)
-	}
-	recv(t, both, "the first model calls of root and of the worker")
-	const budget = 4800
-	for _, id := range []string{as.RootID, child.ID} {
-		mu.Lock()
-		req := first[id]
-		mu.Unlock()
-		if req == nil {
-			t.Fatalf("no model call for %s", id)
-		}
-		tools, _ := json.Marshal(req.Tools)
-		sys, schema := utf8.RuneCountInString(req.System), utf8.RuneCountInString(string(tools))
-		t.Logf("%s: system prompt %d chars + tool schemas %d chars = %d chars (~%d tokens at chars/4)", id, sys, schema, sys+schema, (sys+schema)/4)
-		if sys+schema > budget {
-			t.Errorf("%s: fixed prompt overhead %d chars exceeds %d", id, sys+schema, budget)
-		}
 	}
 }
 
@@ -905,13 +853,10 @@ func TestProperty2_TaskBriefInjectedIntoContext(t *testing.T) {
 		}
 		withCollaborator := rapid.Bool().Draw(t, "collaborator?")
 
-		// Only the child is sent a message, so the first request is its.
-		first := make(chan *llm.Request, 1)
+		// Each spawn hands its child the brief, which starts its first turn.
+		first := make(chan *llm.Request, 2)
 		model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
-			select {
-			case first <- req:
-			default:
-			}
+			first <- req
 			return llmtest.Say(""), nil
 		})
 		ctx := context.Background()
@@ -928,18 +873,23 @@ func TestProperty2_TaskBriefInjectedIntoContext(t *testing.T) {
 				t.Fatal(err)
 			}
 			brief.Collaborators = []as.Collaborator{{AgentID: helper.ID, Role: "helper", Description: briefText("collab").Draw(t, "collab")}}
+			if req := recv(t, first, "the helper's first model call"); req.Agent != helper.ID {
+				t.Fatalf("first call for %s, want the helper %s", req.Agent, helper.ID)
+			}
 		}
 		child, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: brief})
 		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.SendTextToAgent(ctx, child.ID, "start", ""); err != nil {
 			t.Fatal(err)
 		}
 		req := recv(t, first, "the child's first model call")
 		if req.Agent != child.ID {
 			t.Fatalf("first call for %s, want %s", req.Agent, child.ID)
 		}
+		// The brief is the first message; the system prompt says so.
+		if len(req.Messages) != 1 || !strings.Contains(req.Messages[0].Content, "message_type: task_assignment") {
+			t.Fatalf("the child's first request has %d messages; want its brief alone", len(req.Messages))
+		}
+		context := req.Messages[0].Content
 		want := []string{brief.Objective, brief.Inputs, brief.Outputs, brief.CompletionCriteria, brief.Priority}
 		want = append(want, brief.Constraints...)
 		want = append(want, brief.References...)
@@ -947,12 +897,12 @@ func TestProperty2_TaskBriefInjectedIntoContext(t *testing.T) {
 			want = append(want, c.AgentID, c.Description)
 		}
 		for _, w := range want {
-			if !strings.Contains(req.System, w) {
-				t.Fatalf("the child's first request lacks %q:\n%s", w, req.System)
+			if !strings.Contains(context, w) {
+				t.Fatalf("the child's first message lacks %q:\n%s", w, context)
 			}
 		}
-		if len(brief.Constraints) == 0 && !strings.Contains(req.System, "constraints:\n  (none)") {
-			t.Fatalf("an empty constraints list must be shown as such:\n%s", req.System)
+		if len(brief.Constraints) == 0 && !strings.Contains(context, "constraints:\n  (none)") {
+			t.Fatalf("an empty constraints list must be shown as such:\n%s", context)
 		}
 	})
 }
@@ -962,9 +912,9 @@ const (
 	foDelay    = 20 * time.Millisecond
 	// foParentSeq is the number of the parent's model calls that come one
 	// after the other before any child can start: one that spawns every
-	// child, one that sends each a message. The parent's last call, which
-	// ends its turn, runs beside the children's.
-	foParentSeq = 2
+	// child, each spawn handing the child its brief and ending the
+	// parent's turn.
+	foParentSeq = 1
 )
 
 // foResult is one fan-out run.
@@ -978,52 +928,37 @@ type foResult struct {
 
 // foCritical is the critical path of a fan-out under a cap of maxCalls
 // model calls in flight: the parent's sequential calls, then the children's
-// calls and the parent's last one in as few waves as the cap allows. With a
-// cap of at least foChildren+1 it is foParentSeq×delay + one child's call.
+// calls in as few waves as the cap allows. With a cap of at least
+// foChildren it is foParentSeq×delay + one child's call.
 func foCritical(maxCalls int) time.Duration {
-	waves := (foChildren + 1 + maxCalls - 1) / maxCalls
+	waves := (foChildren + maxCalls - 1) / maxCalls
 	return time.Duration(foParentSeq+waves) * foDelay
 }
 
 // foRun has a model-driven parent spawn foChildren model-driven children in
-// one assistant message and message each of them in the next; each child
-// answers with one model call. The model takes foDelay per call; hold, if
-// set, is called in each child's call before it answers.
+// one assistant message that ends its turn; each child's brief starts its
+// turn, which makes one model call. The model takes foDelay per call; hold,
+// if set, is called in each child's call before it answers.
 func foRun(tb testing.TB, maxCalls int, startTimer, stopTimer, hold func()) foResult {
 	ctx := context.Background()
 	done := make(chan struct{}, foChildren+1)
+	briefed := make(chan struct{}, 1)
 	var roleID string // set before the parent's first call
 	var spawns []llm.ToolCall
 	model := llmtest.New(
+		llmtest.Rule{Name: "lead's brief", SystemContains: "FANOUT-LEAD", LastContains: "task_assignment", Reply: func(*llm.Request) (*llm.Response, error) {
+			briefed <- struct{}{}
+			return llmtest.Say(""), nil
+		}},
 		llmtest.Rule{Name: "spawn all", SystemContains: "FANOUT-LEAD", LastContains: "fan out", Reply: func(*llm.Request) (*llm.Response, error) {
 			if spawns == nil {
 				brief, _ := json.Marshal(validBrief())
-				args := json.RawMessage(`{"roleId":"` + roleID + `","taskBrief":` + string(brief) + `}`)
+				args := json.RawMessage(`{"roleId":"` + roleID + `","end_turn":true,"taskBrief":` + string(brief) + `}`)
 				for range foChildren {
 					spawns = append(spawns, llm.ToolCall{Name: "spawn_agent", Arguments: args})
 				}
 			}
 			return llmtest.Calls(spawns...), nil
-		}},
-		llmtest.Rule{Name: "message all", SystemContains: "FANOUT-LEAD", AfterTool: "spawn_agent", Reply: func(req *llm.Request) (*llm.Response, error) {
-			var sends []llm.ToolCall
-			for _, m := range req.Messages {
-				if m.Role != llm.RoleTool {
-					continue
-				}
-				var r struct {
-					AgentID string `json:"agentId"`
-				}
-				if json.Unmarshal([]byte(m.Content), &r) != nil || r.AgentID == "" {
-					return nil, fmt.Errorf("spawn_agent failed: %s", m.Content)
-				}
-				sends = append(sends, llm.ToolCall{Name: "send_message", Arguments: json.RawMessage(`{"to":"` + r.AgentID + `","payload":{"text":"do your part"}}`)})
-			}
-			return llmtest.Calls(sends...), nil
-		}},
-		llmtest.Rule{Name: "parent ends", SystemContains: "FANOUT-LEAD", AfterTool: "send_message", Reply: func(*llm.Request) (*llm.Response, error) {
-			done <- struct{}{}
-			return llmtest.Say(""), nil
 		}},
 		llmtest.Rule{Name: "child", SystemContains: "FANOUT-WORKER", Reply: func(*llm.Request) (*llm.Response, error) {
 			if hold != nil {
@@ -1050,17 +985,18 @@ func foRun(tb testing.TB, maxCalls int, startTimer, stopTimer, hold func()) foRe
 	roleID = role.ID
 	root, _ := s.Actor(as.RootID)
 	root = root.WithTask("fan")
+	recv(tb, briefed, "the lead's first turn")
 
 	startTimer()
 	start := time.Now()
 	if _, err := root.SendText(ctx, lead.ID, "fan out"); err != nil {
 		tb.Fatal(err)
 	}
-	for i := range foChildren + 1 {
+	for i := range foChildren {
 		select {
 		case <-done:
 		case <-time.After(hangGuard):
-			tb.Fatalf("only %d of %d agents finished their model call", i, foChildren+1)
+			tb.Fatalf("only %d of %d children finished their model call", i, foChildren)
 		}
 	}
 	wall := time.Since(start)
@@ -1080,8 +1016,8 @@ func foRun(tb testing.TB, maxCalls int, startTimer, stopTimer, hold func()) foRe
 	if n := len(s.Agents()); n != foChildren+1 {
 		tb.Fatalf("%d agents, want the parent and %d children", n, foChildren)
 	}
-	if len(res.perChild) != foChildren || res.calls != foParentSeq+1+foChildren {
-		tb.Fatalf("%d children called the model, %d calls in all; want %d and %d", len(res.perChild), res.calls, foChildren, foParentSeq+1+foChildren)
+	if want := 1 + foParentSeq + foChildren; len(res.perChild) != foChildren || res.calls != want {
+		tb.Fatalf("%d children called the model, %d calls in all; want %d and %d (the lead's brief, its spawns, a call per child)", len(res.perChild), res.calls, foChildren, want)
 	}
 	for id, n := range res.perChild {
 		if n != 1 {
@@ -1153,7 +1089,7 @@ func TestFanOut(t *testing.T) {
 }
 
 // pingTurn answers, for a model-driven worker, a message containing PING
-// with three list_contacts calls, then a send_message to user saying
+// with three get_artifact calls, then a send_message to user saying
 // "alive", then nothing; any other message (its brief) it answers with
 // nothing. It reports whether req is part of a PING turn.
 func pingTurn(req *llm.Request) (*llm.Response, bool) {
@@ -1174,7 +1110,7 @@ func pingTurn(req *llm.Request) (*llm.Response, bool) {
 	}
 	switch {
 	case results < 3:
-		return call(fmt.Sprint("c", results), "list_contacts", `{}`), true
+		return call(fmt.Sprint("c", results), "get_artifact", `{}`), true
 	case results == 3:
 		return call("c3", "send_message", `{"to":"user","payload":{"text":"alive"}}`), true
 	default:
@@ -1339,7 +1275,7 @@ func TestModelSlotsAreGrantedInArrivalOrder(t *testing.T) {
 			case <-time.After(hangGuard):
 			}
 			// Another call: it must queue behind the waiting agents.
-			return call("h1", "list_contacts", `{}`), nil
+			return call("h1", "get_artifact", `{}`), nil
 		}
 		return llmtest.Say(""), nil
 	})
@@ -1348,8 +1284,13 @@ func TestModelSlotsAreGrantedInArrivalOrder(t *testing.T) {
 	for i := range 4 {
 		ids = append(ids, rootSpawn(t, s, fmt.Sprint("t", i), "worker", "work", nil).ID)
 	}
+	waitFor(t, "the turns the briefs start", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(order) == len(ids)
+	})
 	mu.Lock()
-	holder = ids[0]
+	holder, order = ids[0], nil
 	mu.Unlock()
 	sendAs(t, s, as.RootID, holder, "GO")
 	recv(t, holding, "the holder's call")

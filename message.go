@@ -118,8 +118,11 @@ type IntroductionRequestPayload struct {
 // A asks X, and X, knowing nobody fitting, asks Y, then Y answers X with
 // RequesterAgentID A; the target is added to A, not to X, and X forwards the
 // answer to A.
+//
+// An introducer that knows nobody suitable answers with Advice saying so and
+// no TargetAgentID: the answer is valid and introduces nobody.
 type IntroductionResponsePayload struct {
-	TargetAgentID       string         `json:"target_agent_id"`
+	TargetAgentID       string         `json:"target_agent_id,omitempty"`
 	RequesterAgentID    string         `json:"requester_agent_id,omitempty"`
 	TargetRole          string         `json:"target_role,omitempty"`
 	TargetInterfaceSpec *InterfaceSpec `json:"target_interface_spec,omitempty"`
@@ -231,7 +234,11 @@ func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 	case IntroductionRequest:
 		need("reason", "required_capability")
 	case IntroductionResponse:
-		need("target_agent_id")
+		// An introducer that knows nobody suitable answers with advice
+		// and no target: a valid answer that introduces nobody.
+		if _, given := f["target_agent_id"]; given || !f.hasText("advice") {
+			need("target_agent_id")
+		}
 	case CollaborationRequest:
 		need("subtask_description")
 		if _, ok := f["request_id"]; ok && !f.hasText("request_id") {

@@ -127,12 +127,17 @@ func drawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID func
 		need("reason", drawField(t, obj, "reason", wantValid, allFieldStates, text("reason")))
 		need("required_capability", drawField(t, obj, "required_capability", wantValid, allFieldStates, text("required_capability")))
 	case as.IntroductionResponse:
-		need("target_agent_id", drawField(t, obj, "target_agent_id", wantValid, allFieldStates, func() any {
+		ok := drawField(t, obj, "target_agent_id", wantValid, allFieldStates, func() any {
 			return rapid.SampledFrom(targets).Draw(t, "target")
-		}))
-		if rapid.Bool().Draw(t, "advice?") {
+		})
+		_, given := obj["target_agent_id"]
+		advice := rapid.Bool().Draw(t, "advice?")
+		if advice {
 			obj["advice"] = "找他做代码评审"
 		}
+		// An introducer that knows nobody suitable answers with advice
+		// alone; a target it gives must be valid.
+		need("target_agent_id", ok || !given && advice)
 		if rapid.Bool().Draw(t, "fake role?") {
 			obj["target_role"] = "假角色"
 			obj["target_interface_spec"] = map[string]any{"services": "fake"}

@@ -542,7 +542,7 @@ func TestHistorySurvivesReopening(t *testing.T) {
 		if lastToolResult(req) != "" {
 			return llmtest.Say("done"), nil
 		}
-		return call("c1", "list_contacts", `not json, kept as written`), nil
+		return call("c1", "get_artifact", `not json, kept as written`), nil
 	})
 	open := func() *as.Society {
 		s, err := as.New(ctx, as.Config{Logger: quiet, Store: mem, Model: model})
@@ -556,6 +556,8 @@ func TestHistorySurvivesReopening(t *testing.T) {
 	root, _ := s.Actor(as.RootID)
 	role, _, _ := root.WithTask("t").CreateRole(ctx, as.RoleSpec{Name: "worker"})
 	w, _, _ := root.WithTask("t").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+	next() // the brief's turn: a call, then its end
+	next()
 	if _, err := s.SendTextToAgent(ctx, w.ID, "first", ""); err != nil {
 		t.Fatal(err)
 	}
@@ -1280,7 +1282,7 @@ func (w crashLineWriter) Write(p []byte) (int, error) {
 
 // crashConfig is the configuration of the workload's society on st.
 func crashConfig(st store.Store, out *crashSink, log *slog.Logger) as.Config {
-	model := llmtest.New(
+	model := llmtest.New(idleOnBrief,
 		llmtest.Rule{Name: "lead", SystemContains: "ROLE=lead", Reply: func(req *llm.Request) (*llm.Response, error) {
 			return crashLead(out, req), nil
 		}},
@@ -1481,7 +1483,7 @@ func (t *crashTurn) lastError() string {
 func crashLead(out *crashSink, req *llm.Request) *llm.Response {
 	t := crashTurnOf(req)
 	step := len(t.calls)
-	m := crashLeadRE.FindStringSubmatch(req.System)
+	m := crashLeadRE.FindStringSubmatch(req.Messages[0].Content) // the brief, pinned first
 	if m == nil {
 		out.printf("E lead %s: no task in its prompt", req.Agent)
 		return llmtest.Say("confused")

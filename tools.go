@@ -7,10 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"slices"
-	"strings"
-	"time"
 	"unicode/utf8"
 
 	"agentsociety/llm"
@@ -57,7 +54,7 @@ func NewTool[A any](name, description string, schema json.RawMessage, fn func(ct
 	if fn != nil {
 		t.Handler = func(ctx context.Context, self *Actor, raw json.RawMessage) (any, error) {
 			var args A
-			if err := decodeArgs(name, raw, &args); err != nil {
+			if err := decodeLenient(name, raw, &args); err != nil {
 				return nil, err
 			}
 			return fn(ctx, self, args)
@@ -74,27 +71,25 @@ type builtin struct {
 
 // The built-in tools, in the order a model sees them. Schemas and
 // descriptions are terse on purpose: they are sent with every model call.
+// What the system prompt already says (contacts, the rules of the society)
+// is not repeated here, and no tool only reads what the prompt shows.
 var builtins = []builtin{
-	{llm.Tool{Name: "find_role_by_name", Description: "按岗位名查找已有岗位（所有创建者的），返回 roleId 与 createdBy。创建岗位前先查；只能在 createdBy 是你自己的岗位上 spawn_agent。",
+	{llm.Tool{Name: "find_role_by_name", Description: "按名查岗位（含他人创建的）。",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`)}, toolFindRole},
-	{llm.Tool{Name: "create_role", Description: "创建你自己的子岗位（同名则复用你已有的）。rolePrompt 写清职责、输入输出、完成标准、向谁汇报。只在需要分工时用。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"rolePrompt":{"type":"string"},"interface_spec":{"type":"object","description":"该岗位对外提供的服务","properties":{"services":{"type":"string"},"input_format":{"type":"string"},"output_format":{"type":"string"},"examples":{"type":"array","items":{"type":"string"}}}}},"required":["name","rolePrompt"]}`)}, toolCreateRole},
-	{llm.Tool{Name: "spawn_agent", Description: "在你创建的岗位上创建子智能体，必须附完整任务委托书。父级由系统填为你。root 对同一 taskId 只会得到同一个子智能体。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"roleId":{"type":"string"},"taskBrief":{"type":"object","properties":{"objective":{"type":"string"},"constraints":{"type":"array","items":{"type":"string"},"description":"技术约束，原样传递"},"inputs":{"type":"string"},"outputs":{"type":"string"},"completion_criteria":{"type":"string"},"collaborators":{"type":"array","items":{"type":"object","properties":{"agentId":{"type":"string"},"role":{"type":"string"},"description":{"type":"string"}},"required":["agentId"]}},"references":{"type":"array","items":{"type":"string"}},"priority":{"type":"string"}},"required":["objective","constraints","inputs","outputs","completion_criteria"]}},"required":["roleId","taskBrief"]}`)}, toolSpawn},
-	{llm.Tool{Name: "send_message", Description: "异步发消息给一个智能体（to 为其 ID；user 为用户）。发送者由系统填写。payload 按 message_type 填：general/status_report 用 text；其余类型见系统提示。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"},"message_type":{"type":"string","enum":["general","task_assignment","status_report","introduction_request","introduction_response","collaboration_request","collaboration_response"]},"payload":{"type":"object"}},"required":["to","payload"]}`)}, toolSend},
-	{llm.Tool{Name: "request_collaboration", Description: "请某智能体完成子任务：立即返回 request_id（pending），结果稍后以 collaboration_response 消息到达；timeout_seconds 到期未答则系统回 error。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"},"subtask_description":{"type":"string"},"context":{"type":"string","description":"所需上下文，如工件引用"},"timeout_seconds":{"type":"number"}},"required":["to","subtask_description"]}`)}, toolRequestCollaboration},
-	{llm.Tool{Name: "put_artifact", Description: "保存工件（代码、文档等），返回不可变引用 artifact:<id>；在消息里传引用而不是全文。",
+	{llm.Tool{Name: "create_role", Description: "创建你自己的岗位（同名则复用），供 spawn_agent 用。",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"rolePrompt":{"type":"string"},"interface_spec":{"type":"object","description":"services、input_format、output_format"}},"required":["name","rolePrompt"]}`)}, toolCreateRole},
+	{llm.Tool{Name: "spawn_agent", Description: "在你的岗位上创建子智能体，它收到 taskBrief 即开工。taskBrief 另可有 collaborators（[{agentId, description}]）、references。",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"roleId":{"type":"string"},"taskBrief":{"type":"object","properties":{"objective":{"type":"string"},"constraints":{"type":"array","items":{"type":"string"}},"inputs":{"type":"string"},"outputs":{"type":"string"},"completion_criteria":{"type":"string"}},"required":["objective","constraints","inputs","outputs","completion_criteria"]},"end_turn":{"type":"boolean"}},"required":["roleId","taskBrief"]}`)}, toolSpawn},
+	{llm.Tool{Name: "send_message", Description: "发消息给 to（智能体 ID 或 user）。各 message_type 的 payload：general、status_report：{text}；collaboration_request：{subtask_description, context?, timeout_seconds?}，结果以后以 collaboration_response 到达；collaboration_response：{request_id, status: completed|error|rejected, result_data|error_message}；introduction_request：{reason, required_capability}；introduction_response：{target_agent_id?, advice}。",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"},"message_type":{"type":"string"},"payload":{"type":"object"},"end_turn":{"type":"boolean"}},"required":["to","payload"]}`)}, toolSend},
+	{llm.Tool{Name: "put_artifact", Description: "保存工件，返回引用 artifact:<id>。",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"media_type":{"type":"string"},"content":{"type":"string"}},"required":["name","content"]}`)}, toolPutArtifact},
-	{llm.Tool{Name: "get_artifact", Description: "按引用 artifact:<id> 读取工件内容。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"ref":{"type":"string"}},"required":["ref"]}`)}, toolGetArtifact},
-	{llm.Tool{Name: "console_print", Description: "在控制台向用户显示一行文字；不是消息，智能体收不到。",
+	{llm.Tool{Name: "get_artifact", Description: "读工件，从 offset 起至多 limit 字节（默认 8192）；截断时给 next_offset。",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"ref":{"type":"string"},"offset":{"type":"integer"},"limit":{"type":"integer"}},"required":["ref"]}`)}, toolGetArtifact},
+	{llm.Tool{Name: "console_print", Description: "在用户控制台显示一行进度（不是消息）。",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`)}, toolConsolePrint},
-	{llm.Tool{Name: "terminate_agent", Description: "终止你的一个下级（及其下级）：它先有一轮交接（写工件、向父级汇报），之后不再收消息。任务完成且已交接时用。",
+	{llm.Tool{Name: "terminate_agent", Description: "终止你的一个已汇报的下级及其下级；它先有一回合交接。",
 		Parameters: json.RawMessage(`{"type":"object","properties":{"agentId":{"type":"string"}},"required":["agentId"]}`)}, toolTerminate},
-	{llm.Tool{Name: "list_contacts", Description: "列出你的联系人（ID、角色、来源、接口说明）。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{}}`)}, toolListContacts},
 }
 
 func builtinNamed(name string) *builtin {
@@ -163,13 +158,14 @@ func (s *Society) toolsFor(roleName string) []llm.Tool {
 	return out
 }
 
-// runTool runs one tool call for x and returns the JSON the model reads. It
-// never panics and never fails: every failure becomes a coded error result.
-func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (result string) {
+// runTool runs one tool call for x and returns the JSON the model reads,
+// and whether the call succeeded. It never panics: every failure becomes a
+// coded error result.
+func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (result string, ok bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.LogAttrs(ctx, slog.LevelError, "tool panicked", slog.String("tool", call.Name), slog.String("agent", x.ID()), slog.Any("panic", r))
-			result = encodeResult(nil, &Error{Code: ErrToolFailed, Message: fmt.Sprintf("the tool %s failed", call.Name)})
+			result, ok = encodeResult(nil, &Error{Code: ErrToolFailed, Message: fmt.Sprintf("the tool %s failed", call.Name)}), false
 		}
 	}()
 	args := bytes.TrimSpace(call.Arguments)
@@ -177,7 +173,7 @@ func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (res
 		args = []byte("{}")
 	}
 	if !isJSONObject(args) {
-		return encodeResult(nil, &Error{Code: ErrInvalidArgument, Message: "the arguments of " + call.Name + " must be a JSON object"})
+		return encodeResult(nil, &Error{Code: ErrInvalidArgument, Message: "the arguments of " + call.Name + " must be a JSON object"}), false
 	}
 	var run func(context.Context, *Actor, json.RawMessage) (any, error)
 	if b := builtinNamed(call.Name); b != nil {
@@ -185,10 +181,10 @@ func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (res
 	} else if t := s.hostTool(call.Name, x.a.roleName); t != nil {
 		run = t.Handler
 	} else {
-		return encodeResult(nil, &Error{Code: ErrUnknownTool, Message: "there is no tool " + strconvQuote(call.Name)})
+		return encodeResult(nil, &Error{Code: ErrUnknownTool, Message: "there is no tool " + strconvQuote(call.Name)}), false
 	}
 	out, err := run(ctx, x, args)
-	return encodeResult(out, err)
+	return encodeResult(out, err), err == nil
 }
 
 func (s *Society) hostTool(name, roleName string) *Tool {
@@ -233,93 +229,6 @@ func toolError(err error) *Error {
 	return &Error{Code: ErrToolFailed, Message: err.Error()}
 }
 
-// toolTimeout reads an optional timeout_seconds: absent means none, and a
-// value given must be positive and at most MaxTimeoutSeconds, as in a
-// collaboration_request's payload.
-func toolTimeout(secs *float64) (time.Duration, error) {
-	if secs == nil {
-		return 0, nil
-	}
-	d, ok := secondsToDuration(*secs)
-	if !ok {
-		return 0, &Error{Code: ErrInvalidArgument, Message: timeoutProblem}
-	}
-	return d, nil
-}
-
-// decodeArgs decodes a model's arguments for tool into v (a pointer). Empty
-// arguments leave v as it is. Arguments that do not decode are refused with
-// an ErrInvalidArgument whose message tells the model what to fix.
-func decodeArgs(tool string, args json.RawMessage, v any) error {
-	if len(bytes.TrimSpace(args)) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(args, v); err != nil {
-		return &Error{Code: ErrInvalidArgument, Message: "bad arguments for " + tool + ": " + argsProblem(err)}
-	}
-	return nil
-}
-
-// argsProblem says, for the model that wrote the arguments, why they did
-// not decode.
-func argsProblem(err error) string {
-	var syntax *json.SyntaxError
-	if errors.As(err, &syntax) {
-		return fmt.Sprintf("the arguments are not valid JSON (%v, at byte %d)", syntax, syntax.Offset)
-	}
-	var typ *json.UnmarshalTypeError
-	if !errors.As(err, &typ) || typ.Type == nil {
-		return err.Error()
-	}
-	given, _, _ := strings.Cut(typ.Value, " ") // "number 1.5" names the number
-	switch given {
-	case "bool":
-		given = "true or false"
-	case "object":
-		given = "a JSON object"
-	case "array":
-		given = "an array"
-	default: // "string", "number"
-		given = "a " + given
-	}
-	want := jsonKind(typ.Type)
-	if typ.Field == "" {
-		return "the arguments must be " + want + ", not " + given
-	}
-	if given == want { // a number too large for its Go type
-		n, _ := strings.CutPrefix(typ.Value, "number ")
-		return strconvQuote(typ.Field) + " holds a number out of range: " + n + " is too large"
-	}
-	return strconvQuote(typ.Field) + " holds " + given + " where " + want + " is expected"
-}
-
-// jsonKind names the JSON value that decodes into a value of type t.
-func jsonKind(t reflect.Type) string {
-	for t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "a string"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
-		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
-		return "a whole number"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Slice:
-		if t.Elem().Kind() == reflect.Uint8 {
-			return "a base64 string"
-		}
-		return "an array"
-	case reflect.Array:
-		return "an array"
-	case reflect.Map, reflect.Struct:
-		return "a JSON object"
-	}
-	return "another kind of value"
-}
 
 func toolFindRole(_ context.Context, x *Actor, args json.RawMessage) (any, error) {
 	var a struct {
@@ -408,27 +317,6 @@ func toolSend(ctx context.Context, x *Actor, args json.RawMessage) (any, error) 
 	return out, nil
 }
 
-func toolRequestCollaboration(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {
-	var a struct {
-		To                 string          `json:"to"`
-		SubtaskDescription string          `json:"subtask_description"`
-		Context            json.RawMessage `json:"context"`
-		TimeoutSeconds     *float64        `json:"timeout_seconds"`
-	}
-	if err := decodeArgs("request_collaboration", args, &a); err != nil {
-		return nil, err
-	}
-	timeout, err := toolTimeout(a.TimeoutSeconds)
-	if err != nil {
-		return nil, err
-	}
-	id, err := x.RequestCollaboration(ctx, a.To, CollaborationRequestPayload{SubtaskDescription: a.SubtaskDescription, Context: a.Context}, timeout)
-	if err != nil {
-		return nil, err
-	}
-	return map[string]any{"request_id": id, "status": StatusPending}, nil
-}
-
 func toolPutArtifact(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {
 	var a struct {
 		Name      string `json:"name"`
@@ -448,24 +336,68 @@ func toolPutArtifact(ctx context.Context, x *Actor, args json.RawMessage) (any, 
 	return map[string]any{"ref": art.Ref(), "name": art.Name, "size": art.Size}, nil
 }
 
+// artifactPage is how many bytes get_artifact returns when the model does
+// not say: enough for a page of code or prose, small enough for a context.
+const artifactPage = 8192
+
 func toolGetArtifact(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {
 	var a struct {
-		Ref string `json:"ref"`
+		Ref    string `json:"ref"`
+		Offset int64  `json:"offset"`
+		Limit  int64  `json:"limit"`
 	}
 	if err := decodeArgs("get_artifact", args, &a); err != nil {
 		return nil, err
+	}
+	if a.Offset < 0 || a.Limit < 0 {
+		return nil, &Error{Code: ErrInvalidArgument, Message: "offset and limit must not be negative"}
+	}
+	if a.Limit == 0 {
+		a.Limit = artifactPage
 	}
 	art, data, err := x.GetArtifact(ctx, a.Ref)
 	if err != nil {
 		return nil, err
 	}
 	out := map[string]any{"ref": art.Ref(), "name": art.Name, "media_type": art.MediaType, "size": art.Size, "createdBy": art.CreatedBy}
+	page, next := artifactSlice(data, a.Offset, a.Limit)
+	if a.Offset > 0 {
+		out["offset"] = min(a.Offset, int64(len(data)))
+	}
+	out["truncated"] = next > 0
+	if next > 0 {
+		out["next_offset"] = next
+	}
 	if utf8.Valid(data) {
-		out["content"] = string(data)
+		out["content"] = string(page)
 	} else {
-		out["content_base64"] = data // encoding/json writes []byte as base64
+		out["content_base64"] = page // encoding/json writes []byte as base64
 	}
 	return out, nil
+}
+
+// artifactSlice returns up to limit bytes of data from offset, and the
+// offset of what follows them (0 when nothing does). In UTF-8 text the cut
+// falls on a rune boundary, so no character is split between pages.
+func artifactSlice(data []byte, offset, limit int64) (page []byte, next int64) {
+	n := int64(len(data))
+	if offset >= n {
+		return nil, 0
+	}
+	end := min(n, offset+limit)
+	if end < n && utf8.Valid(data) {
+		for end > offset && !utf8.RuneStart(data[end]) {
+			end--
+		}
+		if end == offset { // limit is shorter than one rune: take the rune
+			_, size := utf8.DecodeRune(data[offset:])
+			end = offset + int64(size)
+		}
+	}
+	if end < n {
+		next = end
+	}
+	return data[offset:end], next
 }
 
 func toolConsolePrint(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {
@@ -492,21 +424,4 @@ func toolTerminate(ctx context.Context, x *Actor, args json.RawMessage) (any, er
 		return nil, err
 	}
 	return map[string]any{"agentId": a.AgentID, "status": StatusTerminating}, nil
-}
-
-func toolListContacts(_ context.Context, x *Actor, _ json.RawMessage) (any, error) {
-	type entry struct {
-		ID            string         `json:"id"`
-		Role          string         `json:"role"`
-		Source        ContactSource  `json:"source"`
-		IntroducedBy  string         `json:"introducedBy,omitempty"`
-		Note          string         `json:"note,omitempty"`
-		InterfaceSpec *InterfaceSpec `json:"interface_spec,omitempty"`
-	}
-	contacts := x.Contacts()
-	out := make([]entry, len(contacts))
-	for i, c := range contacts {
-		out[i] = entry{c.ID, c.Role, c.Source, c.IntroducedBy, c.Note, c.InterfaceSpec}
-	}
-	return map[string]any{"contacts": out}, nil
 }

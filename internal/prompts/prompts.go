@@ -64,8 +64,10 @@ func Load(override fs.FS) (*Set, error) {
 	// A template that parses can still fail on every agent (a field Facts
 	// does not have): run it once now, so that New reports it rather than
 	// every turn.
-	sample := Facts{ID: "agent-1", Role: "r", Parent: "root", TaskID: "t", Brief: "b",
-		Contacts: []Contact{{ID: "root", Role: "root", Source: "parent", IntroducedBy: "x", Note: "n", Interface: "{}"}}}
+	sample := Facts{ID: "agent-1", Role: "r", Parent: "root", ReportTo: "user", TaskID: "t", MaxSteps: 1, Assigned: true,
+		Contacts:   []Contact{{ID: "root", Role: "root", Source: "parent", IntroducedBy: "x", Note: "n"}},
+		Children:   []Children{{Role: "r", Reported: "agent-2", Waiting: "agent-3"}},
+		Interfaces: []Interface{{Role: "r", Spec: "{}"}}}
 	if _, err := s.System(false, "p", sample); err != nil {
 		return nil, err
 	}
@@ -73,15 +75,33 @@ func Load(override fs.FS) (*Set, error) {
 }
 
 // Facts are the runtime facts of an agent that its system prompt carries.
+// Nothing in them grows with the organisation faster than a few words per
+// agent: an interface is shown once per role, children once per role.
 type Facts struct {
-	ID, Role, Parent, TaskID string
-	Brief                    string // the rendered brief, "" for root
-	Contacts                 []Contact
+	ID, Role, TaskID string
+	Parent           string // the parent as "id（role）", "" for root
+	ReportTo         string // whom the agent reports its result to: user for a lead, else its parent's id
+	MaxSteps         int    // the model calls a turn may make
+	Assigned         bool   // the agent's first message is its brief
+	Contacts         []Contact
+	Children         []Children
+	Interfaces       []Interface
 }
 
-// Contact is one contact as the prompt shows it.
+// Contact is one contact other than a child, as the prompt shows it.
 type Contact struct {
-	ID, Role, Source, IntroducedBy, Note, Interface string
+	ID, Role, Source, IntroducedBy, Note string
+}
+
+// Children are an agent's children on one role: the ids, comma-separated,
+// of those that have reported and of those that have not.
+type Children struct {
+	Role, Reported, Waiting string
+}
+
+// Interface is a role's Interface Spec, as one line of JSON.
+type Interface struct {
+	Role, Spec string
 }
 
 // System assembles the system prompt: base, then root.txt for root or the

@@ -1,0 +1,277 @@
+package agentsociety
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+)
+
+// decodeArgs decodes a model's arguments for tool into v (a pointer to a
+// struct), as a built-in tool reads them. Empty arguments leave v as it is.
+// Arguments that do not decode are refused with an ErrInvalidArgument whose
+// message tells the model what to fix, and so is a key that v does not
+// declare, at any depth: a brief sent under a misspelt key must not read as
+// a brief with every field missing. The message names the key and the
+// nearest one v declares. A value that v takes as an object but that the
+// model wrote as a string holding one (a brief passed as JSON text) is read
+// as that object. The key end_turn, which every tool accepts (see
+// endsTurn), is skipped.
+func decodeArgs(tool string, args json.RawMessage, v any) error {
+	if len(bytes.TrimSpace(args)) == 0 {
+		return nil
+	}
+	t := reflect.TypeOf(v).Elem()
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(args, &obj) == nil {
+		delete(obj, endTurnKey)
+		unwrapObjects(obj, t)
+		if key, near := unknownKey(obj, t, ""); key != "" {
+			return &Error{Code: ErrInvalidArgument, Message: unknownKeyProblem(tool, key, near, t)}
+		}
+		args, _ = json.Marshal(obj) // a map of raw values always encodes
+	}
+	return decodeLenient(tool, args, v)
+}
+
+// decodeLenient decodes as encoding/json does, ignoring keys v does not
+// declare; errors are as decodeArgs's.
+func decodeLenient(tool string, args json.RawMessage, v any) error {
+	if len(bytes.TrimSpace(args)) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(args, v); err != nil {
+		return &Error{Code: ErrInvalidArgument, Message: "bad arguments for " + tool + ": " + argsProblem(err)}
+	}
+	return nil
+}
+
+// endTurnKey is the argument by which a model ends its turn with a tool
+// call, in the same answer.
+const endTurnKey = "end_turn"
+
+// endsTurn reports whether a tool call's arguments say end_turn: true.
+func endsTurn(args json.RawMessage) bool {
+	var a struct {
+		EndTurn bool `json:"end_turn"`
+	}
+	return json.Unmarshal(args, &a) == nil && a.EndTurn
+}
+
+// jsonFields returns the JSON keys a struct type declares, each with its
+// field's type, in declaration order.
+func jsonFields(t reflect.Type) (names []string, types map[string]reflect.Type) {
+	types = map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if !f.IsExported() || name == "-" {
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		names = append(names, name)
+		types[name] = f.Type
+	}
+	return names, types
+}
+
+// structType returns the struct type that t points to or is, or nil.
+func structType(t reflect.Type) reflect.Type {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Time]() {
+		return nil
+	}
+	return t
+}
+
+// unwrapObjects replaces, in obj, a string holding a JSON object where t
+// declares a struct by that object.
+func unwrapObjects(obj map[string]json.RawMessage, t reflect.Type) {
+	_, types := jsonFields(t)
+	for k, raw := range obj {
+		if ft, ok := types[k]; !ok || structType(ft) == nil || len(raw) == 0 || raw[0] != '"' {
+			continue
+		}
+		var text string
+		if json.Unmarshal(raw, &text) == nil && isJSONObject([]byte(text)) {
+			obj[k] = json.RawMessage(text)
+		}
+	}
+}
+
+// unknownKey returns the first key, in sorted order and depth first, that
+// obj (and the objects nested in it where t declares structs) has and t
+// does not declare, with its path from the top, and the nearest key t
+// declares at that level ("" when none is near).
+func unknownKey(obj map[string]json.RawMessage, t reflect.Type, path string) (key, near string) {
+	names, types := jsonFields(t)
+	for _, k := range slices.Sorted(maps.Keys(obj)) {
+		ft, ok := types[k]
+		if !ok {
+			return path + k, nearestKey(k, names)
+		}
+		st := structType(ft)
+		if st == nil && (ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array) {
+			st = structType(ft.Elem())
+		}
+		if st == nil {
+			continue
+		}
+		var items []json.RawMessage
+		if json.Unmarshal(obj[k], &items) != nil {
+			items = []json.RawMessage{obj[k]}
+		}
+		for _, item := range items {
+			var sub map[string]json.RawMessage
+			if json.Unmarshal(item, &sub) != nil {
+				continue // a wrong kind of value: decoding says so
+			}
+			if key, near := unknownKey(sub, st, path+k+"."); key != "" {
+				return key, near
+			}
+		}
+	}
+	return "", ""
+}
+
+// unknownKeyProblem says, for the model, which key is unknown and what it
+// may have meant.
+func unknownKeyProblem(tool, key, near string, t reflect.Type) string {
+	msg := "unknown argument " + strconvQuote(key) + " for " + tool
+	if near != "" {
+		parent, _, _ := cutLast(key, ".")
+		if parent != "" {
+			near = parent + "." + near
+		}
+		msg += ": did you mean " + strconvQuote(near) + "?"
+	}
+	names, _ := jsonFields(t)
+	return msg + " The arguments are: " + strings.Join(names, ", ") + "."
+}
+
+// cutLast slices s around the last sep: "a.b.c" gives "a.b" and "c".
+func cutLast(s, sep string) (before, after string, found bool) {
+	if i := strings.LastIndex(s, sep); i >= 0 {
+		return s[:i], s[i+len(sep):], true
+	}
+	return "", s, false
+}
+
+// nearestKey returns the key of known that key most likely means: the same
+// letters ignoring case, '_' and '-' (task_brief for taskBrief), one
+// containing the other (brief for taskBrief), or within a small edit
+// distance; "" when none is near.
+func nearestKey(key string, known []string) string {
+	norm := func(s string) string {
+		return strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s))
+	}
+	nk, best, bestD := norm(key), "", 0
+	for _, k := range known {
+		n := norm(k)
+		d := editDistance(nk, n)
+		switch {
+		case n == nk:
+			return k
+		case len(nk) >= 3 && (strings.Contains(n, nk) || strings.Contains(nk, n)):
+			d = 1
+		}
+		if best == "" || d < bestD {
+			best, bestD = k, d
+		}
+	}
+	if best == "" || bestD > max(2, len(nk)/3) {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
+}
+
+// argsProblem says, for the model that wrote the arguments, why they did
+// not decode.
+func argsProblem(err error) string {
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		return fmt.Sprintf("the arguments are not valid JSON (%v, at byte %d)", syntax, syntax.Offset)
+	}
+	var typ *json.UnmarshalTypeError
+	if !errors.As(err, &typ) || typ.Type == nil {
+		return err.Error()
+	}
+	given, _, _ := strings.Cut(typ.Value, " ") // "number 1.5" names the number
+	switch given {
+	case "bool":
+		given = "true or false"
+	case "object":
+		given = "a JSON object"
+	case "array":
+		given = "an array"
+	default: // "string", "number"
+		given = "a " + given
+	}
+	want := jsonKind(typ.Type)
+	if typ.Field == "" {
+		return "the arguments must be " + want + ", not " + given
+	}
+	if given == want { // a number too large for its Go type
+		n, _ := strings.CutPrefix(typ.Value, "number ")
+		return strconvQuote(typ.Field) + " holds a number out of range: " + n + " is too large"
+	}
+	return strconvQuote(typ.Field) + " holds " + given + " where " + want + " is expected"
+}
+
+// jsonKind names the JSON value that decodes into a value of type t.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "a base64 string"
+		}
+		return "an array"
+	case reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "a JSON object"
+	}
+	return "another kind of value"
+}

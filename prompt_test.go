@@ -1,0 +1,147 @@
+package agentsociety_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	as "agentsociety"
+	"agentsociety/llm"
+	"agentsociety/llm/llmtest"
+
+	"github.com/tiktoken-go/tokenizer"
+)
+
+// maxOverheadTokens is the budget of a model call's fixed overhead: the
+// system prompt and the tool schemas, in o200k tokens.
+const maxOverheadTokens = 1200
+
+// promptCapture records the last request the model got for each agent.
+type promptCapture struct {
+	mu   sync.Mutex
+	last map[string]*llm.Request
+}
+
+func (c *promptCapture) model() llm.Model {
+	c.last = map[string]*llm.Request{}
+	return llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.last[req.Agent] = req
+		return llmtest.Say(""), nil
+	})
+}
+
+func (c *promptCapture) get(id string) *llm.Request {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.last[id]
+}
+
+// orgPrompts builds root, a lead with children workers and returns the
+// requests of root, the lead (after its children were spawned) and a worker.
+func orgPrompts(t *testing.T, children int) (root, lead, worker *llm.Request) {
+	t.Helper()
+	ctx := context.Background()
+	var c promptCapture
+	s := newSociety(t, as.Config{Model: c.model()})
+	task, err := s.SubmitRequirement(ctx, "做一个计算器网页")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "root's turn", func() bool { return c.get(as.RootID) != nil })
+	leadAgent := rootSpawn(t, s, task, "负责人", "负责整个计算器需求：拆分工作、汇总结果并交付给用户。", nil)
+	leadActor := actorOf(t, s, leadAgent.ID)
+	role, _, err := leadActor.CreateRole(ctx, as.RoleSpec{Name: "developer", Prompt: "实现委托书要求的网页代码，用 put_artifact 交付。",
+		InterfaceSpec: &as.InterfaceSpec{Services: "写前端代码", InputFormat: "任务委托书", OutputFormat: "artifact 引用"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kids []string
+	for range children {
+		k, _, err := leadActor.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kids = append(kids, k.ID)
+	}
+	waitFor(t, "every worker's first turn", func() bool { return c.get(kids[len(kids)-1]) != nil })
+	if _, err := s.SendTextToAgent(ctx, leadAgent.ID, "进展如何？", ""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lead's turn on the user's message", func() bool {
+		r := c.get(leadAgent.ID)
+		return r != nil && strings.Contains(r.Messages[len(r.Messages)-1].Content, "进展如何")
+	})
+	return c.get(as.RootID), c.get(leadAgent.ID), c.get(kids[0])
+}
+
+// overhead returns the o200k token counts of req's system prompt and of its
+// tool schemas as an OpenAI-compatible request sends them.
+func overhead(t testing.TB, req *llm.Request) (system, tools int) {
+	t.Helper()
+	enc, err := tokenizer.Get(tokenizer.O200kBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type function struct {
+		Name        string          `json:"name"`
+		Description string          `json:"description"`
+		Parameters  json.RawMessage `json:"parameters"`
+	}
+	type tool struct {
+		Type     string   `json:"type"`
+		Function function `json:"function"`
+	}
+	var wire []tool
+	for _, tl := range req.Tools {
+		wire = append(wire, tool{"function", function{tl.Name, tl.Description, tl.Parameters}})
+	}
+	b, err := json.Marshal(wire)
+	if err != nil {
+		t.Fatal(err)
+	}
+	system, _ = enc.Count(req.System)
+	tools, _ = enc.Count(string(b))
+	return system, tools
+}
+
+// TestPromptOverhead prints, for root, a lead with three children and a
+// worker, the system prompt and tool schemas a model receives, with their
+// o200k token counts, and fails if the fixed overhead of any of them is
+// over maxOverheadTokens. Run with -v to read them.
+func TestPromptOverhead(t *testing.T) {
+	root, lead, worker := orgPrompts(t, 3)
+	for _, c := range []struct {
+		name string
+		req  *llm.Request
+	}{{"root", root}, {"lead", lead}, {"worker", worker}} {
+		sys, tools := overhead(t, c.req)
+		schemas, _ := json.MarshalIndent(c.req.Tools, "", "  ")
+		t.Logf("%s: system prompt %d o200k tokens + tool schemas %d = %d\n--- system prompt ---\n%s\n--- tools ---\n%s", c.name, sys, tools, sys+tools, c.req.System, schemas)
+		if sys+tools > maxOverheadTokens {
+			t.Errorf("%s: fixed overhead %d o200k tokens, over the budget of %d", c.name, sys+tools, maxOverheadTokens)
+		}
+	}
+}
+
+// TestPromptDoesNotGrowWithTheOrganisation: a lead's system prompt with 50
+// children is at most a few tokens per child longer than with 5: a child
+// is an id in a list, and its role's Interface Spec is shown once.
+func TestPromptDoesNotGrowWithTheOrganisation(t *testing.T) {
+	_, small, _ := orgPrompts(t, 5)
+	_, large, _ := orgPrompts(t, 50)
+	s, _ := overhead(t, small)
+	l, _ := overhead(t, large)
+	perChild := float64(l-s) / 45
+	t.Logf("lead's system prompt: %d tokens with 5 children, %d with 50: %.1f tokens per child", s, l, perChild)
+	if perChild > 4 {
+		t.Errorf("the lead's system prompt grows by %.1f tokens per child, want at most 4:\n%s", perChild, large.System)
+	}
+	if n := strings.Count(large.System, "写前端代码"); n != 1 {
+		t.Errorf("the role's Interface Spec is shown %d times, want once:\n%s", n, large.System)
+	}
+}
+
