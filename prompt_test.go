@@ -144,4 +144,3 @@ func TestPromptDoesNotGrowWithTheOrganisation(t *testing.T) {
 		t.Errorf("the role's Interface Spec is shown %d times, want once:\n%s", n, large.System)
 	}
 }
-

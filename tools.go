@@ -229,7 +229,6 @@ func toolError(err error) *Error {
 	return &Error{Code: ErrToolFailed, Message: err.Error()}
 }
 
-
 func toolFindRole(_ context.Context, x *Actor, args json.RawMessage) (any, error) {
 	var a struct {
 		Name string `json:"name"`
