@@ -24,7 +24,13 @@ type Summarizer func(ctx context.Context, agentID, previous string, dropped []ll
 type mind struct {
 	summary string
 	msgs    []llm.Message
-	dirty   bool // changed since it was last recorded in the store
+
+	// What the store holds, so that only what changed is recorded: the
+	// history it holds is drop messages that msgs no longer has, then
+	// msgs[:saved]; newSummary says whether summary changed since.
+	saved      int
+	drop       int
+	newSummary bool
 
 	// system caches the system prompt: only the agent's contacts change it,
 	// and they only grow, so their number says whether it is current.
@@ -44,7 +50,6 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		a.mind = &mind{}
 	}
 	mem := a.mind
-	mem.dirty = true
 	mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleUser, Content: s.Format(m)})
 	tools := s.toolsFor(a.roleName)
 	for step := 0; step < s.cfg.MaxSteps; step++ {
@@ -218,11 +223,19 @@ func (s *Society) trimHistory(ctx context.Context, agentID string, mem *mind) {
 		if err != nil {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "summariser failed; dropping turns unsummarised", slog.String("agent", agentID), slog.String("err", err.Error()))
 		} else {
-			mem.summary = summary
+			mem.summary, mem.newSummary = summary, true
 		}
 	}
 	s.log.LogAttrs(ctx, slog.LevelDebug, "history trimmed", slog.String("agent", agentID), slog.Int("dropped", cut))
-	mem.msgs = append([]llm.Message(nil), mem.msgs[cut:]...)
+	// The store drops the recorded messages cut; the others it never had.
+	n := min(cut, mem.saved)
+	mem.drop += n
+	mem.saved -= n
+	// Appending reuses the array until it is full, then copies what is
+	// kept: the cost of a trim does not grow with the history. Requests
+	// made before only see the array up to their length, which appends
+	// leave alone.
+	mem.msgs = mem.msgs[cut:]
 }
 
 // nextTurn returns the index of the first delivered message after from that

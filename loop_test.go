@@ -1571,8 +1571,11 @@ type historyCounter struct {
 
 func (h *historyCounter) Apply(ctx context.Context, c store.Change) error {
 	var n int
-	for _, x := range c.Histories {
-		n += len(x.Summary) + len(x.Messages)
+	for _, x := range c.HistoryAppends {
+		n += len(x.Summary)
+		for _, m := range x.Messages {
+			n += len(m)
+		}
 	}
 	h.bytes.Add(int64(n))
 	return h.Store.Apply(ctx, c)

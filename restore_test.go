@@ -514,7 +514,7 @@ func TestFailedNewLeavesNothingRunning(t *testing.T) {
 	mem.Apply(ctx, store.Change{
 		Requests:  []store.Request{{ID: "req-1", From: as.UserID, To: as.RootID, Status: string(as.StatusPending), CreatedAt: past, Deadline: past.Add(time.Second)}},
 		Accepted:  []store.Message{{ID: "m-1", Seq: 1, From: as.UserID, To: as.RootID, Type: "general", Payload: json.RawMessage(`{"text":"x"}`), SentAt: past}},
-		Histories: []store.History{{AgentID: "agent-404", Messages: json.RawMessage(`[]`)}},
+		Histories: []store.History{{AgentID: "agent-404"}},
 	})
 	if _, err := as.New(ctx, as.Config{Logger: quiet, Store: mem}); err == nil {
 		t.Fatal("New restored the history of an agent that does not exist")
@@ -1901,15 +1901,15 @@ func (l *crashLedger) check(t *testing.T, dir, scratch string, final bool) (pend
 	// never handled again.
 	inHist := map[string]map[string]int{} // agent -> token -> copies
 	for _, h := range st.Histories {
-		var msgs []struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
-		}
-		if err := json.Unmarshal(h.Messages, &msgs); err != nil {
-			errorf("run %d: the history of %s: %v", l.run, h.AgentID, err)
-		}
 		counts := map[string]int{}
-		for _, m := range msgs {
+		for i, raw := range h.Messages {
+			var m struct {
+				Role    string `json:"role"`
+				Content string `json:"content"`
+			}
+			if err := json.Unmarshal(raw, &m); err != nil {
+				errorf("run %d: the history of %s: message %d: %v", l.run, h.AgentID, i, err)
+			}
 			if m.Role == string(llm.RoleUser) {
 				if tok := crashTokOf(m.Content); tok != "" {
 					counts[tok]++
