@@ -32,6 +32,10 @@ type mind struct {
 	drop       int
 	newSummary bool
 
+	// size is the content of msgs[:sized] in bytes, as trimHistory counts
+	// it, so that a trim counts only what was added since the last.
+	size, sized int
+
 	// system caches the system prompt: only the agent's contacts change it,
 	// and they only grow, so their number says whether it is current.
 	system         string
@@ -199,10 +203,11 @@ func (s *Society) systemPrompt(a *agent) (string, error) {
 // delivered message; the current turn is never dropped, so tool calls keep
 // their results.
 func (s *Society) trimHistory(ctx context.Context, agentID string, mem *mind) {
-	size := len(mem.summary)
-	for _, m := range mem.msgs {
-		size += messageSize(m)
+	for _, m := range mem.msgs[mem.sized:] {
+		mem.size += messageSize(m)
 	}
+	mem.sized = len(mem.msgs)
+	size := len(mem.summary) + mem.size
 	cut := 0
 	for size > s.cfg.HistoryBudget {
 		next := nextTurn(mem.msgs, cut)
@@ -217,6 +222,7 @@ func (s *Society) trimHistory(ctx context.Context, agentID string, mem *mind) {
 	if cut == 0 {
 		return
 	}
+	mem.size, mem.sized = size-len(mem.summary), mem.sized-cut
 	dropped := mem.msgs[:cut]
 	if s.cfg.Summarize != nil {
 		summary, err := s.cfg.Summarize(ctx, agentID, mem.summary, dropped)

@@ -875,6 +875,56 @@ func TestStatesAndHistories(t *testing.T) {
 	}
 }
 
+// TestHistoryAppends checks that a history append costs the journal what
+// it adds, however long the history, and that appends survive a crash (the
+// journal is replayed) and compaction (they are folded into
+// histories.json), with the messages in order.
+func TestHistoryAppends(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{CompactAfter: -1, CompactAfterBytes: -1})
+	turn := func(i int) store.Change {
+		a := store.HistoryAppend{AgentID: "a", Messages: raws(fmt.Sprintf(`{"role":"user","content":"turn %04d"}`, i), `{"role":"assistant","content":"ok"}`)}
+		if i >= 50 {
+			a.Drop, a.SetSummary, a.Summary = 2, i%10 == 0, fmt.Sprintf("before %04d", i)
+		}
+		return store.Change{HistoryAppends: []store.HistoryAppend{a}}
+	}
+	var changes []store.Change
+	record := func(i int) int64 {
+		c := turn(i)
+		changes = append(changes, c)
+		before := s.size
+		apply(t, s, c)
+		return s.size - before
+	}
+	first := record(0)
+	for i := 1; i < 500; i++ {
+		if n := record(i); n > first+40 { // the drop, a summary, longer record numbers
+			t.Fatalf("turn %d took %d bytes of journal, the first %d: the record grows with the history", i, n, first)
+		}
+	}
+	want := memoryState(t, changes)
+	if got := len(want.Histories[0].Messages); got != 100 {
+		t.Fatalf("the history holds %d messages, want the last 50 turns' 100", got)
+	}
+	checkState(t, s, want)
+
+	c := open(t, crashCopy(t, s), Options{})
+	checkState(t, c, want) // replayed from the journal
+	closeStore(t, c)
+
+	closeStore(t, s) // compacts
+	if fi, err := os.Stat(filepath.Join(dir, journalName)); err != nil || fi.Size() != 0 {
+		t.Fatalf("the journal after Close: %v, %v; want it empty", fi, err)
+	}
+	s = open(t, dir, Options{})
+	defer closeStore(t, s)
+	checkState(t, s, want) // from histories.json
+	apply(t, s, turn(500))
+	want = memoryState(t, append(changes, turn(500)))
+	checkState(t, s, want)
+}
+
 func TestLock(t *testing.T) {
 	dir := t.TempDir()
 	s := open(t, dir, Options{})
