@@ -223,7 +223,7 @@ func (s *Society) trimHistory(ctx context.Context, agentID string, mem *mind) {
 		return
 	}
 	mem.size, mem.sized = size-len(mem.summary), mem.sized-cut
-	dropped := mem.msgs[:cut]
+	dropped := mem.msgs[:cut:cut] // an append to it must not write over what is kept
 	if s.cfg.Summarize != nil {
 		summary, err := s.cfg.Summarize(ctx, agentID, mem.summary, dropped)
 		if err != nil {
