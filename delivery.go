@@ -113,12 +113,18 @@ func (s *Society) handled(ctx context.Context, a *agent, id string) {
 	if !s.volatile && a != s.user.self {
 		done.Finished = []string{id}
 	}
-	if h, ok := a.mind.record(a.info.ID); ok {
-		done.Histories = []store.History{h}
+	h, grew := a.mind.record(a.info.ID)
+	if grew {
+		done.HistoryAppends = []store.HistoryAppend{h}
 	}
 	if err := s.record(ctx, done); err != nil {
+		// The history's append is made again, with the next turn's.
 		s.log.LogAttrs(ctx, slog.LevelError, "recording a handled message failed",
 			slog.String("msg", id), slog.String("agent", a.info.ID), slog.String("err", err.Error()))
+		return
+	}
+	if grew {
+		a.mind.recorded()
 	}
 }
 

@@ -88,10 +88,11 @@
 // messages and artifacts in a [store.Store] given by the host; the default
 // is an in-memory store, and store/filestore keeps them in a directory.
 // Messages are recorded when accepted and marked finished when handled, with
-// the turn's history, so a society reopened on a store that survived its
-// process delivers again what was accepted and never finished (at least
-// once), spawns nothing twice for a message handled again, and runs on the
-// timeouts of pending requests. The in-memory store, which no crash
+// what the turn added to the agent's history (never the whole history, so
+// a turn costs the store what it added), so a society reopened on a store
+// that survived its process delivers again what was accepted and never
+// finished (at least once), spawns nothing twice for a message handled
+// again, and runs on the timeouts of pending requests. The in-memory store, which no crash
 // survives, is spared a record per message: it gets the messages still
 // queued when the society closes (see [store.Volatile]). Go behaviours are
 // code, not state: give them back with Config.RestoreBehavior. A message to

@@ -26,7 +26,17 @@ type Summarizer func(ctx context.Context, agentID, previous string, dropped []ll
 type mind struct {
 	summary string
 	msgs    []llm.Message
-	dirty   bool // changed since it was last recorded in the store
+
+	// What the store holds, so that only what changed is recorded: the
+	// history it holds is drop messages that msgs no longer has, then
+	// msgs[:saved]; newSummary says whether summary changed since.
+	saved      int
+	drop       int
+	newSummary bool
+
+	// size is the content of msgs[:sized] in bytes, as trimHistory counts
+	// it, so that a trim counts only what was added since the last.
+	size, sized int
 
 	// system caches the system prompt: only the agent's contacts and its
 	// children's reports change it, and both only grow, so their numbers
@@ -48,7 +58,6 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		a.mind = &mind{}
 	}
 	mem := a.mind
-	mem.dirty = true
 	mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleUser, Content: s.Format(m)})
 	tools := s.toolsFor(a.roleName)
 	for step := 0; step < s.cfg.MaxSteps; step++ {
@@ -280,10 +289,11 @@ func nextID(a, b string) bool {
 // delivered message; the current turn is never dropped, so tool calls keep
 // their results.
 func (s *Society) trimHistory(ctx context.Context, agentID string, mem *mind) {
-	size := len(mem.summary)
-	for _, m := range mem.msgs {
-		size += messageSize(m)
+	for _, m := range mem.msgs[mem.sized:] {
+		mem.size += messageSize(m)
 	}
+	mem.sized = len(mem.msgs)
+	size := len(mem.summary) + mem.size
 	cut := 0
 	for size > s.cfg.HistoryBudget {
 		next := nextTurn(mem.msgs, cut)
@@ -298,17 +308,26 @@ func (s *Society) trimHistory(ctx context.Context, agentID string, mem *mind) {
 	if cut == 0 {
 		return
 	}
-	dropped := mem.msgs[:cut]
+	mem.size, mem.sized = size-len(mem.summary), mem.sized-cut
+	dropped := mem.msgs[:cut:cut] // an append to it must not write over what is kept
 	if s.cfg.Summarize != nil {
 		summary, err := s.cfg.Summarize(ctx, agentID, mem.summary, dropped)
 		if err != nil {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "summariser failed; dropping turns unsummarised", slog.String("agent", agentID), slog.String("err", err.Error()))
 		} else {
-			mem.summary = summary
+			mem.summary, mem.newSummary = summary, true
 		}
 	}
 	s.log.LogAttrs(ctx, slog.LevelDebug, "history trimmed", slog.String("agent", agentID), slog.Int("dropped", cut))
-	mem.msgs = append([]llm.Message(nil), mem.msgs[cut:]...)
+	// The store drops the recorded messages cut; the others it never had.
+	n := min(cut, mem.saved)
+	mem.drop += n
+	mem.saved -= n
+	// Appending reuses the array until it is full, then copies what is
+	// kept: the cost of a trim does not grow with the history. Requests
+	// made before only see the array up to their length, which appends
+	// leave alone.
+	mem.msgs = mem.msgs[cut:]
 }
 
 // nextTurn returns the index of the first delivered message after from that

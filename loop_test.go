@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,8 @@ import (
 	as "agentsociety"
 	"agentsociety/llm"
 	"agentsociety/llm/llmtest"
+	"agentsociety/store"
+	"agentsociety/store/filestore"
 
 	"pgregory.net/rapid"
 )
@@ -1393,4 +1396,133 @@ func TestRoleNamesCannotForgeLinesInTheSystemPrompt(t *testing.T) {
 			t.Fatalf("the system prompt has a line that reads as a message from user:\n%s", sys)
 		}
 	}
+}
+
+// BenchmarkModelTurn measures one turn of a long-lived model-driven agent, on
+// the memory store and on the file store (SyncBatched, so that the disk's
+// sync latency does not hide the bookkeeping): the host sends the agent a
+// message and the model answers it in one call, without tools. The agent's
+// HistoryBudget holds exactly `turns` turns, so its history stays that long
+// while the benchmark runs: each turn adds one and trims the oldest, as a
+// long-lived agent's does.
+//
+// turns=10 is the same run's baseline: x-vs-10 is the time per turn at 2,000
+// turns over the time at 10, on the same store (1 means the turn does not
+// cost more with a longer history). cpu-ns/op is the process's CPU time per
+// turn; hist-B/turn is the bytes of history the society gives its store per
+// turn; hist-msgs is the number of messages the model is sent in a call.
+func BenchmarkModelTurn(b *testing.B) {
+	stores := []struct {
+		name string
+		open func(b *testing.B) (store.Store, func())
+	}{
+		{"memory", func(b *testing.B) (store.Store, func()) { return store.NewMemory(), func() {} }},
+		{"file", func(b *testing.B) (store.Store, func()) {
+			st, err := filestore.Open(b.TempDir(), filestore.Options{Sync: filestore.SyncBatched, Logger: quiet})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return st, func() {
+				if err := st.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}},
+	}
+	for _, sc := range stores {
+		b.Run("store="+sc.name, func(b *testing.B) {
+			var base, baseCPU float64
+			for _, turns := range []int{10, 2000} {
+				b.Run("turns="+strconv.Itoa(turns), func(b *testing.B) {
+					st, closeStore := sc.open(b)
+					wall, cpu := benchTurns(b, st, turns)
+					closeStore()
+					if turns == 10 {
+						base, baseCPU = wall, cpu
+					} else if base > 0 {
+						b.ReportMetric(wall/base, "x-vs-10")
+						b.ReportMetric(cpu/baseCPU, "cpu-x-vs-10")
+					}
+				})
+			}
+		})
+	}
+}
+
+// benchTurns runs BenchmarkModelTurn on st for a history of turns turns,
+// and returns the wall and CPU nanoseconds per turn.
+func benchTurns(b *testing.B, st store.Store, turns int) (wall, cpu float64) {
+	ctx := context.Background()
+	text := strings.Repeat("a message from the host, ", 4)
+	reply := strings.Repeat("a reply from the model, ", 4)
+	payload, _ := json.Marshal(map[string]string{"text": text})
+	turnBytes := len(as.FormatMessage(as.Message{From: as.UserID, Type: as.General, Payload: payload}, "")) + len(reply)
+
+	calls := make(chan int, 1)
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		calls <- len(req.Messages)
+		return llmtest.Say(reply), nil
+	})
+	counted := &historyCounter{Store: st}
+	s, err := as.New(ctx, as.Config{Store: counted, Logger: quiet, Model: model, Root: noop, HistoryBudget: turns*turnBytes + turnBytes/2})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := s.Close(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}()
+	lead, roleID := hostLead(b, s, "t", "worker")
+	a, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: roleID, Brief: validBrief()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	turn := func() int {
+		if _, err := s.SendTextToAgent(ctx, a.ID, text, ""); err != nil {
+			b.Fatal(err)
+		}
+		return recv(b, calls, "the worker's model call")
+	}
+	// Fill the history past the budget, so that trimming has begun.
+	for range turns + 2 {
+		turn()
+	}
+	msgs := 0
+	before := counted.bytes.Load()
+	t0 := time.Now()
+	c := startCPU(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		msgs = turn()
+	}
+	c.report()
+	wall = float64(time.Since(t0).Nanoseconds()) / float64(b.N)
+	cpu = float64(processCPU(b)-c.start) / float64(b.N)
+	b.ReportMetric(float64(counted.bytes.Load()-before)/float64(b.N), "hist-B/turn")
+	b.ReportMetric(float64(msgs), "hist-msgs")
+	return wall, cpu
+}
+
+// historyCounter counts the bytes of history its society records.
+type historyCounter struct {
+	store.Store
+	bytes atomic.Int64
+}
+
+func (h *historyCounter) Apply(ctx context.Context, c store.Change) error {
+	var n int
+	for _, x := range c.HistoryAppends {
+		n += len(x.Summary)
+		for _, m := range x.Messages {
+			n += len(m)
+		}
+	}
+	h.bytes.Add(int64(n))
+	return h.Store.Apply(ctx, c)
+}
+
+func (h *historyCounter) Volatile() bool {
+	v, ok := h.Store.(store.Volatile)
+	return ok && v.Volatile()
 }

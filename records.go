@@ -1,6 +1,7 @@
 package agentsociety
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 
@@ -107,37 +108,61 @@ type savedCall struct {
 	Arguments string `json:"arguments"`
 }
 
-// record returns the store record of the history, if it changed since it
-// was last recorded, and marks it recorded. A nil mind has nothing to record.
-func (mem *mind) record(agentID string) (store.History, bool) {
-	if mem == nil || !mem.dirty {
-		return store.History{}, false
+// record returns what the history gained since it was last recorded, as
+// an append for the store, or false if it did not change: the messages
+// added, each encoded once, and, if turns were trimmed, how many recorded
+// messages were dropped and the summary. Once the store has the append,
+// the caller calls recorded. A nil mind has nothing to record.
+func (mem *mind) record(agentID string) (store.HistoryAppend, bool) {
+	if mem == nil || (mem.saved == len(mem.msgs) && mem.drop == 0 && !mem.newSummary) {
+		return store.HistoryAppend{}, false
 	}
-	saved := make([]savedMessage, len(mem.msgs))
-	for i, m := range mem.msgs {
-		saved[i] = savedMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
+	h := store.HistoryAppend{AgentID: agentID, Drop: mem.drop, SetSummary: mem.newSummary, Messages: encodeMessages(mem.msgs[mem.saved:])}
+	if mem.newSummary {
+		h.Summary = mem.summary
+	}
+	return h, true
+}
+
+// recorded notes that the store holds the append record returned last,
+// which the mind has not changed since (only the agent's drainer changes
+// it).
+func (mem *mind) recorded() {
+	mem.saved, mem.drop, mem.newSummary = len(mem.msgs), 0, false
+}
+
+// encodeMessages returns each of msgs as stored, all in one buffer.
+func encodeMessages(msgs []llm.Message) []json.RawMessage {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	ends := make([]int, len(msgs))
+	for i, m := range msgs {
+		saved := savedMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
 		for _, c := range m.ToolCalls {
-			saved[i].ToolCalls = append(saved[i].ToolCalls, savedCall{c.ID, c.Name, string(c.Arguments)})
+			saved.ToolCalls = append(saved.ToolCalls, savedCall{c.ID, c.Name, string(c.Arguments)})
 		}
+		_ = enc.Encode(saved)   // strings only: it always encodes
+		ends[i] = buf.Len() - 1 // before Encode's newline
 	}
-	b, err := marshal(saved)
-	if err != nil {
-		return store.History{}, false // strings only: it always encodes
+	b := buf.Bytes()
+	out := make([]json.RawMessage, len(msgs))
+	start := 0
+	for i, end := range ends {
+		out[i] = b[start:end:end]
+		start = end + 1
 	}
-	mem.dirty = false
-	return store.History{AgentID: agentID, Summary: mem.summary, Messages: b}, true
+	return out
 }
 
 // restoreMind rebuilds a mind from its store record.
 func restoreMind(h store.History) (*mind, error) {
-	var saved []savedMessage
-	if len(h.Messages) > 0 {
-		if err := json.Unmarshal(h.Messages, &saved); err != nil {
-			return nil, err
+	mem := &mind{summary: h.Summary, msgs: make([]llm.Message, len(h.Messages)), saved: len(h.Messages)}
+	for i, raw := range h.Messages {
+		var m savedMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
-	}
-	mem := &mind{summary: h.Summary, msgs: make([]llm.Message, len(saved))}
-	for i, m := range saved {
 		mem.msgs[i] = llm.Message{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
 		for _, c := range m.ToolCalls {
 			mem.msgs[i].ToolCalls = append(mem.msgs[i].ToolCalls, llm.ToolCall{ID: c.ID, Name: c.Name, Arguments: json.RawMessage(c.Arguments)})

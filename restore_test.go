@@ -26,6 +26,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"pgregory.net/rapid"
 
 	as "agentsociety"
@@ -514,7 +516,7 @@ func TestFailedNewLeavesNothingRunning(t *testing.T) {
 	mem.Apply(ctx, store.Change{
 		Requests:  []store.Request{{ID: "req-1", From: as.UserID, To: as.RootID, Status: string(as.StatusPending), CreatedAt: past, Deadline: past.Add(time.Second)}},
 		Accepted:  []store.Message{{ID: "m-1", Seq: 1, From: as.UserID, To: as.RootID, Type: "general", Payload: json.RawMessage(`{"text":"x"}`), SentAt: past}},
-		Histories: []store.History{{AgentID: "agent-404", Messages: json.RawMessage(`[]`)}},
+		Histories: []store.History{{AgentID: "agent-404"}},
 	})
 	if _, err := as.New(ctx, as.Config{Logger: quiet, Store: mem}); err == nil {
 		t.Fatal("New restored the history of an agent that does not exist")
@@ -1903,15 +1905,15 @@ func (l *crashLedger) check(t *testing.T, dir, scratch string, final bool) (pend
 	// never handled again.
 	inHist := map[string]map[string]int{} // agent -> token -> copies
 	for _, h := range st.Histories {
-		var msgs []struct {
-			Role    string `json:"role"`
-			Content string `json:"content"`
-		}
-		if err := json.Unmarshal(h.Messages, &msgs); err != nil {
-			errorf("run %d: the history of %s: %v", l.run, h.AgentID, err)
-		}
 		counts := map[string]int{}
-		for _, m := range msgs {
+		for i, raw := range h.Messages {
+			var m struct {
+				Role    string `json:"role"`
+				Content string `json:"content"`
+			}
+			if err := json.Unmarshal(raw, &m); err != nil {
+				errorf("run %d: the history of %s: message %d: %v", l.run, h.AgentID, i, err)
+			}
 			if m.Role == string(llm.RoleUser) {
 				if tok := crashTokOf(m.Content); tok != "" {
 					counts[tok]++
@@ -2297,5 +2299,220 @@ func TestStateMachine_OrganisationReopened(t *testing.T) {
 				"reopen":      r.reopen,
 			})
 		})
+	}
+}
+
+// appendSignal is a store that says when a history append it was given is
+// applied.
+type appendSignal struct {
+	store.Store
+	appended chan struct{}
+}
+
+func (a *appendSignal) Apply(ctx context.Context, c store.Change) error {
+	err := a.Store.Apply(ctx, c)
+	if err == nil && len(c.HistoryAppends) > 0 {
+		a.appended <- struct{}{}
+	}
+	return err
+}
+
+func (a *appendSignal) Volatile() bool {
+	v, ok := a.Store.(store.Volatile)
+	return ok && v.Volatile()
+}
+
+// TestHistoryReopened_SameMind: a model-driven agent whose history is
+// trimmed, with or without a summariser that sometimes fails, and whose
+// society is closed and opened again between turns, on the memory store or
+// the file store (compacting every few records), sends the model exactly
+// what an agent that was never reopened sends: what each turn recorded
+// rebuilds the same history and summary.
+func TestHistoryReopened_SameMind(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		budget := rapid.IntRange(200, 2000).Draw(t, "budget")
+		summarise := rapid.Bool().Draw(t, "summarise")
+		onFile := rapid.Bool().Draw(t, "onFile")
+		type turn struct {
+			text   string
+			reopen bool
+		}
+		turns := rapid.SliceOfN(rapid.Custom(func(t *rapid.T) turn {
+			text := fmt.Sprintf("calls=%d %s", rapid.IntRange(0, 2).Draw(t, "calls"), strings.Repeat("x", rapid.IntRange(0, 400).Draw(t, "pad")))
+			if rapid.IntRange(0, 4).Draw(t, "fail") == 0 {
+				text += " FAIL"
+			}
+			return turn{text, rapid.Bool().Draw(t, "reopen")}
+		}), 1, 12).Draw(t, "turns")
+		turns = append(turns, turn{"calls=1 last", true}) // the last turn runs on what was recorded
+
+		var sum as.Summarizer
+		if summarise {
+			sum = func(_ context.Context, _, previous string, dropped []llm.Message) (string, error) {
+				var b strings.Builder
+				b.WriteString(previous)
+				for _, m := range dropped {
+					if strings.Contains(m.Content, "FAIL") {
+						return "", errors.New("the summariser fails on FAIL")
+					}
+					fmt.Fprintf(&b, "|%s:%.12s", m.Role, m.Content)
+				}
+				return b.String(), nil
+			}
+		}
+		// run plays the turns and returns the messages of every model
+		// call, reopening the society where told if reopen is set.
+		run := func(reopen bool) [][]llm.Message {
+			var mu sync.Mutex
+			var calls [][]llm.Message
+			model := llm.ModelFunc(func(_ context.Context, req *llm.Request) (*llm.Response, error) {
+				mu.Lock()
+				calls = append(calls, slices.Clone(req.Messages))
+				mu.Unlock()
+				start := 0
+				for i, m := range req.Messages {
+					if m.Role == llm.RoleUser {
+						start = i
+					}
+				}
+				var want int
+				fmt.Sscanf(req.Messages[start].Content[strings.Index(req.Messages[start].Content, "calls="):], "calls=%d", &want)
+				results := 0
+				for _, m := range req.Messages[start:] {
+					if m.Role == llm.RoleTool {
+						results++
+					}
+				}
+				if results < want {
+					return call(fmt.Sprint("c", results), "list_contacts", `{}`), nil
+				}
+				return llmtest.Say(fmt.Sprintf("done after %d calls", results)), nil
+			})
+			mem := store.NewMemory()
+			dir, err := os.MkdirTemp("", "agentsociety-history-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			var fst *filestore.Store
+			var s *as.Society
+			var sig *appendSignal
+			open := func() {
+				var st store.Store = mem
+				if onFile {
+					if fst, err = filestore.Open(dir, filestore.Options{Logger: quiet, Sync: filestore.SyncBatched, CompactAfter: 3}); err != nil {
+						t.Fatal(err)
+					}
+					st = fst
+				}
+				sig = &appendSignal{st, make(chan struct{}, 1)}
+				s, err = as.New(context.Background(), as.Config{Logger: quiet, Store: sig, Model: model, Root: noop, HistoryBudget: budget, Summarize: sum})
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			shut := func() {
+				if err := s.Close(context.Background()); err != nil {
+					t.Fatal(err)
+				}
+				if fst != nil {
+					if err := fst.Close(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			open()
+			root, err := s.Actor(as.RootID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			role, _, err := root.WithTask("t").CreateRole(context.Background(), as.RoleSpec{Name: "worker"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			worker, _, err := root.WithTask("t").SpawnAgent(context.Background(), as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, tn := range turns {
+				if reopen && tn.reopen {
+					shut()
+					open()
+				}
+				if _, err := s.SendTextToAgent(context.Background(), worker.ID, tn.text, ""); err != nil {
+					t.Fatal(err)
+				}
+				recv(t, sig.appended, fmt.Sprintf("turn %d recorded", i+1))
+			}
+			shut()
+			return calls
+		}
+		want, got := run(false), run(true)
+		if diff := cmp.Diff(want, got, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("the model calls after reopening differ (-never reopened +reopened):\n%s", diff)
+		}
+	})
+}
+
+// failingAppends fails the Applies that carry a history append while fail
+// is set, and says on done when each such Apply has returned.
+type failingAppends struct {
+	store.Store
+	fail atomic.Bool
+	done chan error
+}
+
+func (f *failingAppends) Apply(ctx context.Context, c store.Change) error {
+	if len(c.HistoryAppends) == 0 {
+		return f.Store.Apply(ctx, c)
+	}
+	err := errors.New("the disk is full")
+	if !f.fail.Load() {
+		err = f.Store.Apply(ctx, c)
+	}
+	f.done <- err
+	return err
+}
+
+func (f *failingAppends) Volatile() bool { return true }
+
+// TestHistoryAppendThatFailedIsMadeAgain: when the store fails to record a
+// turn, the next turn's record carries that turn's messages too, so the
+// agent reopened on the store has its whole history.
+func TestHistoryAppendThatFailedIsMadeAgain(t *testing.T) {
+	ctx := context.Background()
+	requests := make(chan *llm.Request, 1)
+	model := llm.ModelFunc(func(_ context.Context, req *llm.Request) (*llm.Response, error) {
+		requests <- &llm.Request{Messages: slices.Clone(req.Messages)}
+		return llmtest.Say("ok"), nil
+	})
+	st := &failingAppends{Store: store.NewMemory(), done: make(chan error, 1)}
+	s := newSociety(t, as.Config{Store: st, Model: model, Root: noop})
+	worker := rootSpawn(t, s, "t", "worker", "", nil)
+	for _, text := range []string{"one", "two", "three"} {
+		st.fail.Store(text == "two")
+		if _, err := s.SendTextToAgent(ctx, worker.ID, text, ""); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, requests, "the model call of turn "+text)
+		if err := recv(t, st.done, "the record of turn "+text); (err != nil) != (text == "two") {
+			t.Fatalf("recording turn %s: %v", text, err)
+		}
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	s = newSociety(t, as.Config{Store: st, Model: model, Root: noop})
+	if _, err := s.SendTextToAgent(ctx, worker.ID, "four", ""); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range recv(t, requests, "the model call after reopening").Messages {
+		got = append(got, string(m.Role)+" "+m.Content[strings.LastIndex(m.Content, "\n")+1:])
+	}
+	want := []string{"user one", "assistant ok", "user two", "assistant ok", "user three", "assistant ok", "user four"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after reopening the model was sent %q, want %q", got, want)
 	}
 }

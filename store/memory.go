@@ -46,8 +46,16 @@ type Memory struct {
 
 	artifacts map[string]memArtifact
 
-	histories map[string]History               // by agent id
+	histories map[string]*memHistory           // by agent id
 	states    map[string]map[string]StateEntry // by scope, then key
+}
+
+// memHistory is a history as Memory keeps it. Its messages are never
+// changed once stored, only dropped from the front and appended to, so an
+// append costs what it adds.
+type memHistory struct {
+	summary string
+	msgs    []json.RawMessage
 }
 
 type memArtifact struct {
@@ -65,7 +73,7 @@ func NewMemory() *Memory {
 		wide:       make(map[string]map[string]int),
 		pending:    make(map[string]Message),
 		artifacts:  make(map[string]memArtifact),
-		histories:  make(map[string]History),
+		histories:  make(map[string]*memHistory),
 		states:     make(map[string]map[string]StateEntry),
 	}
 }
@@ -107,9 +115,8 @@ func (m *Memory) Load(ctx context.Context) (State, error) {
 	if len(m.requests) > 0 {
 		s.Requests = slices.Clone(m.requests) // Request holds no slices.
 	}
-	for _, h := range m.histories {
-		h.Messages = cloneRaw(h.Messages)
-		s.Histories = append(s.Histories, h)
+	for id, h := range m.histories {
+		s.Histories = append(s.Histories, History{AgentID: id, Summary: h.summary, Messages: appendRaws(nil, h.msgs)})
 	}
 	slices.SortFunc(s.Histories, func(a, b History) int { return strings.Compare(a.AgentID, b.AgentID) })
 	for _, keys := range m.states {
@@ -182,8 +189,10 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 		}
 	}
 	for _, h := range c.Histories {
-		h.Messages = cloneRaw(h.Messages)
-		m.histories[h.AgentID] = h
+		m.histories[h.AgentID] = &memHistory{summary: h.Summary, msgs: appendRaws(nil, h.Messages)}
+	}
+	for _, a := range c.HistoryAppends {
+		m.appendHistory(a)
 	}
 	for _, e := range c.States {
 		m.putState(e)
@@ -227,6 +236,43 @@ func (m *Memory) putContact(owner string, c memContact) {
 		}
 		m.wide[owner] = idx
 	}
+}
+
+// appendHistory applies a to the history of a.AgentID, starting one if
+// there is none.
+func (m *Memory) appendHistory(a HistoryAppend) {
+	h := m.histories[a.AgentID]
+	if h == nil {
+		h = &memHistory{}
+		m.histories[a.AgentID] = h
+	}
+	drop := min(max(a.Drop, 0), len(h.msgs))
+	clear(h.msgs[:drop]) // let the dropped messages go before append moves the rest
+	h.msgs = h.msgs[drop:]
+	if a.SetSummary {
+		h.summary = a.Summary
+	}
+	h.msgs = appendRaws(h.msgs, a.Messages)
+}
+
+// appendRaws appends copies of src to dst, all in one new buffer, and
+// returns the extended slice. An empty document is appended as nil.
+func appendRaws(dst, src []json.RawMessage) []json.RawMessage {
+	n := 0
+	for _, b := range src {
+		n += len(b)
+	}
+	buf := make([]byte, 0, n)
+	for _, b := range src {
+		if len(b) == 0 {
+			dst = append(dst, nil)
+			continue
+		}
+		start := len(buf)
+		buf = append(buf, b...)
+		dst = append(dst, buf[start:len(buf):len(buf)])
+	}
+	return dst
 }
 
 // putState sets or, for a nil Value, deletes a state entry.

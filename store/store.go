@@ -48,7 +48,9 @@ type Store interface {
 	// agent id, state entries, keyed by scope and key, and messages, which
 	// are appended once each: re-applying a message id that is already
 	// pending returns an error wrapping ErrExists. Finishing a message id that
-	// is not pending is not an error.
+	// is not pending is not an error. History appends extend the histories
+	// after Histories replaced theirs, in order (see [HistoryAppend]); their
+	// cost must follow what they add, not the length of the history.
 	Apply(ctx context.Context, c Change) error
 
 	// PutArtifact stores an artifact's metadata and content. The id is chosen
@@ -105,11 +107,15 @@ type Change struct {
 	Finished  []string     // ids of messages whose handling ended
 	Histories []History    // replace by AgentID
 	States    []StateEntry // replace by Scope and Key; an empty Value deletes the key
+
+	// HistoryAppends extend histories by what the agents' turns added,
+	// after Histories are replaced, in the order given.
+	HistoryAppends []HistoryAppend
 }
 
 // Empty reports whether c changes nothing.
 func (c *Change) Empty() bool {
-	return len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests)+len(c.Accepted)+len(c.Finished)+len(c.Histories)+len(c.States) == 0
+	return len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests)+len(c.Accepted)+len(c.Finished)+len(c.Histories)+len(c.States)+len(c.HistoryAppends) == 0
 }
 
 // Role is a role's record.
@@ -189,12 +195,37 @@ type Artifact struct {
 }
 
 // History is a model-driven agent's conversation, kept so that a society
-// reopened on the store goes on where it stopped. Messages is the society's
-// own encoding, opaque to the store.
+// reopened on the store goes on where it stopped. Each message is one JSON
+// value in the society's own encoding, opaque to the store.
+//
+// A society records a history as it grows, with a [HistoryAppend] per turn;
+// a History in a [Change] replaces the whole one.
 type History struct {
 	AgentID  string
-	Summary  string
-	Messages json.RawMessage
+	Summary  string            // what the messages dropped from the front said
+	Messages []json.RawMessage // oldest first
+}
+
+// HistoryAppend is what one turn changed in a model-driven agent's
+// history: the store removes the first Drop messages of the history, then,
+// if SetSummary is true, replaces its summary with Summary, then appends
+// Messages. An append to an agent without a history starts one.
+//
+// A store keeps appends at a cost that follows what they add, not the
+// length of the history: the society records one every turn.
+type HistoryAppend struct {
+	AgentID string
+	// Drop is the number of the oldest messages removed, because the
+	// history outgrew its budget; a Drop larger than the history removes
+	// every message, and one below zero none.
+	Drop int
+	// SetSummary says whether Summary replaces the history's summary;
+	// when false the summary is kept and Summary is ignored.
+	SetSummary bool
+	Summary    string
+	// Messages are appended after the messages kept, oldest first; each
+	// is one JSON value.
+	Messages []json.RawMessage
 }
 
 // StateEntry is one key of shared or private state (seed 004): Scope is

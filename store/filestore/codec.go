@@ -79,9 +79,18 @@ type messageJSON struct {
 }
 
 type historyJSON struct {
-	AgentID  string          `json:"agentId"`
-	Summary  string          `json:"summary,omitempty"`
-	Messages json.RawMessage `json:"messages,omitempty"`
+	AgentID  string            `json:"agentId"`
+	Summary  string            `json:"summary,omitempty"`
+	Messages []json.RawMessage `json:"messages,omitempty"`
+}
+
+// historyAppendJSON is a history append in a journal record; a summary
+// present replaces the history's.
+type historyAppendJSON struct {
+	AgentID  string            `json:"agentId"`
+	Drop     int               `json:"drop,omitempty"`
+	Summary  *string           `json:"summary,omitempty"`
+	Messages []json.RawMessage `json:"messages,omitempty"`
 }
 
 type stateJSON struct {
@@ -164,6 +173,8 @@ type changeJSON struct {
 	Finished  []string           `json:"finished,omitempty"`
 	States    []stateJSON        `json:"states,omitempty"`
 	Histories []historyJSON      `json:"histories,omitempty"`
+	// HistoryAppends are applied after Histories, in order.
+	HistoryAppends []historyAppendJSON `json:"historyAppends,omitempty"`
 }
 
 // recordJSON is a journal record's payload.
@@ -214,12 +225,28 @@ func historyToJSON(h store.History) historyJSON {
 	return historyJSON{AgentID: h.AgentID, Summary: h.Summary, Messages: h.Messages}
 }
 
+func historyAppendToJSON(a store.HistoryAppend) historyAppendJSON {
+	j := historyAppendJSON{AgentID: a.AgentID, Drop: a.Drop, Messages: a.Messages}
+	if a.SetSummary {
+		j.Summary = &a.Summary
+	}
+	return j
+}
+
 func stateToJSON(e store.StateEntry) stateJSON {
 	return stateJSON{Scope: e.Scope, Key: e.Key, Value: e.Value, Writer: e.Writer, UpdatedAt: e.UpdatedAt}
 }
 
 func historyFromJSON(h historyJSON) store.History {
 	return store.History{AgentID: h.AgentID, Summary: h.Summary, Messages: h.Messages}
+}
+
+func historyAppendFromJSON(j historyAppendJSON) store.HistoryAppend {
+	a := store.HistoryAppend{AgentID: j.AgentID, Drop: j.Drop, Messages: j.Messages}
+	if j.Summary != nil {
+		a.SetSummary, a.Summary = true, *j.Summary
+	}
+	return a
 }
 
 func stateFromJSON(e stateJSON) store.StateEntry {
@@ -291,6 +318,9 @@ func changeToJSON(c *store.Change) changeJSON {
 			j.Histories[i] = historyToJSON(h)
 		}
 	}
+	if len(c.HistoryAppends) > 0 {
+		j.HistoryAppends = convert(c.HistoryAppends, historyAppendToJSON)
+	}
 	return j
 }
 
@@ -325,10 +355,14 @@ func (j *changeJSON) addStates(c *store.Change) {
 	}
 }
 
-// addHistories adds the histories of a decoded record to c.
+// addHistories adds the histories and history appends of a decoded record
+// to c.
 func (j *changeJSON) addHistories(c *store.Change) {
 	for _, h := range j.Histories {
 		c.Histories = append(c.Histories, historyFromJSON(h))
+	}
+	for _, a := range j.HistoryAppends {
+		c.HistoryAppends = append(c.HistoryAppends, historyAppendFromJSON(a))
 	}
 }
 
@@ -562,10 +596,46 @@ func normalize(c *store.Change) (store.Change, error) {
 				return store.Change{}, err
 			}
 			var err error
-			if h.Messages, err = compactJSON(h.Messages); err != nil {
+			if h.Messages, err = compactMessages(h.Messages); err != nil {
 				return store.Change{}, fmt.Errorf("filestore: history of %q: %w", h.AgentID, err)
 			}
 			out.Histories[i] = h
+		}
+	}
+	if len(c.HistoryAppends) > 0 {
+		out.HistoryAppends = make([]store.HistoryAppend, len(c.HistoryAppends))
+		for i, a := range c.HistoryAppends {
+			if err := checkStrings("history append", a.AgentID, a.AgentID, a.Summary); err != nil {
+				return store.Change{}, err
+			}
+			var err error
+			if a.Messages, err = compactMessages(a.Messages); err != nil {
+				return store.Change{}, fmt.Errorf("filestore: history append of %q: %w", a.AgentID, err)
+			}
+			if !a.SetSummary {
+				a.Summary = "" // not stored, so not kept
+			}
+			out.HistoryAppends[i] = a
+		}
+	}
+	return out, nil
+}
+
+// compactMessages returns compacted copies of a history's messages. Each
+// must be a JSON value: an empty one, which JSON cannot hold in a list, is
+// refused.
+func compactMessages(msgs []json.RawMessage) ([]json.RawMessage, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	out := make([]json.RawMessage, len(msgs))
+	for i, m := range msgs {
+		if len(m) == 0 {
+			return nil, fmt.Errorf("message %d is empty", i)
+		}
+		var err error
+		if out[i], err = compactJSON(m); err != nil {
+			return nil, fmt.Errorf("message %d: %w", i, err)
 		}
 	}
 	return out, nil

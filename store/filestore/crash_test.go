@@ -56,7 +56,10 @@ func crashChange(n int) store.Change {
 		}
 	}
 	if n%6 == 0 {
-		c.Histories = []store.History{{AgentID: fmt.Sprintf("agent-%d", n%5), Summary: "so far", Messages: json.RawMessage(fmt.Sprintf(`[{"role":"user","content":%q}]`, strings.Repeat("turn ", n%40)))}}
+		c.Histories = []store.History{{AgentID: fmt.Sprintf("agent-%d", n%5), Summary: "so far", Messages: []json.RawMessage{json.RawMessage(fmt.Sprintf(`{"role":"user","content":%q}`, strings.Repeat("turn ", n%40)))}}}
+	}
+	if n%6 == 3 {
+		c.HistoryAppends = []store.HistoryAppend{{AgentID: fmt.Sprintf("agent-%d", n%5), Drop: n % 3, SetSummary: n%4 == 3, Summary: strconv.Itoa(n), Messages: []json.RawMessage{json.RawMessage(strconv.Itoa(n))}}}
 	}
 	if n%100 == 1 {
 		c.Roles = []store.Role{{ID: fmt.Sprintf("role-%d", n%5), Name: "writer", Prompt: "Write.", CreatedBy: "root", CreatedAt: at}}

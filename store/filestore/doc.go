@@ -51,8 +51,9 @@
 //	histories.json  {"crc32c", "version", "journalSeq", "histories": [{"agentId", "summary", "messages"}]}
 //
 // in the order Load returns them: messages by seq, entries by scope and
-// key, histories by agent id. histories.json, which can be large, is not
-// indented.
+// key, histories by agent id. A history's messages are a list of the
+// society's JSON values, oldest first. histories.json, which can be large,
+// is not indented.
 //
 // "crc32c" is the file's checksum, and comes first: the CRC-32C
 // (Castagnoli) of every byte that follows the comma after it, to the end
@@ -77,13 +78,22 @@
 //	length   uint32, little-endian: the number of bytes of the payload
 //	checksum uint32, little-endian: CRC-32C (Castagnoli) of the payload
 //	payload  a JSON object: {"lsn": N, "roles", "agents", "contacts",
-//	         "requests", "accepted", "finished", "states", "histories"}
+//	         "requests", "accepted", "finished", "states", "histories",
+//	         "historyAppends"}
 //
 // where lsn numbers the records 1, 2, 3, ... without gaps for the life of
 // the directory, contacts are contact entries with an "owner" field,
 // finished is a list of message ids, a state entry without a value deletes
-// its key, and the other fields are as in the snapshots; empty fields are
-// left out.
+// its key, a history replaces the agent's whole one, and the other fields
+// are as in the snapshots; empty fields are left out. historyAppends are
+// what turns added to histories, applied after "histories" in order, each
+//
+//	{"agentId", "drop", "summary", "messages"}
+//
+// removing the first "drop" messages of the agent's history, replacing its
+// summary if "summary" is present (even empty), then appending "messages".
+// So a turn costs the journal what the turn added; compaction folds the
+// appends into histories.json.
 //
 // # Guarantees
 //

@@ -166,7 +166,11 @@ func canon(t testing.TB, st store.State) string {
 	}
 	slices.SortStableFunc(c.Pending, comparePending)
 	for _, h := range st.Histories {
-		h.Messages = raw(h.Messages)
+		var msgs []json.RawMessage
+		for _, m := range h.Messages {
+			msgs = append(msgs, raw(m))
+		}
+		h.Messages = msgs
 		c.Histories = append(c.Histories, h)
 	}
 	for _, e := range st.States {
@@ -329,9 +333,19 @@ func (g *gen) change() store.Change {
 	if g.r.IntN(4) == 0 {
 		h := store.History{AgentID: g.pick("agent-", 6), Summary: g.pick("summary ", 3)}
 		if g.r.IntN(4) > 0 {
-			h.Messages = json.RawMessage(fmt.Sprintf(`[{"role":"user","content":"turn %d"},{"role":"assistant","content":"ok <&>"}]`, g.r.IntN(100)))
+			h.Messages = []json.RawMessage{json.RawMessage(fmt.Sprintf(`{"role":"user","content":"turn %d"}`, g.r.IntN(100))), json.RawMessage(`{"role":"assistant","content":"ok <&>"}`)}
 		}
 		c.Histories = append(c.Histories, h)
+	}
+	for range g.r.IntN(3) {
+		a := store.HistoryAppend{AgentID: g.pick("agent-", 6), Drop: g.r.IntN(4) - 1}
+		if g.r.IntN(3) == 0 {
+			a.SetSummary, a.Summary = true, g.pick("summary ", 3)
+		}
+		for range g.r.IntN(3) {
+			a.Messages = append(a.Messages, json.RawMessage(fmt.Sprintf(`{"role":"tool","content":"result %d <&>"}`, g.r.IntN(100))))
+		}
+		c.HistoryAppends = append(c.HistoryAppends, a)
 	}
 	for range g.r.IntN(3) {
 		g.seq++
@@ -362,6 +376,15 @@ func (g *gen) changes(n int) []store.Change {
 }
 
 // message is a message record for tests that need a simple one.
+// raws returns docs as a history's messages.
+func raws(docs ...string) []json.RawMessage {
+	out := make([]json.RawMessage, len(docs))
+	for i, d := range docs {
+		out[i] = json.RawMessage(d)
+	}
+	return out
+}
+
 func message(id string, seq uint64) store.Message {
 	return store.Message{ID: id, Seq: seq, From: "agent-1", To: "agent-2", TaskID: "task-1", Type: "general", Payload: json.RawMessage(`{"text":"hi"}`), SentAt: base}
 }
@@ -830,12 +853,12 @@ func TestStatesAndHistories(t *testing.T) {
 	}
 	apply(t, s,
 		store.Change{States: []store.StateEntry{entry("task:t1", "b", `1`), entry("task:t1", "a", `{"x":[1]}`), entry("agent:a1", "k", `"v"`)}},
-		store.Change{States: []store.StateEntry{entry("task:t1", "b", `2`), entry("agent:a1", "k", "")}, Histories: []store.History{{AgentID: "a2", Messages: json.RawMessage(`[1]`)}}},
-		store.Change{Finished: []string{"m"}, Histories: []store.History{{AgentID: "a1", Summary: "s", Messages: json.RawMessage(`[]`)}, {AgentID: "a2", Summary: "later", Messages: json.RawMessage(`[1,2]`)}}},
+		store.Change{States: []store.StateEntry{entry("task:t1", "b", `2`), entry("agent:a1", "k", "")}, Histories: []store.History{{AgentID: "a2", Messages: raws(`1`)}}},
+		store.Change{Finished: []string{"m"}, Histories: []store.History{{AgentID: "a1", Summary: "s"}, {AgentID: "a2", Summary: "later", Messages: raws(`1`, `2`)}}},
 	)
 	want := store.State{
 		States:    []store.StateEntry{entry("task:t1", "a", `{"x":[1]}`), entry("task:t1", "b", `2`)},
-		Histories: []store.History{{AgentID: "a1", Summary: "s", Messages: json.RawMessage(`[]`)}, {AgentID: "a2", Summary: "later", Messages: json.RawMessage(`[1,2]`)}},
+		Histories: []store.History{{AgentID: "a1", Summary: "s"}, {AgentID: "a2", Summary: "later", Messages: raws(`1`, `2`)}},
 	}
 	checkState(t, s, want)
 	c := open(t, crashCopy(t, s), Options{})
@@ -850,6 +873,56 @@ func TestStatesAndHistories(t *testing.T) {
 			t.Errorf("no %s after Close: %v", name, err)
 		}
 	}
+}
+
+// TestHistoryAppends checks that a history append costs the journal what
+// it adds, however long the history, and that appends survive a crash (the
+// journal is replayed) and compaction (they are folded into
+// histories.json), with the messages in order.
+func TestHistoryAppends(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{CompactAfter: -1, CompactAfterBytes: -1})
+	turn := func(i int) store.Change {
+		a := store.HistoryAppend{AgentID: "a", Messages: raws(fmt.Sprintf(`{"role":"user","content":"turn %04d"}`, i), `{"role":"assistant","content":"ok"}`)}
+		if i >= 50 {
+			a.Drop, a.SetSummary, a.Summary = 2, i%10 == 0, fmt.Sprintf("before %04d", i)
+		}
+		return store.Change{HistoryAppends: []store.HistoryAppend{a}}
+	}
+	var changes []store.Change
+	record := func(i int) int64 {
+		c := turn(i)
+		changes = append(changes, c)
+		before := s.size
+		apply(t, s, c)
+		return s.size - before
+	}
+	first := record(0)
+	for i := 1; i < 500; i++ {
+		if n := record(i); n > first+40 { // the drop, a summary, longer record numbers
+			t.Fatalf("turn %d took %d bytes of journal, the first %d: the record grows with the history", i, n, first)
+		}
+	}
+	want := memoryState(t, changes)
+	if got := len(want.Histories[0].Messages); got != 100 {
+		t.Fatalf("the history holds %d messages, want the last 50 turns' 100", got)
+	}
+	checkState(t, s, want)
+
+	c := open(t, crashCopy(t, s), Options{})
+	checkState(t, c, want) // replayed from the journal
+	closeStore(t, c)
+
+	closeStore(t, s) // compacts
+	if fi, err := os.Stat(filepath.Join(dir, journalName)); err != nil || fi.Size() != 0 {
+		t.Fatalf("the journal after Close: %v, %v; want it empty", fi, err)
+	}
+	s = open(t, dir, Options{})
+	defer closeStore(t, s)
+	checkState(t, s, want) // from histories.json
+	apply(t, s, turn(500))
+	want = memoryState(t, append(changes, turn(500)))
+	checkState(t, s, want)
 }
 
 func TestLock(t *testing.T) {

@@ -219,7 +219,7 @@ func TestSnapshotBitRot(t *testing.T) {
 		Requests:  []store.Request{{ID: "req-1", From: "agent-1", To: "root", Status: "pending", CreatedAt: base}},
 		Accepted:  []store.Message{message("m-1", 1)},
 		States:    []store.StateEntry{{Scope: "task:task-1", Key: "k", Value: json.RawMessage(`[1]`), Writer: "agent-1", UpdatedAt: base}},
-		Histories: []store.History{{AgentID: "agent-1", Summary: "s", Messages: json.RawMessage(`[{"role":"user"}]`)}},
+		Histories: []store.History{{AgentID: "agent-1", Summary: "s", Messages: []json.RawMessage{json.RawMessage(`{"role":"user"}`)}}},
 	})
 	a, content := store.Artifact{ID: "a-1", Name: "r.md", MediaType: "text/markdown", CreatedAt: base}, []byte("hello")
 	if err := s.PutArtifact(context.Background(), a, content); err != nil {

@@ -71,6 +71,11 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"Concurrent", testConcurrent},
 		{"EmptyJSON", testEmptyJSON},
 		{"Histories", testHistories},
+		{"HistoryAppends", testHistoryAppends},
+		{"HistoryDrops", testHistoryDrops},
+		{"HistorySummary", testHistorySummary},
+		{"HistoryAppendsInOneChange", testHistoryAppendsInOneChange},
+		{"LongHistory", testLongHistory},
 		{"States", testStates},
 		{"FarTimes", testFarTimes},
 	}
@@ -351,11 +356,12 @@ func testAcceptedAndFinished(t *testing.T, s store.Store) {
 
 func testDuplicatePending(t *testing.T, s store.Store) {
 	apply(t, s, store.Change{
-		Roles:    []store.Role{role("r1", "writer")},
-		Agents:   []store.Agent{agent("a1", "idle")},
-		Contacts: []store.ContactEntry{entry("a1", "c1", "one")},
-		Requests: []store.Request{request("q1", "open")},
-		Accepted: []store.Message{message("m1", 1), message("m2", 2)},
+		Roles:          []store.Role{role("r1", "writer")},
+		Agents:         []store.Agent{agent("a1", "idle")},
+		Contacts:       []store.ContactEntry{entry("a1", "c1", "one")},
+		Requests:       []store.Request{request("q1", "open")},
+		Accepted:       []store.Message{message("m1", 1), message("m2", 2)},
+		HistoryAppends: []store.HistoryAppend{{AgentID: "a1", Messages: msgs("1", "2")}},
 	})
 	before := load(t, s)
 
@@ -366,6 +372,10 @@ func testDuplicatePending(t *testing.T, s store.Store) {
 		Requests: []store.Request{request("q1", "answered"), request("q2", "open")},
 		Accepted: []store.Message{message("m3", 3), message("m1", 10)},
 		Finished: []string{"m2"},
+		HistoryAppends: []store.HistoryAppend{
+			{AgentID: "a1", Drop: 1, SetSummary: true, Summary: "s", Messages: msgs("3")},
+			{AgentID: "a2", Messages: msgs("1")},
+		},
 	}
 	err := s.Apply(t.Context(), bad)
 	if !errors.Is(err, store.ErrExists) {
@@ -385,6 +395,10 @@ func testDuplicatePending(t *testing.T, s store.Store) {
 		Contacts: map[string][]store.Contact{"a1": {contact("c1", "replaced"), contact("c2", "new")}, "a2": {contact("c1", "new owner")}},
 		Requests: []store.Request{request("q1", "answered"), request("q2", "open")},
 		Pending:  []store.Message{message("m1", 1), message("m3", 3)},
+		Histories: []store.History{
+			{AgentID: "a1", Summary: "s", Messages: msgs("2", "3")},
+			{AgentID: "a2", Messages: msgs("1")},
+		},
 	})
 }
 
@@ -435,11 +449,13 @@ func scribble(b []byte) {
 
 func testCopyIn(t *testing.T, s store.Store) {
 	c := store.Change{
-		Roles:    []store.Role{role("r1", "writer")},
-		Agents:   []store.Agent{agent("a1", "idle")},
-		Contacts: []store.ContactEntry{entry("a1", "c1", "one")},
-		Requests: []store.Request{request("q1", "open")},
-		Accepted: []store.Message{message("m1", 1)},
+		Roles:          []store.Role{role("r1", "writer")},
+		Agents:         []store.Agent{agent("a1", "idle")},
+		Contacts:       []store.ContactEntry{entry("a1", "c1", "one")},
+		Requests:       []store.Request{request("q1", "open")},
+		Accepted:       []store.Message{message("m1", 1)},
+		Histories:      []store.History{{AgentID: "a1", Messages: msgs("1")}},
+		HistoryAppends: []store.HistoryAppend{{AgentID: "a1", Messages: msgs("2")}},
 	}
 	apply(t, s, c)
 	data := []byte("content")
@@ -451,36 +467,45 @@ func testCopyIn(t *testing.T, s store.Store) {
 	scribble(c.Agents[0].Brief)
 	scribble(c.Contacts[0].Contact.InterfaceSpec)
 	scribble(c.Accepted[0].Payload)
+	scribble(c.Histories[0].Messages[0])
+	scribble(c.HistoryAppends[0].Messages[0])
 	scribble(data)
 	c.Roles[0].Name = "changed"
 	c.Agents[0].Status = "changed"
 	c.Contacts[0].Contact.Note = "changed"
 	c.Requests[0].Status = "changed"
 	c.Accepted[0].Seq = 99
+	c.Histories[0].Messages[0] = msgs("changed")[0]
+	c.HistoryAppends[0].Messages[0] = msgs("changed")[0]
 
 	checkState(t, s, store.State{
-		Roles:    []store.Role{role("r1", "writer")},
-		Agents:   []store.Agent{agent("a1", "idle")},
-		Contacts: map[string][]store.Contact{"a1": {contact("c1", "one")}},
-		Requests: []store.Request{request("q1", "open")},
-		Pending:  []store.Message{message("m1", 1)},
+		Roles:     []store.Role{role("r1", "writer")},
+		Agents:    []store.Agent{agent("a1", "idle")},
+		Contacts:  map[string][]store.Contact{"a1": {contact("c1", "one")}},
+		Requests:  []store.Request{request("q1", "open")},
+		Pending:   []store.Message{message("m1", 1)},
+		Histories: []store.History{{AgentID: "a1", Messages: msgs("1", "2")}},
 	})
 	checkArtifact(t, s, artifact("x1", data), []byte("content"))
 }
 
 func testCopyOut(t *testing.T, s store.Store) {
 	apply(t, s, store.Change{
-		Roles:    []store.Role{role("r1", "writer")},
-		Agents:   []store.Agent{agent("a1", "idle")},
-		Contacts: []store.ContactEntry{entry("a1", "c1", "one"), entry("a2", "c1", "two")},
-		Requests: []store.Request{request("q1", "open")},
-		Accepted: []store.Message{message("m1", 1)},
+		Roles:          []store.Role{role("r1", "writer")},
+		Agents:         []store.Agent{agent("a1", "idle")},
+		Contacts:       []store.ContactEntry{entry("a1", "c1", "one"), entry("a2", "c1", "two")},
+		Requests:       []store.Request{request("q1", "open")},
+		Accepted:       []store.Message{message("m1", 1)},
+		HistoryAppends: []store.HistoryAppend{{AgentID: "a1", Messages: msgs("1", "2")}},
 	})
 	data := []byte("content")
 	if err := s.PutArtifact(t.Context(), artifact("x1", data), data); err != nil {
 		t.Fatalf("PutArtifact: %v", err)
 	}
 	got := load(t, s)
+	scribble(got.Histories[0].Messages[0])
+	got.Histories[0].Messages[1] = msgs("changed")[0]
+	got.Histories[0].Messages = append(got.Histories[0].Messages, msgs("added")...)
 	scribble(got.Roles[0].InterfaceSpec)
 	scribble(got.Agents[0].Brief)
 	scribble(got.Contacts["a1"][0].InterfaceSpec)
@@ -500,11 +525,12 @@ func testCopyOut(t *testing.T, s store.Store) {
 	scribble(gotData)
 
 	checkState(t, s, store.State{
-		Roles:    []store.Role{role("r1", "writer")},
-		Agents:   []store.Agent{agent("a1", "idle")},
-		Contacts: map[string][]store.Contact{"a1": {contact("c1", "one")}, "a2": {contact("c1", "two")}},
-		Requests: []store.Request{request("q1", "open")},
-		Pending:  []store.Message{message("m1", 1)},
+		Roles:     []store.Role{role("r1", "writer")},
+		Agents:    []store.Agent{agent("a1", "idle")},
+		Contacts:  map[string][]store.Contact{"a1": {contact("c1", "one")}, "a2": {contact("c1", "two")}},
+		Requests:  []store.Request{request("q1", "open")},
+		Pending:   []store.Message{message("m1", 1)},
+		Histories: []store.History{{AgentID: "a1", Messages: msgs("1", "2")}},
 	})
 	checkArtifact(t, s, artifact("x1", data), []byte("content"))
 }
@@ -635,17 +661,114 @@ func testEmptyJSON(t *testing.T, s store.Store) {
 	})
 }
 
+// msgs returns one JSON message per text, as a society's history holds
+// them.
+func msgs(texts ...string) []json.RawMessage {
+	var out []json.RawMessage
+	for _, t := range texts {
+		out = append(out, json.RawMessage(fmt.Sprintf(`{"role":"user","content":%q}`, t)))
+	}
+	return out
+}
+
 func testHistories(t *testing.T, s store.Store) {
 	apply(t, s, store.Change{Histories: []store.History{
-		{AgentID: "b", Messages: json.RawMessage(`[{"role":"user","content":"hi"}]`)},
-		{AgentID: "a", Summary: "s", Messages: json.RawMessage(`[]`)},
+		{AgentID: "b", Messages: msgs("hi")},
+		{AgentID: "a", Summary: "s"},
 	}})
 	// A history is replaced whole, by agent id; Load orders by agent id.
-	apply(t, s, store.Change{Histories: []store.History{{AgentID: "b", Summary: "later", Messages: json.RawMessage(`[{"role":"user","content":"bye"}]`)}}})
+	apply(t, s, store.Change{Histories: []store.History{{AgentID: "b", Summary: "later", Messages: msgs("bye", "again")}}})
 	checkState(t, s, store.State{Histories: []store.History{
-		{AgentID: "a", Summary: "s", Messages: json.RawMessage(`[]`)},
-		{AgentID: "b", Summary: "later", Messages: json.RawMessage(`[{"role":"user","content":"bye"}]`)},
+		{AgentID: "a", Summary: "s"},
+		{AgentID: "b", Summary: "later", Messages: msgs("bye", "again")},
 	}})
+}
+
+// testHistoryAppends checks that appends extend a history in order, start
+// one for an agent without, and leave the summary alone unless told.
+func testHistoryAppends(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "b", Messages: msgs("1", "2")}}})
+	apply(t, s, store.Change{Histories: []store.History{{AgentID: "a", Summary: "s", Messages: msgs("x")}}})
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{
+		{AgentID: "a", Summary: "ignored", Messages: msgs("y")},
+		{AgentID: "b", Messages: msgs("3")},
+	}})
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "c"}}}) // an empty history
+	checkState(t, s, store.State{Histories: []store.History{
+		{AgentID: "a", Summary: "s", Messages: msgs("x", "y")},
+		{AgentID: "b", Messages: msgs("1", "2", "3")},
+		{AgentID: "c"},
+	}})
+}
+
+// testHistoryDrops checks that Drop removes the oldest messages before the
+// append's are added, and is bounded by what there is.
+func testHistoryDrops(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{
+		{AgentID: "a", Messages: msgs("1", "2", "3", "4")},
+		{AgentID: "b", Messages: msgs("1", "2")},
+		{AgentID: "c", Messages: msgs("1")},
+	}})
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{
+		{AgentID: "a", Drop: 2, Messages: msgs("5")},
+		{AgentID: "b", Drop: 5, Messages: msgs("3")},  // more than there are: all go
+		{AgentID: "c", Drop: -1, Messages: msgs("2")}, // below zero: none go
+	}})
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", Drop: 3}}})
+	checkState(t, s, store.State{Histories: []store.History{
+		{AgentID: "a"},
+		{AgentID: "b", Messages: msgs("3")},
+		{AgentID: "c", Messages: msgs("1", "2")},
+	}})
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", Messages: msgs("6")}}})
+	checkState(t, s, store.State{Histories: []store.History{
+		{AgentID: "a", Messages: msgs("6")},
+		{AgentID: "b", Messages: msgs("3")},
+		{AgentID: "c", Messages: msgs("1", "2")},
+	}})
+}
+
+// testHistorySummary checks that SetSummary replaces the summary, with an
+// empty one too, and that without it the summary stays.
+func testHistorySummary(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", Messages: msgs("1", "2", "3")}}})
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", Drop: 1, SetSummary: true, Summary: "one", Messages: msgs("4")}}})
+	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: "one", Messages: msgs("2", "3", "4")}}})
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", Drop: 1, Messages: msgs("5")}}})
+	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: "one", Messages: msgs("3", "4", "5")}}})
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", SetSummary: true}}})
+	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Messages: msgs("3", "4", "5")}}})
+}
+
+// testHistoryAppendsInOneChange checks that a change replaces histories
+// first, then applies its appends one after the other.
+func testHistoryAppendsInOneChange(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", Messages: msgs("old")}}})
+	apply(t, s, store.Change{
+		HistoryAppends: []store.HistoryAppend{
+			{AgentID: "a", Messages: msgs("1", "2")},
+			{AgentID: "a", Drop: 1, SetSummary: true, Summary: "s", Messages: msgs("3")},
+			{AgentID: "a", Messages: msgs("4")},
+		},
+		Histories: []store.History{{AgentID: "a", Summary: "replaced", Messages: msgs("new")}},
+	})
+	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: "s", Messages: msgs("1", "2", "3", "4")}}})
+}
+
+// testLongHistory checks a history grown and trimmed over many changes, as
+// a long-lived agent's is: Load returns the messages kept, oldest first.
+func testLongHistory(t *testing.T, s store.Store) {
+	const turns, keep = 300, 40 // two messages a turn
+	var want []json.RawMessage
+	for i := range turns {
+		a := store.HistoryAppend{AgentID: "a", Messages: msgs(fmt.Sprint("q", i), fmt.Sprint("a", i))}
+		if i >= keep {
+			a.Drop, a.SetSummary, a.Summary = 2, true, fmt.Sprint("up to ", i-keep)
+		}
+		apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{a}})
+		want = append(want, a.Messages...)
+	}
+	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: fmt.Sprint("up to ", turns-1-keep), Messages: want[len(want)-2*keep:]}}})
 }
 
 func testStates(t *testing.T, s store.Store) {
