@@ -153,6 +153,8 @@ func unknownKeyProblem(tool, key, near string, t reflect.Type) string {
 			near = parent + "." + near
 		}
 		msg += ": did you mean " + strconvQuote(near) + "?"
+	} else {
+		msg += "."
 	}
 	names, _ := jsonFields(t)
 	return msg + " The arguments are: " + strings.Join(names, ", ") + "."

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -1027,7 +1028,8 @@ var idleOnBrief = llmtest.Rule{Name: "brief", LastContains: "message_type: task_
 type toolCall struct{ name, args string }
 
 // callTools has the model-driven agent of a new society make calls, one per
-// step of one turn, and returns the results the model read, in order. The
+// step of the turn a message "go" starts (its brief's turn does nothing),
+// and returns the results the model read, in order. The
 // agent is agent-1, root's child on task "t"; agent-2, its child, is driven
 // by helper. cfg's Model is replaced.
 func callTools(t *testing.T, cfg as.Config, helper as.Behavior, calls ...toolCall) []string {
@@ -1038,6 +1040,9 @@ func callTools(t *testing.T, cfg as.Config, helper as.Behavior, calls ...toolCal
 	cfg.Model = llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
 		mu.Lock()
 		defer mu.Unlock()
+		if last := req.Messages[len(req.Messages)-1]; strings.Contains(last.Content, "message_type: task_assignment") {
+			return llmtest.Say(""), nil // the brief's turn: the calls wait for "go"
+		}
 		if r := lastToolResult(req); r != "" {
 			results = append(results, r)
 		}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -38,6 +39,13 @@ type mind struct {
 	// it, so that a trim counts only what was added since the last.
 	size, sized int
 
+	// dropped counts the messages trimHistory dropped, for the marker
+	// that says so; the store keeps the count with the history.
+	dropped int
+	// brief is the agent's first message, its task_assignment, as the
+	// model reads it: pinned at the start of the history ("" for root).
+	brief string
+
 	// system caches the system prompt: only the agent's contacts and its
 	// children's reports change it, and both only grow, so their numbers
 	// say whether it is current.
@@ -66,11 +74,7 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		if err != nil {
 			return err
 		}
-		msgs := mem.msgs
-		if mem.summary != "" {
-			msgs = append([]llm.Message{{Role: llm.RoleUser, Content: "【此前对话摘要】\n" + mem.summary}}, msgs...)
-		}
-		resp, err := s.generate(ctx, &llm.Request{Agent: a.info.ID, System: system, Messages: msgs, Tools: tools})
+		resp, err := s.generate(ctx, &llm.Request{Agent: a.info.ID, System: system, Messages: s.view(a, mem), Tools: tools})
 		if err != nil {
 			return err
 		}
@@ -319,6 +323,7 @@ func (s *Society) trimHistory(ctx context.Context, agentID string, mem *mind) {
 		}
 	}
 	s.log.LogAttrs(ctx, slog.LevelDebug, "history trimmed", slog.String("agent", agentID), slog.Int("dropped", cut))
+	mem.dropped += cut
 	// The store drops the recorded messages cut; the others it never had.
 	n := min(cut, mem.saved)
 	mem.drop += n
@@ -328,6 +333,86 @@ func (s *Society) trimHistory(ctx context.Context, agentID string, mem *mind) {
 	// made before only see the array up to their length, which appends
 	// leave alone.
 	mem.msgs = mem.msgs[cut:]
+}
+
+// view returns the messages a model call sends: the agent's brief, pinned
+// first when trimming dropped it; the summary of what was dropped, or a
+// marker saying how many turns were; then the history. When the history is
+// still over Config.HistoryBudget (the current turn alone is, since
+// trimHistory dropped every turn before it), the content of the current
+// turn's earlier tool calls and results is elided, oldest first, until it
+// fits or only the last step is whole: one long turn cannot grow without
+// bound. The history itself is not changed.
+func (s *Society) view(a *agent, mem *mind) []llm.Message {
+	if mem.brief == "" && a.info.ID != RootID && a.info.Brief != nil {
+		mem.brief = s.briefMessage(a)
+	}
+	out := make([]llm.Message, 0, len(mem.msgs)+2)
+	pinned := mem.brief != "" && (len(mem.msgs) == 0 || mem.msgs[0].Content != mem.brief)
+	if pinned {
+		out = append(out, llm.Message{Role: llm.RoleUser, Content: mem.brief})
+	}
+	switch {
+	case mem.summary != "":
+		out = append(out, llm.Message{Role: llm.RoleUser, Content: "【此前对话摘要】\n" + mem.summary})
+	case mem.dropped > 0:
+		out = append(out, llm.Message{Role: llm.RoleUser, Content: "【较早的 " + itoa(mem.dropped) + " 条消息已省略】"})
+	}
+	head := len(out)
+	out = append(out, mem.msgs...)
+	size := len(mem.summary) + mem.size
+	for _, m := range mem.msgs[mem.sized:] {
+		size += messageSize(m)
+	}
+	if size <= s.cfg.HistoryBudget {
+		return out
+	}
+	// The steps of the current turn before its last one.
+	start, last := -1, -1
+	for i := len(out) - 1; i >= head; i-- {
+		if out[i].Role == llm.RoleAssistant && last < 0 {
+			last = i
+		}
+		if out[i].Role == llm.RoleUser {
+			start = i
+			break
+		}
+	}
+	for i := start + 1; i >= head+1 && i < last && size > s.cfg.HistoryBudget; i++ {
+		m := out[i]
+		before := messageSize(m)
+		switch {
+		case m.Role == llm.RoleTool && len(m.Content) > len(elidedResult):
+			m.Content = elidedResult
+		case len(m.ToolCalls) > 0:
+			calls := slices.Clone(m.ToolCalls)
+			for j := range calls {
+				if len(calls[j].Arguments) > len(elidedArgs) {
+					calls[j].Arguments = json.RawMessage(elidedArgs)
+				}
+			}
+			m.ToolCalls = calls
+		}
+		out[i] = m
+		size -= before - messageSize(m)
+	}
+	return out
+}
+
+// What view puts in place of the content of a long turn's earlier steps.
+const (
+	elidedResult = `{"elided":"此结果已从上下文中省略以节省空间；需要时请再次调用工具"}`
+	elidedArgs   = `{"elided":true}`
+)
+
+// briefMessage returns a's brief as its first message presents it: the
+// task_assignment from its parent.
+func (s *Society) briefMessage(a *agent) string {
+	brief, err := json.Marshal(a.info.Brief)
+	if err != nil {
+		return ""
+	}
+	return FormatMessage(Message{From: a.info.ParentID, To: a.info.ID, Type: TaskAssignment, Payload: brief}, s.roleNameOf(a.info.ParentID))
 }
 
 // nextTurn returns the index of the first delivered message after from that

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -398,10 +399,16 @@ type historyRun struct {
 
 // runHistory delivers one message per text to a model-driven agent whose
 // every turn is: the message, a get_artifact call, its result, and "noted".
-// It returns the agent's requests and the full history the agent built.
+// It returns the agent's requests after its brief's turn (its brief, then
+// ""), and the full history the agent built, from that first turn on.
 func runHistory(t *testing.T, budget int, sum as.Summarizer, texts []string) historyRun {
 	turnDone := make(chan struct{}, len(texts))
+	briefDone := make(chan *llm.Request, 1)
 	model := llmtest.New(
+		llmtest.Rule{Name: "brief", LastContains: "message_type: task_assignment", Reply: func(req *llm.Request) (*llm.Response, error) {
+			briefDone <- req
+			return llmtest.Say(""), nil
+		}},
 		llmtest.Rule{SystemContains: "MARK-history", LastContains: "TURN-", Response: llmtest.Call("get_artifact", nil)},
 		llmtest.Rule{SystemContains: "MARK-history", AfterTool: "get_artifact", Reply: func(*llm.Request) (*llm.Response, error) {
 			turnDone <- struct{}{}
@@ -410,6 +417,8 @@ func runHistory(t *testing.T, budget int, sum as.Summarizer, texts []string) his
 	)
 	s := newSociety(t, as.Config{Model: model, HistoryBudget: budget, Summarize: sum, Root: newInbox().behavior()})
 	worker := rootSpawn(t, s, "t1", "historian", "MARK-history", nil)
+	brief := recv(t, briefDone, "the brief's turn")
+	h := historyRun{bounds: []int{0}, full: []llm.Message{brief.Messages[0], {Role: llm.RoleAssistant}}}
 	var sent []as.Message
 	for _, text := range texts {
 		sent = append(sent, sendAs(t, s, as.RootID, worker.ID, text))
@@ -417,9 +426,9 @@ func runHistory(t *testing.T, budget int, sum as.Summarizer, texts []string) his
 	for i := range texts {
 		recv(t, turnDone, fmt.Sprintf("turn %d", i+1))
 	}
-	h := historyRun{reqs: model.RequestsFor(worker.ID)}
+	h.reqs = model.RequestsFor(worker.ID)[1:]
 	if len(h.reqs) != 2*len(texts) {
-		t.Fatalf("%d model calls, want 2 per turn", len(h.reqs))
+		t.Fatalf("%d model calls after the brief's, want 2 per turn", len(h.reqs))
 	}
 	for k, m := range sent {
 		second := h.reqs[2*k+1]
@@ -432,6 +441,29 @@ func runHistory(t *testing.T, budget int, sum as.Summarizer, texts []string) his
 	}
 	h.sys = h.reqs[0].System
 	return h
+}
+
+// turnStart returns where, in h.full, the turn of h.reqs[2*turn] starts.
+func (h historyRun) turnStart(turn int) int { return h.bounds[turn+1] }
+
+// pinned returns msgs without the pinned brief and the marker of dropped
+// messages, which open a history that no longer starts with the brief's
+// turn, checking them: start is how many messages were dropped.
+func (h historyRun) pinned(t *testing.T, msgs []llm.Message, start int, marker bool) []llm.Message {
+	t.Helper()
+	if start == 0 {
+		return msgs
+	}
+	if len(msgs) < 2 || msgs[0].Content != h.full[0].Content {
+		t.Fatalf("with %d messages dropped the history does not open with the brief: %+v", start, msgs)
+	}
+	if !marker {
+		return msgs[1:]
+	}
+	if want := fmt.Sprintf("【较早的 %d 条消息已省略】", start); msgs[1].Content != want {
+		t.Errorf("the marker of dropped messages is %q, want %q", msgs[1].Content, want)
+	}
+	return msgs[2:]
 }
 
 // contentSize is the size of messages as the history budget counts it:
@@ -460,13 +492,13 @@ func historyTexts() []string {
 }
 
 // checkWellFormed checks what holds of every request whatever the budget:
-// the system prompt is the same, with the brief; the history starts at a
-// delivered message; every tool result follows its call; and the current
-// turn is there.
+// the system prompt is the same; the brief is the first message; the
+// history starts at a delivered message; every tool result follows its
+// call; and the current turn is there.
 func checkWellFormed(t *testing.T, h historyRun, msgs []llm.Message, req llm.Request, turn, step int) {
 	t.Helper()
-	if req.System != h.sys || !strings.Contains(req.System, validBrief().Objective) {
-		t.Errorf("turn %d: the system prompt changed or lost the brief:\n%s", turn+1, req.System)
+	if req.System != h.sys || req.Messages[0].Content != h.full[0].Content {
+		t.Errorf("turn %d: the system prompt changed or the brief is not first", turn+1)
 	}
 	if len(msgs) == 0 || msgs[0].Role != llm.RoleUser {
 		t.Fatalf("turn %d: the history does not start with a delivered message: %+v", turn+1, msgs)
@@ -480,7 +512,7 @@ func checkWellFormed(t *testing.T, h historyRun, msgs []llm.Message, req llm.Req
 			t.Errorf("turn %d: the tool result %s comes without its call", turn+1, m.ToolCallID)
 		}
 	}
-	if i := len(msgs) - 1 - 2*step; i < 0 || !reflect.DeepEqual(msgs[i:], h.full[h.bounds[turn]:h.bounds[turn]+1+2*step]) {
+	if i := len(msgs) - 1 - 2*step; i < 0 || !reflect.DeepEqual(msgs[i:], h.full[h.turnStart(turn):h.turnStart(turn)+1+2*step]) {
 		t.Errorf("turn %d call %d: the current turn is not whole at the end of the history", turn+1, step+1)
 	}
 }
@@ -495,8 +527,8 @@ func TestHistoryBudgetDropsWholeOldestTurns(t *testing.T) {
 	dropped := false
 	for i, req := range h.reqs {
 		turn, step := i/2, i%2
-		end := h.bounds[turn] + 1 + 2*step // the delivered message, then the call and its result
-		for b := start; b < h.bounds[turn]; {
+		end := h.turnStart(turn) + 1 + 2*step // the delivered message, then the call and its result
+		for b := start; b < h.turnStart(turn); {
 			if contentSize(h.full[b:end]) <= budget {
 				break
 			}
@@ -505,9 +537,9 @@ func TestHistoryBudgetDropsWholeOldestTurns(t *testing.T) {
 		}
 		want := h.full[start:end]
 		checkWellFormed(t, h, req.Messages, req, turn, step)
-		if !reflect.DeepEqual(req.Messages, want) {
+		if got := h.pinned(t, req.Messages, start, true); !reflect.DeepEqual(got, want) {
 			t.Errorf("turn %d call %d: history of %d messages from %q,\nwant %d from %q", turn+1, step+1,
-				len(req.Messages), clipText(req.Messages[0].Content), len(want), clipText(want[0].Content))
+				len(got), clipText(got[0].Content), len(want), clipText(want[0].Content))
 		}
 		if start > 0 {
 			dropped = true
@@ -519,8 +551,9 @@ func TestHistoryBudgetDropsWholeOldestTurns(t *testing.T) {
 	if !dropped {
 		t.Fatal("nothing was dropped: the test is vacuous")
 	}
-	// The turn over the budget by itself is sent alone, then dropped.
-	if got := h.reqs[6].Messages; len(got) != 1 || !strings.Contains(got[0].Content, "TURN-4") {
+	// The turn over the budget by itself is sent alone (after the pinned
+	// brief and the marker), then dropped.
+	if got := h.reqs[6].Messages; len(got) != 3 || !strings.Contains(got[2].Content, "TURN-4") {
 		t.Errorf("the oversized turn's first call has %d messages", len(got))
 	}
 	for _, m := range h.reqs[8].Messages {
@@ -595,8 +628,12 @@ func TestHistoryBudgetSummarisesDroppedTurns(t *testing.T) {
 	seen := 0
 	for i, req := range h.reqs {
 		turn, step := i/2, i%2
-		end := h.bounds[turn] + 1 + 2*step
+		end := h.turnStart(turn) + 1 + 2*step
+		checkWellFormed(t, h, req.Messages, req, turn, step)
 		msgs := req.Messages
+		if summaries > 0 || len(msgs) > 1 && strings.HasPrefix(msgs[1].Content, "【此前对话摘要】") {
+			msgs = msgs[1:] // the pinned brief
+		}
 		if first := msgs[0]; strings.HasPrefix(first.Content, "【此前对话摘要】") {
 			if first.Role != llm.RoleUser {
 				t.Errorf("turn %d: the summary is a %s message", turn+1, first.Role)
@@ -620,18 +657,17 @@ func TestHistoryBudgetSummarisesDroppedTurns(t *testing.T) {
 			t.Errorf("turn %d: dropped turns came back", turn+1)
 		}
 		seen = dropped
-		checkWellFormed(t, h, msgs, req, turn, step)
 		if !reflect.DeepEqual(msgs, h.full[dropped:end]) {
 			t.Errorf("turn %d call %d: %d messages after the summary, want the %d not yet summarised", turn+1, step+1, len(msgs), end-dropped)
 		}
-		if size := len(fmt.Sprintf("S%d", summaries)) + contentSize(msgs); summaries > 0 && size > budget && dropped != h.bounds[turn] {
+		if size := len(fmt.Sprintf("S%d", summaries)) + contentSize(msgs); summaries > 0 && size > budget && dropped != h.turnStart(turn) {
 			t.Errorf("turn %d: %d bytes over the budget of %d with older turns left", turn+1, size, budget)
 		}
 	}
 	if summaries == 0 {
 		t.Fatal("no request carried a summary")
 	}
-	last := h.reqs[len(h.reqs)-1].Messages[0]
+	last := h.reqs[len(h.reqs)-1].Messages[1] // after the pinned brief
 	if last.Content != fmt.Sprintf("【此前对话摘要】\nS%d", len(sums)) {
 		t.Errorf("the last request starts with %q, want the latest summary S%d", last.Content, len(sums))
 	}
@@ -1525,4 +1561,104 @@ func (h *historyCounter) Apply(ctx context.Context, c store.Change) error {
 func (h *historyCounter) Volatile() bool {
 	v, ok := h.Store.(store.Volatile)
 	return ok && v.Volatile()
+}
+
+// TestEndTurnSavesACall: a reply whose tool calls all succeed, one with
+// end_turn: true, ends the turn without another model call; a reply with
+// end_turn whose call fails does not, so the model sees the failure.
+func TestEndTurnSavesACall(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		to    string
+		calls int // the model calls of the turn
+	}{{"succeeds", as.UserID, 1}, {"fails", "agent-404", 2}} {
+		t.Run(c.name, func(t *testing.T) {
+			model := llmtest.New(idleOnBrief,
+				llmtest.Rule{Name: "send", LastContains: "GO", Response: llmtest.Call("send_message", `{"to":"`+c.to+`","payload":{"text":"result"},"end_turn":true}`)},
+				llmtest.Rule{Name: "after", AfterTool: "send_message", Response: llmtest.Say("")},
+			)
+			s := newSociety(t, as.Config{Model: model, Root: noop})
+			w := rootSpawn(t, s, "t", "worker", "work", nil)
+			sendAs(t, s, as.RootID, w.ID, "GO")
+			if c.to == as.UserID {
+				if m := userMessage(t, s); m.Text() != "result" {
+					t.Fatalf("user got %+v", m)
+				}
+			}
+			waitFor(t, "the turn's calls", func() bool { return len(model.RequestsFor(w.ID)) >= 1+c.calls })
+			closeSociety(t, s)
+			if n := len(model.RequestsFor(w.ID)) - 1; n != c.calls {
+				t.Errorf("the turn made %d model calls, want %d", n, c.calls)
+			}
+		})
+	}
+}
+
+// TestHistoryIsBoundedWithinATurn: a turn that reads a large artifact
+// again and again keeps its requests within Config.HistoryBudget, the last
+// step whole: the earlier results are elided, saying so.
+func TestHistoryIsBoundedWithinATurn(t *testing.T) {
+	const budget, reads = 6000, 8
+	ctx := context.Background()
+	var ref string
+	model := llmtest.New(idleOnBrief, llmtest.Rule{Name: "read", Reply: func(req *llm.Request) (*llm.Response, error) {
+		n := 0
+		for _, m := range req.Messages {
+			n += len(m.ToolCalls)
+		}
+		if n == reads {
+			return llmtest.Say("read enough"), nil
+		}
+		return call(fmt.Sprint("c", n), "get_artifact", `{"ref":"`+ref+`"}`), nil
+	}})
+	s := newSociety(t, as.Config{Model: model, Root: noop, HistoryBudget: budget})
+	art, err := actorOf(t, s, as.RootID).PutArtifact(ctx, as.ArtifactSpec{Name: "doc", MediaType: "text/plain", Data: []byte(strings.Repeat("x", 2500))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref = art.Ref()
+	w := rootSpawn(t, s, "t", "reader", "read", nil)
+	sendAs(t, s, as.RootID, w.ID, "READ")
+	waitFor(t, "the reading turn", func() bool { return len(model.RequestsFor(w.ID)) == 2+reads })
+	for i, req := range model.RequestsFor(w.ID)[2:] {
+		msgs := req.Messages
+		last := msgs[len(msgs)-1] // the result of the latest read: whole
+		if !strings.Contains(last.Content, strings.Repeat("x", 2500)) {
+			t.Errorf("call %d: the latest result is not whole: %.80s", i+2, last.Content)
+		}
+		if size := contentSize(msgs[:len(msgs)-2]); size > budget {
+			t.Errorf("call %d: %d bytes before the last step, over the budget of %d", i+2, size, budget)
+		}
+		elided := slices.ContainsFunc(msgs, func(m llm.Message) bool { return strings.Contains(m.Content, `"elided"`) })
+		if over := contentSize(model.RequestsFor(w.ID)[i+2].Messages) > budget; i >= 2 && !elided {
+			t.Errorf("call %d: no earlier result was elided (over budget before: %v)", i+2, over)
+		}
+	}
+}
+
+// TestPromptShowsWhichChildrenReported: a lead's system prompt lists its
+// children per role, those that sent it a status_report apart from those
+// that have not.
+func TestPromptShowsWhichChildrenReported(t *testing.T) {
+	ctx := context.Background()
+	var c promptCapture
+	s := newSociety(t, as.Config{Model: c.model(), Root: noop})
+	lead := rootSpawn(t, s, "t", "lead", "lead", nil)
+	leadActor := actorOf(t, s, lead.ID)
+	role, _, _ := leadActor.CreateRole(ctx, as.RoleSpec{Name: "translator", Prompt: "translate"})
+	var kids []*as.Actor
+	for range 4 {
+		kids = append(kids, spawnWith(t, s, leadActor, role.ID, noop))
+	}
+	if _, err := kids[1].Send(ctx, as.Outgoing{To: lead.ID, Type: as.StatusReport, Payload: as.StatusReportPayload{Status: "done", Text: "ok"}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lead's turn on the report", func() bool {
+		r := c.get(lead.ID)
+		return r != nil && strings.Contains(r.Messages[len(r.Messages)-1].Content, "status_report")
+	})
+	want := "- 子级（translator）：已汇报 agent-3；未汇报 agent-2、agent-4..agent-5"
+	if sys := c.get(lead.ID).System; !strings.Contains(sys, want) {
+		t.Errorf("the lead's prompt lacks %q:\n%s", want, sys)
+	}
 }

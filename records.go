@@ -157,7 +157,7 @@ func encodeMessages(msgs []llm.Message) []json.RawMessage {
 
 // restoreMind rebuilds a mind from its store record.
 func restoreMind(h store.History) (*mind, error) {
-	mem := &mind{summary: h.Summary, msgs: make([]llm.Message, len(h.Messages)), saved: len(h.Messages)}
+	mem := &mind{summary: h.Summary, msgs: make([]llm.Message, len(h.Messages)), saved: len(h.Messages), dropped: h.Dropped}
 	for i, raw := range h.Messages {
 		var m savedMessage
 		if err := json.Unmarshal(raw, &m); err != nil {

@@ -359,9 +359,9 @@ func toolGetArtifact(ctx context.Context, x *Actor, args json.RawMessage) (any, 
 		return nil, err
 	}
 	out := map[string]any{"ref": art.Ref(), "name": art.Name, "media_type": art.MediaType, "size": art.Size, "createdBy": art.CreatedBy}
-	page, next := artifactSlice(data, a.Offset, a.Limit)
-	if a.Offset > 0 {
-		out["offset"] = min(a.Offset, int64(len(data)))
+	page, start, next := artifactSlice(data, a.Offset, a.Limit)
+	if start > 0 {
+		out["offset"] = start
 	}
 	out["truncated"] = next > 0
 	if next > 0 {
@@ -375,16 +375,21 @@ func toolGetArtifact(ctx context.Context, x *Actor, args json.RawMessage) (any, 
 	return out, nil
 }
 
-// artifactSlice returns up to limit bytes of data from offset, and the
-// offset of what follows them (0 when nothing does). In UTF-8 text the cut
-// falls on a rune boundary, so no character is split between pages.
-func artifactSlice(data []byte, offset, limit int64) (page []byte, next int64) {
+// artifactSlice returns up to limit bytes of data from offset, where they
+// start, and the offset of what follows them (0 when nothing does). In UTF-8 text both
+// ends fall on character boundaries (an offset inside a character starts
+// at the character), so no character is split between pages.
+func artifactSlice(data []byte, offset, limit int64) (page []byte, start, next int64) {
 	n := int64(len(data))
 	if offset >= n {
-		return nil, 0
+		return nil, n, 0
+	}
+	text := utf8.Valid(data)
+	for text && offset > 0 && !utf8.RuneStart(data[offset]) {
+		offset-- // the start of the character offset falls in
 	}
 	end := min(n, offset+limit)
-	if end < n && utf8.Valid(data) {
+	if end < n && text {
 		for end > offset && !utf8.RuneStart(data[end]) {
 			end--
 		}
@@ -396,7 +401,7 @@ func artifactSlice(data []byte, offset, limit int64) (page []byte, next int64) {
 	if end < n {
 		next = end
 	}
-	return data[offset:end], next
+	return data[offset:end], offset, next
 }
 
 func toolConsolePrint(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {

@@ -757,3 +757,93 @@ func TestCollaborationRequestBySendMessage(t *testing.T) {
 		t.Fatalf("helper got %s", m.Payload)
 	}
 }
+
+// TestArgumentsAreCheckedStrictly: an unknown key is refused with the
+// nearest known one suggested, at any depth; a brief passed as JSON text
+// is read as the brief; a key the tool knows is not refused.
+func TestArgumentsAreCheckedStrictly(t *testing.T) {
+	brief, _ := json.Marshal(validBrief())
+	asText, _ := json.Marshal(string(brief))
+	results := callTools(t, as.Config{}, newInbox().behavior(),
+		toolCall{"create_role", `{"name":"w","rolePrompt":"work"}`},
+		toolCall{"spawn_agent", `{"roleId":"role-3","task_brief":` + string(brief) + `}`},
+		toolCall{"spawn_agent", `{"RoleID":"role-3","taskBrief":` + string(brief) + `}`},
+		toolCall{"send_message", `{"to":"agent-2","payload":{"text":"hi"},"mesage_type":"general"}`},
+		toolCall{"spawn_agent", `{"roleId":"role-3","taskBrief":` + string(asText) + `}`},
+		toolCall{"get_artifact", `{"ref":"artifact:x","end_turn":false,"colour":"red"}`},
+	)
+	want := []string{
+		`"roleId":"role-3"`,
+		`unknown argument \"task_brief\" for spawn_agent: did you mean \"taskBrief\"? The arguments are: roleId, taskBrief, parentAgentId.`,
+		`unknown argument \"RoleID\" for spawn_agent: did you mean \"roleId\"?`,
+		`unknown argument \"mesage_type\" for send_message: did you mean \"message_type\"?`,
+		`"agentId":"agent-3"`,
+		`unknown argument \"colour\" for get_artifact. The arguments are: ref, offset, limit.`,
+	}
+	if len(results) != len(want) {
+		t.Fatalf("%d results, want %d: %q", len(results), len(want), results)
+	}
+	for i, r := range results {
+		if !strings.Contains(r, want[i]) {
+			t.Errorf("call %d gave %s, want it to contain %s", i+1, r, want[i])
+		}
+	}
+}
+
+// TestGetArtifactPages: get_artifact returns at most limit bytes (8 KB by
+// default) from offset, never splitting a character, and says the size,
+// whether it truncated and where the next page starts.
+func TestGetArtifactPages(t *testing.T) {
+	ctx := context.Background()
+	text := strings.Repeat("汉", 4000) // 12,000 bytes
+	var ref string
+	args := []string{`{"ref":"%s"}`, `{"ref":"%s","offset":8190}`, `{"ref":"%s","offset":10,"limit":2}`, `{"ref":"%s","offset":-1}`}
+	results := make(chan string, len(args))
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if r := lastToolResult(req); r != "" {
+			results <- r
+		}
+		n := 0
+		for _, m := range req.Messages {
+			n += len(m.ToolCalls)
+		}
+		if n == len(args) {
+			return llmtest.Say("read"), nil
+		}
+		return call(fmt.Sprint("c", n), "get_artifact", fmt.Sprintf(args[n], ref)), nil
+	})
+	s := newSociety(t, as.Config{Model: model, Root: noop})
+	art, err := actorOf(t, s, as.RootID).PutArtifact(ctx, as.ArtifactSpec{Name: "doc", MediaType: "text/plain", Data: []byte(text)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref = art.Ref()
+	rootSpawn(t, s, "t", "reader", "read", nil) // its brief's turn reads the artifact
+	type page struct {
+		Size       int    `json:"size"`
+		Content    string `json:"content"`
+		Truncated  bool   `json:"truncated"`
+		NextOffset int    `json:"next_offset"`
+		Error      string `json:"error"`
+	}
+	var pages []page
+	for range args {
+		var p page
+		if r := recv(t, results, "a page"); json.Unmarshal([]byte(r), &p) != nil {
+			t.Fatalf("not JSON: %s", r)
+		}
+		pages = append(pages, p)
+	}
+	if p := pages[0]; p.Size != 12000 || len(p.Content) != 8190 || !p.Truncated || p.NextOffset != 8190 {
+		t.Errorf("first page: size %d, %d bytes, truncated %v, next %d; want 12000, 8190 (whole characters), true, 8190", p.Size, len(p.Content), p.Truncated, p.NextOffset)
+	}
+	if p := pages[1]; len(p.Content) != 12000-8190 || p.Truncated || p.NextOffset != 0 || pages[0].Content+p.Content != text {
+		t.Errorf("second page: %d bytes, truncated %v, next %d; want the rest", len(p.Content), p.Truncated, p.NextOffset)
+	}
+	if p := pages[2]; p.Content != "汉" || !p.Truncated || p.NextOffset != 12 {
+		t.Errorf("a limit shorter than a character gave %q, next %d; want the whole character, next 12", p.Content, p.NextOffset)
+	}
+	if pages[3].Error != string(as.ErrInvalidArgument) {
+		t.Errorf("a negative offset gave %+v", pages[3])
+	}
+}

@@ -56,6 +56,7 @@ type Memory struct {
 type memHistory struct {
 	summary string
 	msgs    []json.RawMessage
+	dropped int
 }
 
 type memArtifact struct {
@@ -116,7 +117,7 @@ func (m *Memory) Load(ctx context.Context) (State, error) {
 		s.Requests = slices.Clone(m.requests) // Request holds no slices.
 	}
 	for id, h := range m.histories {
-		s.Histories = append(s.Histories, History{AgentID: id, Summary: h.summary, Messages: appendRaws(nil, h.msgs)})
+		s.Histories = append(s.Histories, History{AgentID: id, Summary: h.summary, Messages: appendRaws(nil, h.msgs), Dropped: h.dropped})
 	}
 	slices.SortFunc(s.Histories, func(a, b History) int { return strings.Compare(a.AgentID, b.AgentID) })
 	for _, keys := range m.states {
@@ -189,7 +190,7 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 		}
 	}
 	for _, h := range c.Histories {
-		m.histories[h.AgentID] = &memHistory{summary: h.Summary, msgs: appendRaws(nil, h.Messages)}
+		m.histories[h.AgentID] = &memHistory{summary: h.Summary, msgs: appendRaws(nil, h.Messages), dropped: h.Dropped}
 	}
 	for _, a := range c.HistoryAppends {
 		m.appendHistory(a)
@@ -249,6 +250,7 @@ func (m *Memory) appendHistory(a HistoryAppend) {
 	drop := min(max(a.Drop, 0), len(h.msgs))
 	clear(h.msgs[:drop]) // let the dropped messages go before append moves the rest
 	h.msgs = h.msgs[drop:]
+	h.dropped += drop
 	if a.SetSummary {
 		h.summary = a.Summary
 	}

@@ -204,6 +204,7 @@ type History struct {
 	AgentID  string
 	Summary  string            // what the messages dropped from the front said
 	Messages []json.RawMessage // oldest first
+	Dropped  int               // how many messages were dropped from the front, in all
 }
 
 // HistoryAppend is what one turn changed in a model-driven agent's

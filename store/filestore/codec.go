@@ -82,6 +82,7 @@ type historyJSON struct {
 	AgentID  string            `json:"agentId"`
 	Summary  string            `json:"summary,omitempty"`
 	Messages []json.RawMessage `json:"messages,omitempty"`
+	Dropped  int               `json:"dropped,omitempty"`
 }
 
 // historyAppendJSON is a history append in a journal record; a summary
@@ -222,7 +223,7 @@ func messageToJSON(m store.Message) messageJSON {
 }
 
 func historyToJSON(h store.History) historyJSON {
-	return historyJSON{AgentID: h.AgentID, Summary: h.Summary, Messages: h.Messages}
+	return historyJSON{AgentID: h.AgentID, Summary: h.Summary, Messages: h.Messages, Dropped: h.Dropped}
 }
 
 func historyAppendToJSON(a store.HistoryAppend) historyAppendJSON {
@@ -238,7 +239,7 @@ func stateToJSON(e store.StateEntry) stateJSON {
 }
 
 func historyFromJSON(h historyJSON) store.History {
-	return store.History{AgentID: h.AgentID, Summary: h.Summary, Messages: h.Messages}
+	return store.History{AgentID: h.AgentID, Summary: h.Summary, Messages: h.Messages, Dropped: h.Dropped}
 }
 
 func historyAppendFromJSON(j historyAppendJSON) store.HistoryAppend {

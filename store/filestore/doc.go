@@ -48,7 +48,7 @@
 //
 //	pending.json    {"crc32c", "version", "journalSeq", "messages": [{"id", "seq", "from", "to", "taskId", "type", "payload", "sentAt"}]}
 //	state.json      {"crc32c", "version", "journalSeq", "entries": [{"scope", "key", "value", "writer", "updatedAt"}]}
-//	histories.json  {"crc32c", "version", "journalSeq", "histories": [{"agentId", "summary", "messages"}]}
+//	histories.json  {"crc32c", "version", "journalSeq", "histories": [{"agentId", "summary", "messages", "dropped"}]}
 //
 // in the order Load returns them: messages by seq, entries by scope and
 // key, histories by agent id. A history's messages are a list of the

@@ -396,7 +396,7 @@ func testDuplicatePending(t *testing.T, s store.Store) {
 		Requests: []store.Request{request("q1", "answered"), request("q2", "open")},
 		Pending:  []store.Message{message("m1", 1), message("m3", 3)},
 		Histories: []store.History{
-			{AgentID: "a1", Summary: "s", Messages: msgs("2", "3")},
+			{AgentID: "a1", Summary: "s", Messages: msgs("2", "3"), Dropped: 1},
 			{AgentID: "a2", Messages: msgs("1")},
 		},
 	})
@@ -716,14 +716,14 @@ func testHistoryDrops(t *testing.T, s store.Store) {
 	}})
 	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", Drop: 3}}})
 	checkState(t, s, store.State{Histories: []store.History{
-		{AgentID: "a"},
-		{AgentID: "b", Messages: msgs("3")},
+		{AgentID: "a", Dropped: 5},
+		{AgentID: "b", Messages: msgs("3"), Dropped: 2},
 		{AgentID: "c", Messages: msgs("1", "2")},
 	}})
 	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", Messages: msgs("6")}}})
 	checkState(t, s, store.State{Histories: []store.History{
-		{AgentID: "a", Messages: msgs("6")},
-		{AgentID: "b", Messages: msgs("3")},
+		{AgentID: "a", Messages: msgs("6"), Dropped: 5},
+		{AgentID: "b", Messages: msgs("3"), Dropped: 2},
 		{AgentID: "c", Messages: msgs("1", "2")},
 	}})
 }
@@ -733,11 +733,11 @@ func testHistoryDrops(t *testing.T, s store.Store) {
 func testHistorySummary(t *testing.T, s store.Store) {
 	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", Messages: msgs("1", "2", "3")}}})
 	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", Drop: 1, SetSummary: true, Summary: "one", Messages: msgs("4")}}})
-	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: "one", Messages: msgs("2", "3", "4")}}})
+	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: "one", Messages: msgs("2", "3", "4"), Dropped: 1}}})
 	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", Drop: 1, Messages: msgs("5")}}})
-	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: "one", Messages: msgs("3", "4", "5")}}})
+	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: "one", Messages: msgs("3", "4", "5"), Dropped: 2}}})
 	apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a", SetSummary: true}}})
-	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Messages: msgs("3", "4", "5")}}})
+	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Messages: msgs("3", "4", "5"), Dropped: 2}}})
 }
 
 // testHistoryAppendsInOneChange checks that a change replaces histories
@@ -750,9 +750,9 @@ func testHistoryAppendsInOneChange(t *testing.T, s store.Store) {
 			{AgentID: "a", Drop: 1, SetSummary: true, Summary: "s", Messages: msgs("3")},
 			{AgentID: "a", Messages: msgs("4")},
 		},
-		Histories: []store.History{{AgentID: "a", Summary: "replaced", Messages: msgs("new")}},
+		Histories: []store.History{{AgentID: "a", Summary: "replaced", Messages: msgs("new"), Dropped: 7}},
 	})
-	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: "s", Messages: msgs("1", "2", "3", "4")}}})
+	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: "s", Messages: msgs("1", "2", "3", "4"), Dropped: 8}}})
 }
 
 // testLongHistory checks a history grown and trimmed over many changes, as
@@ -768,7 +768,7 @@ func testLongHistory(t *testing.T, s store.Store) {
 		apply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{a}})
 		want = append(want, a.Messages...)
 	}
-	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: fmt.Sprint("up to ", turns-1-keep), Messages: want[len(want)-2*keep:]}}})
+	checkState(t, s, store.State{Histories: []store.History{{AgentID: "a", Summary: fmt.Sprint("up to ", turns-1-keep), Messages: want[len(want)-2*keep:], Dropped: 2 * (turns - keep)}}})
 }
 
 func testStates(t *testing.T, s store.Store) {
