@@ -179,6 +179,9 @@ func TestQuickstart(t *testing.T) {
 			t.Errorf("the output lacks %q", want)
 		}
 	}
+	if strings.Contains(printed, "演示脚本") {
+		t.Error("the script met a step it has no rule for, or a tool failed")
+	}
 	if strings.Contains(printed, "level=") {
 		t.Error("the society logged a warning or an error")
 	}
