@@ -2,8 +2,9 @@
 // web calculator, and a society of model-driven agents organises itself to
 // build it. root creates a lead; the lead creates a tester and a developer,
 // passing the user's "HTML + JavaScript" and "static page" constraints down
-// in their Task Briefs; the developer stores the page as an artifact and has
-// the tester review it; the lead sends the artifact reference to the user.
+// in their Task Briefs, which each agent receives as its first message; the
+// developer stores the page as an artifact and has the tester review it;
+// the lead sends the artifact reference to the user.
 //
 // Every agent is driven by a model through the society's built-in tools.
 // Offline (the default) the model is the scripted demo model of
@@ -16,8 +17,9 @@
 //	OPENAI_API_KEY=... go run ./examples/quickstart -timeout 10m
 //
 // The program prints each message as the agent receiving it reads it
-// (Requirement 10), each tool call and the thought that ends each turn,
-// then the organisation that resulted.
+// (Requirement 10), each tool call and the thought that ends a turn (a turn
+// that ends by sending, with end_turn, has none), then the organisation
+// that resulted.
 package main
 
 import (

@@ -124,19 +124,41 @@ func TestQuickstart(t *testing.T) {
 	}
 
 	// The constraints came down from the user through root and the lead: the
-	// developer's very first model call has them in its system prompt.
+	// developer's very first model call has them in its brief, the
+	// task_assignment from the lead that opens its history, and its system
+	// prompt lists the tester its brief presets.
 	reqs := model.RequestsFor(dev.ID)
-	if len(reqs) == 0 {
+	if len(reqs) == 0 || len(reqs[0].Messages) == 0 {
 		t.Fatal("the developer never called the model")
 	}
-	for _, want := range []string{"HTML + JavaScript", "static page", "静态网页，无后端", tester.ID + "（tester，preset）"} {
-		if !strings.Contains(reqs[0].System, want) {
-			t.Errorf("the developer's first system prompt lacks %q:\n%s", want, reqs[0].System)
+	first := reqs[0].Messages[0].Content
+	if !strings.HasPrefix(first, "【来自 lead（"+lead.ID+"）的消息】\nmessage_type: task_assignment\n") {
+		t.Errorf("the developer's first message is not its brief from the lead:\n%s", first)
+	}
+	for _, want := range []string{"HTML + JavaScript", "static page", "静态网页，无后端", tester.ID + " (tester)"} {
+		if !strings.Contains(first, want) {
+			t.Errorf("the developer's brief lacks %q:\n%s", want, first)
 		}
 	}
+	if want := tester.ID + "（tester，preset）"; !strings.Contains(reqs[0].System, want) {
+		t.Errorf("the developer's first system prompt lacks %q:\n%s", want, reqs[0].System)
+	}
+	if strings.Contains(reqs[0].System, "static page") {
+		t.Error("the developer's system prompt repeats its brief")
+	}
+	// The lead's brief carries the constraints and the requirement itself:
+	// root sends it nothing else.
 	leadReqs := model.RequestsFor(lead.ID)
-	if len(leadReqs) == 0 || !strings.Contains(leadReqs[0].System, "  - HTML + JavaScript\n  - 静态网页，无后端") {
-		t.Error("the lead's brief does not carry the user's constraints")
+	if len(leadReqs) == 0 || len(leadReqs[0].Messages) != 1 {
+		t.Fatal("the lead did not start on its brief alone")
+	}
+	for _, want := range []string{"【来自 root（root）的消息】\nmessage_type: task_assignment\n", "  - HTML + JavaScript\n  - 静态网页，无后端\n", "inputs: 用户需求原文：" + demo.Requirement + "\n"} {
+		if !strings.Contains(leadReqs[0].Messages[0].Content, want) {
+			t.Errorf("the lead's brief lacks %q:\n%s", want, leadReqs[0].Messages[0].Content)
+		}
+	}
+	if n := len(model.RequestsFor(as.RootID)); n != 2 {
+		t.Errorf("root called the model %d times, want 2 (create_role, then spawn_agent with end_turn)", n)
 	}
 
 	// What was printed: every delivered message with its Requirement 10
@@ -156,6 +178,9 @@ func TestQuickstart(t *testing.T) {
 		if !strings.Contains(printed, want) {
 			t.Errorf("the output lacks %q", want)
 		}
+	}
+	if strings.Contains(printed, "演示脚本") {
+		t.Error("the script met a step it has no rule for, or a tool failed")
 	}
 	if strings.Contains(printed, "level=") {
 		t.Error("the society logged a warning or an error")

@@ -38,9 +38,10 @@
 //	OPENAI_API_KEY=... go run ./examples/thesis-pr -timeout 10m
 //
 // The program prints each message as the agent receiving it reads it, each
-// tool call and the thought that ends each turn, what the user receives,
-// and at the end the organisation, the state, the delegations and the final
-// artifact's reference.
+// tool call and the thought that ends a turn (one that ends by sending,
+// with end_turn, has none), what the user receives, and at the end the
+// organisation, the state, the delegations and the final artifact's
+// reference.
 package main
 
 import (

@@ -277,6 +277,19 @@ func TestThesisPR(t *testing.T) {
 			t.Errorf("the output lacks %q", want)
 		}
 	}
+	// root briefs the Academic Partner with the requirement and sends it
+	// nothing else: two model calls, the spawn ending the turn.
+	if n := len(model.RequestsFor(as.RootID)); n != 2 {
+		t.Errorf("root called the model %d times, want 2", n)
+	}
+	if reqs := model.RequestsFor(ap.ID); len(reqs) == 0 || len(reqs[0].Messages) != 1 ||
+		!strings.Contains(reqs[0].Messages[0].Content, "message_type: task_assignment\n") ||
+		!strings.Contains(reqs[0].Messages[0].Content, "inputs: 用户需求原文："+strings.SplitN(Requirement, "\n", 2)[0]) {
+		t.Error("the Academic Partner did not start on its brief carrying the requirement")
+	}
+	if strings.Contains(printed, "演示脚本") {
+		t.Error("the script met a step it has no rule for, or a tool failed")
+	}
 	toUser := "── user receives ──\n【来自 Academic Partner（" + ap.ID + "）的消息】\n"
 	escalated := strings.Index(printed, toUser+"【升级】PR-0010 ")
 	reported := strings.Index(printed, toUser+"PR-0010 的 PR 文件已由 Archivist（"+arc.ID+"）归档："+o.ref)
@@ -400,9 +413,9 @@ func TestParseMessage(t *testing.T) {
 	if partnerKind(m) != "escalation" {
 		t.Errorf("an error response reads as %q", partnerKind(m))
 	}
-	system := "## 联系人\n- root（root，parent）\n- agent-3（PR Manager，child） 接口：{}\n- agent-4（Archivist，child）"
-	if got := contactWithRole(system, rolePRManager); got != "agent-3" {
-		t.Errorf("contactWithRole: %q", got)
+	system := "## 联系人\n- root（root，parent）\n- 子级（Literature Agent）：已汇报 agent-2\n- 子级（PR Manager）：未汇报 agent-3\n- 子级（Archivist）：未汇报 agent-4"
+	if got := script.ContactWithRole(system, rolePRManager); got != "agent-3" {
+		t.Errorf("ContactWithRole: %q", got)
 	}
 }
 

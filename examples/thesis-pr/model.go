@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	as "agentsociety"
@@ -43,13 +42,15 @@ const (
 )
 
 // What the default prompts show of each agent: root's prompt opens with
-// root.txt, and every agent's runtime facts carry "- 岗位：{role}".
-const (
-	rootMark       = "你是 root"
-	partnerMark    = "岗位：" + roleAcademicPartner + "\n"
-	literatureMark = "岗位：" + roleLiteratureAgent + "\n"
-	managerMark    = "岗位：" + rolePRManager + "\n"
-	archivistMark  = "岗位：" + roleArchivist + "\n"
+// root.txt, and every other agent's runtime facts name its role (see
+// [script.RoleMark]).
+const rootMark = "你是 root"
+
+var (
+	partnerMark    = script.RoleMark(roleAcademicPartner)
+	literatureMark = script.RoleMark(roleLiteratureAgent)
+	managerMark    = script.RoleMark(rolePRManager)
+	archivistMark  = script.RoleMark(roleArchivist)
 )
 
 // The Academic Partner's first reading of the change: a paraphrase of the
@@ -70,10 +71,18 @@ var checklistSteps = []string{
 //
 // The script decides every step from the request alone, as a real model
 // would: which agent is asking (the role line of its system prompt), the
-// message that opened its turn, and the tool results that came back. It
-// never assumes an id: the PR, roles, agents, tasks and artifacts are named
-// by what the tools returned, by the source lines and payloads of delivered
-// messages, and by the contacts in the system prompt. So the society's
+// message that opened its turn, its brief (the task_assignment that opened
+// its history), and the tool results that came back. It never assumes an
+// id: the PR, roles, agents, tasks and artifacts are named by what the
+// tools returned, by the source lines and payloads of delivered messages,
+// and by the contacts and children in the system prompt.
+//
+// Every agent below root starts on its brief: the Academic Partner goes to
+// work on it; the team members, whose work comes by delegation, end that
+// first turn waiting. A turn that ends by sending (the spawn of the
+// Academic Partner, a request to the Archivist, a report) ends with
+// end_turn; one that ends with a delegation or a settled task ends with a
+// thought. So the society's
 // validation (briefs, payloads, request ids, responders, state scopes, the
 // tools each role may call) runs as it would for a real model, and a
 // mistake in it stops the flow.
@@ -81,13 +90,11 @@ func Model() *llmtest.Model {
 	m := llmtest.New(
 		llmtest.Rule{Name: "a tool failed", When: script.LastToolFailed, Reply: script.ToolFailed},
 
-		// root: one Academic Partner for the requirement.
-		llmtest.Rule{Name: "root: handed over", SystemContains: rootMark, AfterTool: "send_message", Reply: rootDone},
-		llmtest.Rule{Name: "root: forward the requirement", SystemContains: rootMark, AfterTool: "spawn_agent", Reply: script.Forward},
+		// root: one Academic Partner for the requirement, briefed with it.
 		llmtest.Rule{Name: "root: spawn the lead", SystemContains: rootMark, AfterTool: "create_role", Reply: rootSpawn},
 		llmtest.Rule{Name: "root: a requirement", SystemContains: rootMark, When: script.FromUser, Reply: rootCreateRole},
 
-		// Academic Partner, turn 1: the requirement. Open the PR, write the
+		// Academic Partner, turn 1: its brief. Open the PR, write the
 		// project state, build the team, delegate the literature review.
 		llmtest.Rule{Name: "partner: requirement", SystemContains: partnerMark, When: all(script.Delivered, partnerTurn("requirement")), Reply: partnerCreatePR},
 		llmtest.Rule{Name: "partner: PR created", SystemContains: partnerMark, AfterTool: "create_pr", Reply: partnerWriteState},
@@ -108,12 +115,14 @@ func Model() *llmtest.Model {
 		llmtest.Rule{Name: "partner: PR id read", SystemContains: partnerMark, AfterTool: "state_get", When: partnerTurn("escalation"), Reply: partnerRecordIssue},
 		llmtest.Rule{Name: "partner: issue recorded", SystemContains: partnerMark, AfterTool: "state_set", When: partnerTurn("escalation"), Reply: partnerEscalate},
 		llmtest.Rule{Name: "partner: escalated", SystemContains: partnerMark, AfterTool: "send_message", When: all(partnerTurn("escalation"), sentTo(as.UserID)), Reply: partnerAskArchivist},
-		llmtest.Rule{Name: "partner: archive asked", SystemContains: partnerMark, AfterTool: "send_message", When: partnerTurn("escalation"), Response: llmtest.Say("已向用户升级 [OPEN] 问题，并请 Archivist 归档 PR 文件；等待归档汇报。")},
 
 		// Turn 4: the Archivist's report. The final report to user.
 		llmtest.Rule{Name: "partner: archived", SystemContains: partnerMark, When: all(script.Delivered, partnerTurn("archived")), Response: gets("pr_id", "modification_spec", "open_issues")},
 		llmtest.Rule{Name: "partner: state read for the report", SystemContains: partnerMark, AfterTool: "state_get", When: partnerTurn("archived"), Reply: partnerReport},
-		llmtest.Rule{Name: "partner: reported", SystemContains: partnerMark, AfterTool: "send_message", When: partnerTurn("archived"), Response: llmtest.Say("最终报告已发给用户；PR 等待用户处理 [OPEN] 事项。")},
+
+		// The team members: their work comes by delegation, not with the
+		// brief.
+		llmtest.Rule{Name: "member: briefed", When: script.DeliveredType(as.TaskAssignment), Response: llmtest.Say("委托书已收到；等待 " + roleAcademicPartner + " 派活。")},
 
 		// Literature Agent: read the spec, search, note progress, complete.
 		llmtest.Rule{Name: "literature: delegated", SystemContains: literatureMark, When: script.DeliveredType(as.CollaborationRequest), Response: script.Call("state_get", map[string]string{"key": "modification_spec", "scope": "project"})},
@@ -138,7 +147,6 @@ func Model() *llmtest.Model {
 		llmtest.Rule{Name: "archivist: file created", SystemContains: archivistMark, AfterTool: "create_file", Reply: archivistSyncIndex},
 		llmtest.Rule{Name: "archivist: index synced", SystemContains: archivistMark, AfterTool: "sync_index", Reply: archivistPut},
 		llmtest.Rule{Name: "archivist: stored", SystemContains: archivistMark, AfterTool: "put_artifact", Reply: archivistReport},
-		llmtest.Rule{Name: "archivist: reported", SystemContains: archivistMark, AfterTool: "send_message", Response: llmtest.Say("归档完成，已向父级汇报工件引用。")},
 	)
 	m.Fallback = script.Fallback
 	return m
@@ -165,25 +173,20 @@ func rootSpawn(req *llm.Request) (*llm.Response, error) {
 	}
 	text := script.TurnMessage(req).Text
 	first, _, _ := strings.Cut(text, "\n")
+	// The spawn hands the Academic Partner its brief, which carries the
+	// requirement: nothing is left for root to do.
 	return script.Call("spawn_agent", map[string]any{
 		"roleId": role.Str("roleId"),
 		"taskBrief": as.TaskBrief{
 			Objective:          "负责这个论文修改 PR：" + first,
 			Constraints:        listAfter(text, "约束："),
-			Inputs:             "用户的需求原文（root 随后发来）",
+			Inputs:             "用户需求原文：" + text,
 			Outputs:            "PR 文件的工件引用 artifact:<id> 与最终报告，send_message 给 user；无法解决的问题以 [OPEN] 升级给 user",
 			CompletionCriteria: "修改有文献支持并通过合并验证，或者阻塞问题已升级给 user；PR 文件已归档",
 			Priority:           "high",
 		},
+		"end_turn": true,
 	}), nil
-}
-
-func rootDone(req *llm.Request) (*llm.Response, error) {
-	sent, err := script.LastResult(req)
-	if err != nil {
-		return nil, err
-	}
-	return llmtest.Say("已为这个 PR 创建 Academic Partner " + sent.Str("to") + "，并把需求原文转交给它。"), nil
 }
 
 // ---- Academic Partner ----
@@ -194,12 +197,12 @@ func partnerTurn(kind string) func(*llm.Request) bool {
 	return func(req *llm.Request) bool { return partnerKind(script.TurnMessage(req)) == kind }
 }
 
-// partnerKind tells what a message to the Academic Partner is: the
-// requirement from root, the outcome of a delegation (completed: notes;
+// partnerKind tells what a message to the Academic Partner is: its brief
+// from root, which carries the requirement, the outcome of a delegation (completed: notes;
 // error, from fail_task or a timeout: escalation), or the Archivist's report.
 func partnerKind(m script.Message) string {
 	switch {
-	case m.FromRole == as.RootID:
+	case m.FromRole == as.RootID && m.Type == string(as.TaskAssignment):
 		return "requirement"
 	case m.Type == string(as.CollaborationResponse) && m.Payload["status"] == string(as.StatusCompleted):
 		return "notes"
@@ -317,7 +320,7 @@ func partnerRoleCreated(req *llm.Request) (*llm.Response, error) {
 // the Academic Partner's own constraints down word for word.
 func spawn(req *llm.Request, i int) (*llm.Response, error) {
 	roleID := script.RoleNamed(req, team[i].name)
-	constraints := script.BriefList(req.System, "constraints")
+	constraints := script.BriefList(req, "constraints")
 	if roleID == "" || constraints == nil {
 		return nil, fmt.Errorf("partner: role %q %q, constraints %q", team[i].name, roleID, constraints)
 	}
@@ -398,7 +401,7 @@ func partnerCompleteSpec(req *llm.Request) (*llm.Response, error) {
 }
 
 func partnerDelegateMerge(req *llm.Request) (*llm.Response, error) {
-	manager := contactWithRole(req.System, rolePRManager)
+	manager := script.ContactWithRole(req.System, rolePRManager)
 	if manager == "" {
 		return nil, errors.New("partner: no PR Manager among the contacts")
 	}
@@ -488,7 +491,7 @@ func partnerEscalate(req *llm.Request) (*llm.Response, error) {
 }
 
 func partnerAskArchivist(req *llm.Request) (*llm.Response, error) {
-	archivist := contactWithRole(req.System, roleArchivist)
+	archivist := script.ContactWithRole(req.System, roleArchivist)
 	if archivist == "" {
 		return nil, errors.New("partner: no Archivist among the contacts")
 	}
@@ -499,7 +502,7 @@ func partnerAskArchivist(req *llm.Request) (*llm.Response, error) {
 	return script.Call("send_message", map[string]any{"to": archivist, "payload": map[string]string{
 		"text": "请归档 " + prID + " 的 PR 文件：内容取自 project 状态（pr_id、pr_status、modification_spec、checklist、open_issues），" +
 			"写入 PR/" + prID + ".md 并同步 _CONTEXT.md，再用 put_artifact 保存，完成后用 status_report 把工件引用发给我。",
-	}}), nil
+	}, "end_turn": true}), nil
 }
 
 func partnerReport(req *llm.Request) (*llm.Response, error) {
@@ -521,7 +524,7 @@ func partnerReport(req *llm.Request) (*llm.Response, error) {
 		b.WriteString("  " + strings.ReplaceAll(describe(is), "\n", "\n  ") + "\n")
 	}
 	b.WriteString("Draft.md 未作改动。")
-	return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": b.String()}}), nil
+	return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": b.String()}, "end_turn": true}), nil
 }
 
 // ---- Literature Agent ----
@@ -768,7 +771,7 @@ func archivistReport(req *llm.Request) (*llm.Response, error) {
 	return script.Call("send_message", map[string]any{"to": parent, "message_type": as.StatusReport, "payload": map[string]string{
 		"status": string(as.StatusCompleted),
 		"text":   "PR 文件已归档：" + put.Str("ref") + "（" + files[0].Str("path") + "，已同步 " + indexPath + "）。",
-	}}), nil
+	}, "end_turn": true}), nil
 }
 
 // ---- replies ----
@@ -799,23 +802,6 @@ func remarshal(from any, v any) error {
 }
 
 // ---- reading requests ----
-
-var contactRe = regexp.MustCompile(`(?m)^- ([^（\s]+)（([^，）]+)，`)
-
-// contactWithRole returns the id of the first contact with the given role
-// in the contacts section of a system prompt, or "".
-func contactWithRole(system, role string) string {
-	_, contacts, ok := strings.Cut(system, "## 联系人\n")
-	if !ok {
-		return ""
-	}
-	for _, m := range contactRe.FindAllStringSubmatch(contacts, -1) {
-		if m[2] == role {
-			return m[1]
-		}
-	}
-	return ""
-}
 
 // listAfter returns the "- " items of text that follow the line head.
 func listAfter(text, head string) []string {

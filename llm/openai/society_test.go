@@ -92,7 +92,7 @@ func TestSocietyAnswersToolCallsUnderMadeUpIDs(t *testing.T) {
 			return
 		}
 		writeJSON(w, 200, toolCallsReply("tool_calls",
-			`{"type": "function", "function": {"name": "list_contacts", "arguments": "{}"}}`))
+			`{"type": "function", "function": {"name": "create_role", "arguments": "{\"name\": \"lead\", \"rolePrompt\": \"lead the task\"}"}}`))
 	})
 	s := newSociety(t, newModel(t, srv, Config{}), as.Config{})
 	if _, err := s.SubmitRequirement(context.Background(), "REQ"); err != nil {
@@ -116,8 +116,8 @@ func TestSocietyAnswersToolCallsUnderMadeUpIDs(t *testing.T) {
 	if id == "" || result["tool_call_id"] != id {
 		t.Errorf("the call went back with id %q and its result with tool_call_id %v, want one non-empty id", id, result["tool_call_id"])
 	}
-	if content, _ := result["content"].(string); !strings.Contains(content, "user") {
-		t.Errorf("tool result = %q, want root's contacts (user)", content)
+	if content, _ := result["content"].(string); !strings.Contains(content, `"createdBy":"root"`) {
+		t.Errorf("tool result = %q, want the role root created", content)
 	}
 }
 

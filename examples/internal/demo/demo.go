@@ -4,13 +4,16 @@
 // [Model] plays the seed 001 scenario through the society's real built-in
 // tools: a user asks for a static web calculator; root creates a lead role
 // and spawns one lead whose Task Brief carries the user's technical
-// constraints; the lead creates a tester role (with an Interface Spec) and a
+// constraints and, in its inputs, the requirement itself; the spawn hands
+// the lead its brief as its first message, a task_assignment, on which it
+// starts. The lead creates a tester role (with an Interface Spec) and a
 // developer role, spawns a tester, then a developer whose brief passes the
-// constraints down and names the tester as a collaborator; the developer
-// stores the page with put_artifact and asks the tester for a review with a
-// collaboration_request; the tester reads the artifact, checks it and answers
-// with a collaboration_response; the developer reports to the lead with a
-// status_report, and the lead sends the artifact reference to user.
+// constraints down and names the tester as a collaborator; the tester,
+// briefed, waits for work. The developer, on its brief, stores the page
+// with put_artifact and asks the tester for a review with a
+// collaboration_request; the tester reads the artifact, checks it and
+// answers with a collaboration_response; the developer reports to the lead
+// with a status_report, and the lead sends the artifact reference to user.
 //
 // The script decides every step from the request alone, as a real model
 // would: which agent is asking (the role line of its system prompt), what
@@ -83,55 +86,54 @@ document.getElementById('eq').addEventListener('click', function () {
 `
 
 // What the default prompts show of each agent, which is how the script tells
-// agents apart: root's prompt opens with root.txt, and every agent's runtime
-// facts carry the line "- 岗位：{role}".
-const (
-	rootMark      = "你是 root"
-	leadMark      = "岗位：lead\n"
-	developerMark = "岗位：developer\n"
-	testerMark    = "岗位：tester\n"
+// agents apart: root's prompt opens with root.txt, and every other agent's
+// runtime facts name its role (see [script.RoleMark]).
+const rootMark = "你是 root"
+
+var (
+	leadMark      = script.RoleMark("lead")
+	developerMark = script.RoleMark("developer")
+	testerMark    = script.RoleMark("tester")
 )
 
 // Model returns a new scripted model that plays the scenario described in
 // the package documentation. Each call returns a fresh model, with its own
 // record of requests (see [llmtest.Model.RequestsFor]).
 //
-// The script is written for the society's default prompts. Every agent ends
-// each turn with a line of text, its thought, after its last tool call. A
-// message the script has no step for, such as a second message from the
-// user to an agent, gets a short sensible answer rather than an error: an
-// agent other than root that hears from user replies to user with who it is
-// and what it is doing, and anything else ends the turn with a thought.
+// The script is written for the society's default prompts. An agent that
+// has sent what its turn was for (a spawn that hands over the work, a
+// request, a report, an answer) ends the turn in the same call with
+// end_turn, as the prompts ask; one with nothing to send ends it with a line
+// of text, its thought. A message the script has no step for, such as a
+// second message from the user to an agent, gets a short sensible answer
+// rather than an error: an agent other than root that hears from user
+// replies to user with who it is and what it is doing, and anything else
+// ends the turn with a thought.
 func Model() *llmtest.Model {
 	m := llmtest.New(
 		llmtest.Rule{Name: "a tool failed", When: script.LastToolFailed, Reply: script.ToolFailed},
-		llmtest.Rule{Name: "answered user", AfterTool: "send_message", When: answeringUser, Response: llmtest.Say("已回复用户。")},
 
-		// root: one lead per requirement.
-		llmtest.Rule{Name: "root: handed over", SystemContains: rootMark, AfterTool: "send_message", Reply: rootDone},
-		llmtest.Rule{Name: "root: brief the lead", SystemContains: rootMark, AfterTool: "spawn_agent", Reply: script.Forward},
+		// root: one lead per requirement, briefed with it.
 		llmtest.Rule{Name: "root: spawn the lead", SystemContains: rootMark, AfterTool: "create_role", Reply: rootSpawn},
 		llmtest.Rule{Name: "root: a requirement", SystemContains: rootMark, When: script.FromUser, Reply: rootCreateRole},
 		llmtest.Rule{Name: "root: anything else", SystemContains: rootMark, When: script.Delivered, Response: llmtest.Say("root 只受理用户需求；这条消息无需处理。")},
 
-		// lead: builds the team, then reports to user.
-		llmtest.Rule{Name: "lead: sent", SystemContains: leadMark, AfterTool: "send_message", Reply: leadSent},
+		// lead: on its brief, builds the team; then reports to user.
 		llmtest.Rule{Name: "lead: spawned", SystemContains: leadMark, AfterTool: "spawn_agent", Reply: leadSpawned},
 		llmtest.Rule{Name: "lead: role created", SystemContains: leadMark, AfterTool: "create_role", Reply: leadRoleCreated},
 		llmtest.Rule{Name: "lead: a report", SystemContains: leadMark, When: script.DeliveredType(as.StatusReport), Reply: leadReport},
-		llmtest.Rule{Name: "lead: the requirement", SystemContains: leadMark, When: script.FromRole("root"), Reply: leadCreateTester},
+		llmtest.Rule{Name: "lead: the brief", SystemContains: leadMark, When: script.DeliveredType(as.TaskAssignment), Reply: leadCreateTester},
 
-		// developer: writes the page, asks the tester, reports.
-		llmtest.Rule{Name: "developer: sent", SystemContains: developerMark, AfterTool: "send_message", Reply: developerSent},
-		llmtest.Rule{Name: "developer: ask the tester", SystemContains: developerMark, AfterTool: "list_contacts", Reply: developerAsk},
-		llmtest.Rule{Name: "developer: find the tester", SystemContains: developerMark, AfterTool: "put_artifact", Response: script.Call("list_contacts", nil)},
+		// developer: on its brief, writes the page and asks the tester;
+		// then reports.
+		llmtest.Rule{Name: "developer: ask the tester", SystemContains: developerMark, AfterTool: "put_artifact", Reply: developerAsk},
 		llmtest.Rule{Name: "developer: the review", SystemContains: developerMark, When: script.DeliveredType(as.CollaborationResponse), Reply: developerReport},
-		llmtest.Rule{Name: "developer: the task", SystemContains: developerMark, When: script.FromRole("lead"), Reply: developerWrite},
+		llmtest.Rule{Name: "developer: the brief", SystemContains: developerMark, When: script.DeliveredType(as.TaskAssignment), Reply: developerWrite},
 
-		// tester: reads the artifact, checks it, answers.
-		llmtest.Rule{Name: "tester: answered", SystemContains: testerMark, AfterTool: "send_message", Reply: testerSent},
+		// tester: waits for a request; reads the artifact, checks it, answers.
 		llmtest.Rule{Name: "tester: check", SystemContains: testerMark, AfterTool: "get_artifact", Reply: testerCheck},
 		llmtest.Rule{Name: "tester: a request", SystemContains: testerMark, When: script.DeliveredType(as.CollaborationRequest), Reply: testerRead},
+		llmtest.Rule{Name: "tester: the brief", SystemContains: testerMark, When: script.DeliveredType(as.TaskAssignment), Response: llmtest.Say("委托书已收到：等开发者用 collaboration_request 发来页面再测试。")},
 
 		// Anyone but root: a word from the user gets an answer.
 		llmtest.Rule{Name: "anyone: the user speaks", When: script.FromUser, Reply: greetUser},
@@ -173,25 +175,20 @@ func rootSpawn(req *llm.Request) (*llm.Response, error) {
 			constraints = append(constraints, c.constraint)
 		}
 	}
+	// The spawn hands the lead its brief, which carries the requirement:
+	// nothing is left for root to do.
 	return script.Call("spawn_agent", map[string]any{
 		"roleId": role.Str("roleId"),
 		"taskBrief": as.TaskBrief{
 			Objective:          "交付用户的需求：" + text,
 			Constraints:        constraints,
-			Inputs:             "用户的需求原文（root 随后发来）",
+			Inputs:             "用户需求原文：" + text,
 			Outputs:            "经过测试的网页工件引用 artifact:<id>，用 send_message 发给 user",
 			CompletionCriteria: "页面可直接在浏览器中打开，加减乘除结果正确，并经测试通过",
 			Priority:           "high",
 		},
+		"end_turn": true,
 	}), nil
-}
-
-func rootDone(req *llm.Request) (*llm.Response, error) {
-	sent, err := script.LastResult(req)
-	if err != nil {
-		return nil, err
-	}
-	return llmtest.Say("已为这个需求创建负责人 " + sent.Str("to") + "，并把需求原文转交给它。"), nil
 }
 
 // ---- lead ----
@@ -247,36 +244,31 @@ func leadSpawned(req *llm.Request) (*llm.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch child.Str("roleId") {
-	case script.RoleNamed(req, "tester"):
-		constraints, err := ownConstraints(req)
-		if err != nil {
-			return nil, err
-		}
-		return script.Call("spawn_agent", map[string]any{
-			"roleId": script.RoleNamed(req, "developer"),
-			"taskBrief": as.TaskBrief{
-				Objective:          "实现一个支持加减乘除的计算器网页",
-				Constraints:        append(constraints, "static page: one self-contained calculator.html with an inline <script>; no server, no network requests"),
-				Inputs:             "本任务委托书",
-				Outputs:            "页面工件引用（put_artifact，media_type text/html），测试通过后用 status_report 汇报给父级",
-				CompletionCriteria: "tester 的结论为 pass",
-				Collaborators: []as.Collaborator{{
-					AgentID:     child.Str("agentId"),
-					Role:        "tester",
-					Description: "页面写好后用 collaboration_request 请它测试，context.artifact 放工件引用",
-				}},
-			},
-		}), nil
-	case script.RoleNamed(req, "developer"):
-		tester := script.SpawnedOn(req, script.RoleNamed(req, "tester"))
-		return script.Call("send_message", map[string]any{
-			"to": child.Str("agentId"),
-			"payload": map[string]string{"text": "请按任务委托书实现计算器页面。写好后请你的预设协作者 tester（" + tester +
-				"）测试，通过后用 status_report 把工件引用汇报给我。"},
-		}), nil
+	if child.Str("roleId") != script.RoleNamed(req, "tester") {
+		return nil, fmt.Errorf("lead: spawned %s on an unexpected role %q", child.Str("agentId"), child.Str("roleId"))
 	}
-	return nil, fmt.Errorf("lead: spawned %s on an unexpected role %q", child.Str("agentId"), child.Str("roleId"))
+	constraints, err := ownConstraints(req)
+	if err != nil {
+		return nil, err
+	}
+	// The developer starts on its brief, which says everything it needs:
+	// the lead's turn ends with the spawn.
+	return script.Call("spawn_agent", map[string]any{
+		"roleId": script.RoleNamed(req, "developer"),
+		"taskBrief": as.TaskBrief{
+			Objective:          "实现一个支持加减乘除的计算器网页",
+			Constraints:        append(constraints, "static page: one self-contained calculator.html with an inline <script>; no server, no network requests"),
+			Inputs:             "本任务委托书",
+			Outputs:            "页面工件引用（put_artifact，media_type text/html），测试通过后用 status_report 汇报给父级",
+			CompletionCriteria: "tester 的结论为 pass",
+			Collaborators: []as.Collaborator{{
+				AgentID:     child.Str("agentId"),
+				Role:        "tester",
+				Description: "页面写好后用 collaboration_request 请它测试，context.artifact 放工件引用",
+			}},
+		},
+		"end_turn": true,
+	}), nil
 }
 
 func leadReport(req *llm.Request) (*llm.Response, error) {
@@ -287,18 +279,7 @@ func leadReport(req *llm.Request) (*llm.Response, error) {
 	if ref != "" && m.Payload["status"] == string(as.StatusCompleted) {
 		reply = "您的计算器已完成并通过测试：" + ref + "（calculator.html：静态网页，HTML + JavaScript，用浏览器直接打开即可）。开发汇报：" + text
 	}
-	return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": reply}}), nil
-}
-
-func leadSent(req *llm.Request) (*llm.Response, error) {
-	sent, err := script.LastResult(req)
-	if err != nil {
-		return nil, err
-	}
-	if sent.Str("to") == as.UserID {
-		return llmtest.Say("结果已交给用户。"), nil
-	}
-	return llmtest.Say("团队已组建：tester " + script.SpawnedOn(req, script.RoleNamed(req, "tester")) + "，developer " + sent.Str("to") + "；等待开发汇报。"), nil
+	return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": reply}, "end_turn": true}), nil
 }
 
 // ---- developer ----
@@ -307,28 +288,14 @@ func developerWrite(req *llm.Request) (*llm.Response, error) {
 	return script.Call("put_artifact", map[string]any{"name": "calculator.html", "media_type": "text/html", "content": Page}), nil
 }
 
+// developerAsk asks the tester its brief presets, which its system prompt
+// lists among its contacts, to review the page just stored, and waits.
 func developerAsk(req *llm.Request) (*llm.Response, error) {
-	list, err := script.LastResult(req)
+	put, err := script.LastResult(req)
 	if err != nil {
 		return nil, err
 	}
-	var contacts struct {
-		Contacts []struct{ ID, Role string } `json:"contacts"`
-	}
-	if err := json.Unmarshal(list.Raw, &contacts); err != nil {
-		return nil, fmt.Errorf("developer: list_contacts: %w", err)
-	}
-	tester := ""
-	for _, c := range contacts.Contacts {
-		if c.Role == "tester" {
-			tester = c.ID
-			break
-		}
-	}
-	ref := ""
-	if put := script.Results(req, "put_artifact"); len(put) > 0 {
-		ref = put[len(put)-1].Str("ref")
-	}
+	tester, ref := script.ContactWithRole(req.System, "tester"), put.Str("ref")
 	if tester == "" || ref == "" {
 		return nil, fmt.Errorf("developer: tester %q, artifact %q", tester, ref)
 	}
@@ -338,8 +305,9 @@ func developerAsk(req *llm.Request) (*llm.Response, error) {
 		"payload": map[string]any{
 			"text":                "你好，我是 developer（" + req.Agent + "），lead 安排你测试我写的计算器页面。",
 			"subtask_description": "测试计算器页面 " + ref + "：对照约束检查，核对加减乘除",
-			"context":             map[string]any{"artifact": ref, "constraints": script.BriefList(req.System, "constraints")},
+			"context":             map[string]any{"artifact": ref, "constraints": script.BriefList(req, "constraints")},
 		},
+		"end_turn": true,
 	}), nil
 }
 
@@ -360,19 +328,9 @@ func developerReport(req *llm.Request) (*llm.Response, error) {
 	parent := script.Parent(req.System)
 	return script.Call("send_message", map[string]any{
 		"to": parent, "message_type": as.StatusReport,
-		"payload": map[string]string{"status": status, "text": text},
+		"payload":  map[string]string{"status": status, "text": text},
+		"end_turn": true,
 	}), nil
-}
-
-func developerSent(req *llm.Request) (*llm.Response, error) {
-	sent, err := script.LastResult(req)
-	if err != nil {
-		return nil, err
-	}
-	if sent.Str("message_type") == string(as.CollaborationRequest) {
-		return llmtest.Say("页面已保存，已请 tester " + sent.Str("to") + " 测试（request " + sent.Str("request_id") + "），等待结论。"), nil
-	}
-	return llmtest.Say("已向 " + sent.Str("to") + " 汇报。"), nil
 }
 
 // ---- tester ----
@@ -432,15 +390,8 @@ func testerCheck(req *llm.Request) (*llm.Response, error) {
 			"result_data": map[string]any{"artifact": art.Str("ref"), "verdict": verdict, "checks": done},
 			"text":        "测试完成，结论：" + verdict,
 		},
+		"end_turn": true,
 	}), nil
-}
-
-func testerSent(req *llm.Request) (*llm.Response, error) {
-	sent, err := script.LastResult(req)
-	if err != nil {
-		return nil, err
-	}
-	return llmtest.Say("测试结论已回复 " + sent.Str("to") + "。"), nil
 }
 
 // ---- anyone ----
@@ -448,24 +399,18 @@ func testerSent(req *llm.Request) (*llm.Response, error) {
 func greetUser(req *llm.Request) (*llm.Response, error) {
 	role := script.Role(req.System)
 	text := "你好，我是 " + role + "（" + req.Agent + "）。"
-	if goal := script.BriefField(req.System, "objective"); goal != "" {
+	if goal := script.BriefField(req, "objective"); goal != "" {
 		text += "我负责：" + goal
 	}
-	return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": text}}), nil
-}
-
-// answeringUser reports whether an agent other than root is in a turn
-// opened by a message from user: root takes such a message as a requirement.
-func answeringUser(req *llm.Request) bool {
-	return !strings.Contains(req.System, rootMark) && script.TurnMessage(req).From == as.UserID
+	return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": text}, "end_turn": true}), nil
 }
 
 // ownConstraints returns the constraints of the agent's own brief, which it
 // passes down word for word.
 func ownConstraints(req *llm.Request) ([]string, error) {
-	c := script.BriefList(req.System, "constraints")
+	c := script.BriefList(req, "constraints")
 	if c == nil {
-		return nil, errors.New("demo: the system prompt shows no constraints")
+		return nil, errors.New("demo: the brief shows no constraints")
 	}
 	return c, nil
 }

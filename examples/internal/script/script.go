@@ -45,20 +45,6 @@ func ToolCall(name string, args any) llm.ToolCall {
 	return llm.ToolCall{Name: name, Arguments: json.RawMessage(strings.TrimSpace(b.String()))}
 }
 
-// Forward is the reply, after spawn_agent, that sends the agent just
-// spawned the text of the message that opened the turn: how root hands the
-// user's requirement to the lead it spawned for it.
-func Forward(req *llm.Request) (*llm.Response, error) {
-	spawned, err := LastResult(req)
-	if err != nil {
-		return nil, err
-	}
-	return Call("send_message", map[string]any{
-		"to":      spawned.Str("agentId"),
-		"payload": map[string]string{"text": TurnMessage(req).Text},
-	}), nil
-}
-
 // ToolFailed is the reply to a failed tool call (see [LastToolFailed]): the
 // script does not retry, and the agent ends its turn saying what failed.
 func ToolFailed(req *llm.Request) (*llm.Response, error) {
@@ -74,10 +60,12 @@ func Fallback(req *llm.Request) (*llm.Response, error) {
 // ---- the system prompt ----
 
 var (
-	sourceRe = regexp.MustCompile(`【来自 (.+?)（([^（）]+)）的消息】`)
-	refRe    = regexp.MustCompile(`artifact:[A-Za-z0-9-]+`)
-	roleRe   = regexp.MustCompile(`(?m)^- 岗位：(.+)$`)
-	parentRe = regexp.MustCompile(`(?m)^- 父级：([^（\s]+)`)
+	sourceRe  = regexp.MustCompile(`【来自 (.+?)（([^（）]+)）的消息】`)
+	refRe     = regexp.MustCompile(`artifact:[A-Za-z0-9-]+`)
+	roleRe    = regexp.MustCompile(`(?m)^- ID：[^；\n]+；岗位：([^；\n]+)`)
+	parentRe  = regexp.MustCompile(`(?m)^- 父级：([^（\s]+)`)
+	contactRe = regexp.MustCompile(`(?m)^- ([^（\s]+)（([^，）]+)，`)
+	childRe   = regexp.MustCompile(`(?m)^- 子级（(.+?)）：(?:已汇报|未汇报) ([^；、.\s]+)`)
 )
 
 func match(re *regexp.Regexp, s string) string {
@@ -91,24 +79,67 @@ func match(re *regexp.Regexp, s string) string {
 func RefIn(s string) string { return refRe.FindString(s) }
 
 // Role returns the agent's role name from the runtime facts of its system
-// prompt, or "".
+// prompt ("- ID：agent-1；岗位：lead；taskId：…"), or "".
 func Role(system string) string { return match(roleRe, system) }
 
+// RoleMark is what the system prompt of every agent on the role named name
+// contains, for [llmtest.Rule.SystemContains]: the role in the runtime facts
+// of an agent that works on a task, as every agent below root does.
+func RoleMark(name string) string { return "；岗位：" + name + "；taskId：" }
+
 // Parent returns the id of the agent's parent from the runtime facts of its
-// system prompt, or "".
+// system prompt ("- 父级：root（root）；…"), or "".
 func Parent(system string) string { return match(parentRe, system) }
 
-// briefSection returns the agent's Task Brief as its system prompt shows it.
-func briefSection(system string) string {
-	_, brief, _ := strings.Cut(system, "## 任务委托书\n")
-	brief, _, _ = strings.Cut(brief, "\n## ")
-	return brief
+// ContactWithRole returns the id of the first agent on the role named role
+// that the contacts section of a system prompt shows: a contact
+// ("- agent-3（tester，preset）") or a child ("- 子级（tester）：未汇报
+// agent-3"). It returns "" when there is none.
+func ContactWithRole(system, role string) string {
+	_, contacts, ok := strings.Cut(system, "## 联系人\n")
+	if !ok {
+		return ""
+	}
+	contacts, _, _ = strings.Cut(contacts, "\n## ")
+	for _, m := range contactRe.FindAllStringSubmatch(contacts, -1) {
+		if m[2] == role {
+			return m[1]
+		}
+	}
+	for _, m := range childRe.FindAllStringSubmatch(contacts, -1) {
+		if m[1] == role {
+			return m[2]
+		}
+	}
+	return ""
 }
 
-// BriefField returns a one-line field of the agent's Task Brief as its
-// system prompt shows it, or "".
-func BriefField(system, name string) string {
-	for line := range strings.SplitSeq(briefSection(system), "\n") {
+// ---- the brief ----
+
+// briefText returns the agent's Task Brief as it reads it: the body of the
+// task_assignment its parent's spawn sent it, the first message of its
+// history, without the source line, the type line and the reply hint.
+// It returns "" when the history holds no task_assignment.
+func briefText(req *llm.Request) string {
+	for _, msg := range req.Messages {
+		if msg.Role != llm.RoleUser {
+			continue
+		}
+		if m := ParseMessage(msg.Content); m.Type == string(as.TaskAssignment) {
+			_, body, _ := strings.Cut(m.Content, "message_type: "+string(as.TaskAssignment)+"\n")
+			if i := strings.LastIndex(body, replyHint); i >= 0 {
+				body = body[:i]
+			}
+			return body
+		}
+	}
+	return ""
+}
+
+// BriefField returns a one-line field of the agent's Task Brief as the
+// task_assignment that opened its history shows it, or "".
+func BriefField(req *llm.Request, name string) string {
+	for line := range strings.SplitSeq(briefText(req), "\n") {
 		if v, ok := strings.CutPrefix(line, name+": "); ok {
 			return v
 		}
@@ -116,13 +147,13 @@ func BriefField(system, name string) string {
 	return ""
 }
 
-// BriefList returns a list field of the agent's Task Brief as its system
-// prompt shows it: nil when it is absent, empty when the brief says
-// "(none)".
-func BriefList(system, name string) []string {
+// BriefList returns a list field of the agent's Task Brief as the
+// task_assignment that opened its history shows it: nil when it is absent,
+// empty when the brief says "(none)".
+func BriefList(req *llm.Request, name string) []string {
 	var out []string
 	in := false
-	for line := range strings.SplitSeq(briefSection(system), "\n") {
+	for line := range strings.SplitSeq(briefText(req), "\n") {
 		switch {
 		case line == name+":":
 			in, out = true, []string{}
@@ -170,6 +201,9 @@ func TurnMessage(req *llm.Request) Message {
 	return ParseMessage(req.Messages[i].Content)
 }
 
+// replyHint opens the hint that ends a message from an agent.
+const replyHint = "\n如需回复，请使用 send_message("
+
 // ParseMessage reads a delivered message from its content: the source line
 // (the user's, or 【来自 role（id）的消息】), the reply hint, and for a typed
 // message its type and payload.
@@ -182,7 +216,7 @@ func ParseMessage(content string) Message {
 		m.FromRole, m.From = content[s[2]:s[3]], content[s[4]:s[5]]
 		body = strings.TrimPrefix(content[s[1]:], "\n")
 	}
-	if i := strings.LastIndex(body, "\n如需回复，请使用 send_message("); i >= 0 {
+	if i := strings.LastIndex(body, replyHint); i >= 0 {
 		body = body[:i]
 	}
 	m.Text = body
