@@ -23,6 +23,9 @@ func TestDelegation(t *testing.T) {
 	outcomes := make(chan as.CollaborationResponsePayload, 8)
 	var delegator, assignee string
 	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if briefTurn(req) {
+			return say(""), nil
+		}
 		last := req.Messages[len(req.Messages)-1]
 		switch req.Agent {
 		case delegator:

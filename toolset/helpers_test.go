@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,6 +45,13 @@ func validBrief() *as.TaskBrief {
 		Outputs:            "the result on the page",
 		CompletionCriteria: "the four operations work",
 	}
+}
+
+// briefTurn reports whether req is the first call of the turn a spawned
+// agent's brief starts, which the scripts here leave idle.
+func briefTurn(req *llm.Request) bool {
+	last := req.Messages[len(req.Messages)-1]
+	return last.Role == llm.RoleUser && strings.Contains(last.Content, "message_type: task_assignment")
 }
 
 // call is a model reply that makes one tool call.

@@ -22,12 +22,15 @@ func TestToolArgumentsAgreeWithTheMessageRules(t *testing.T) {
 		call("1", "state_set", `{"key":"spec"}`),
 		call("2", "state_set", `{"key":"spec","value":{"v":1}}`),
 		call("3", "state_set", `{"key":"spec","value":null}`),
-		call("4", "request_collaboration", `{"to":"root","subtask_description":"x","timeout_seconds":0}`),
+		call("4", "send_message", `{"to":"root","message_type":"collaboration_request","payload":{"subtask_description":"x","timeout_seconds":0}}`),
 		call("5", "delegate_task", `{"assignee":"root","description":"x","timeout_seconds":-1}`),
 		say("done"),
 	}
 	step := 0
 	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if briefTurn(req) {
+			return say(""), nil
+		}
 		if r := lastToolResult(req); r != "" {
 			results <- r
 		}
@@ -42,7 +45,7 @@ func TestToolArgumentsAgreeWithTheMessageRules(t *testing.T) {
 	if _, err := s.SendTextToAgent(ctx, w.ID, "go", ""); err != nil {
 		t.Fatal(err)
 	}
-	for i, want := range []string{`"missing_fields":["value"]`, `"ok":true`, `"ok":true`, `"error":"invalid_argument"`, `"error":"invalid_argument"`} {
+	for i, want := range []string{`"missing_fields":["value"]`, `"ok":true`, `"ok":true`, `"error":"invalid_message_format"`, `"error":"invalid_argument"`} {
 		select {
 		case r := <-results:
 			if !strings.Contains(r, want) {
