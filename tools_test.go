@@ -733,6 +733,9 @@ func TestCollaborationRequestBySendMessage(t *testing.T) {
 	results := make(chan string, 4)
 	step := 0
 	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if last := req.Messages[len(req.Messages)-1]; strings.Contains(last.Content, "message_type: task_assignment") {
+			return llmtest.Say(""), nil // the brief's turn: the request waits for "go"
+		}
 		if r := lastToolResult(req); r != "" {
 			select {
 			case results <- r:
