@@ -220,12 +220,14 @@ func TestRetention_AfterReopening(t *testing.T) {
 		a, _ := s1.Agent(helper.ID())
 		return a.Status == as.StatusTerminated
 	})
+	ended := time.Now()
 	if err := s1.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 
 	s2 := newSociety(t, as.Config{Store: st, Retention: retention, DefaultBehavior: in.behavior(), Logger: quiet})
-	if a, ok := s2.Agent(helper.ID()); !ok || a.Status != as.StatusTerminated {
+	// A loaded machine may take the whole retention to get here.
+	if a, ok := s2.Agent(helper.ID()); (!ok && time.Since(ended) < retention) || (ok && a.Status != as.StatusTerminated) {
 		t.Fatalf("on reopening, the helper is %+v, %v", a, ok)
 	}
 	waitFor(t, "the helper to be forgotten", func() bool {
