@@ -180,6 +180,7 @@ func (p *pendingSend) record(ch *store.Change, withMessage bool) {
 // is one, else to the receiver's mailbox. Called with s.mu held, after the
 // store recorded them.
 func (s *Society) commitSend(p *pendingSend) {
+	s.sentToTask(&p.msg)
 	for _, e := range p.contacts {
 		s.contacts.Add(e.owner, e.c)
 	}
@@ -196,10 +197,7 @@ func (s *Society) commitSend(p *pendingSend) {
 	if r := p.answered; r != nil {
 		r.status = p.status
 		s.retireRequest(r)
-		if r.timer != nil && r.timer.Stop() {
-			s.wg.Done()
-		}
-		r.timer = nil
+		s.stopTimer(r)
 		if r.waiter != nil {
 			r.waiter <- p.msg // buffered, and each request is settled once
 			r.waiter = nil

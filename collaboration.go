@@ -137,20 +137,31 @@ func (s *Society) armTimeout(r *request) {
 		return // once closed, the timer starts again when the society is reopened
 	}
 	s.wg.Add(1)
+	s.busier(r.taskID) // the timeout will answer the request
 	r.timer = time.AfterFunc(time.Until(r.deadline), func() {
 		defer s.wg.Done()
 		s.expire(r.id)
+		s.mu.Lock()
+		s.idler(r.taskID)
+		s.mu.Unlock()
 	})
+}
+
+// stopTimer stops r's timeout, unless it fired already. Called with s.mu
+// held.
+func (s *Society) stopTimer(r *request) {
+	if r.timer != nil && r.timer.Stop() {
+		s.wg.Done()
+		s.idler(r.taskID)
+	}
+	r.timer = nil
 }
 
 // stopTimeouts stops every request's timer. Called by Close with s.mu held,
 // after setting closed; a timer that already fired sees closed and returns.
 func (s *Society) stopTimeouts() {
 	for _, r := range s.requests {
-		if r.timer != nil && r.timer.Stop() {
-			s.wg.Done()
-		}
-		r.timer = nil
+		s.stopTimer(r)
 	}
 }
 

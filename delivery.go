@@ -27,6 +27,9 @@ import (
 // queued and no drainer starts (a durable store keeps it pending; Close
 // records a volatile store's queue).
 func (s *Society) enqueue(a *agent, m Message) (start bool) {
+	if a != s.user.self {
+		s.busier(m.TaskID)
+	}
 	if a.inbox().Push(m) && !s.closed.Load() {
 		s.wg.Add(1) // counted now, started by startDrainer once s.mu is released
 		return true
@@ -102,6 +105,11 @@ func (s *Society) deliver(a *agent, m Message) {
 			s.log.LogAttrs(ctx, slog.LevelError, "recording a termination failed; the agents stay terminating until the society is opened again",
 				slog.String("agent", a.info.ID), slog.String("err", err.Error()))
 		}
+	}
+	if a != s.user.self {
+		s.mu.Lock()
+		s.idler(m.TaskID)
+		s.mu.Unlock()
 	}
 }
 

@@ -68,6 +68,11 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 	mem := a.mind
 	mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleUser, Content: s.Format(m)})
 	tools := s.toolsFor(a.roleName)
+	// A turn is mute when it ends in words and none of its calls told
+	// anyone anything: the society watches for tasks that stall so (see
+	// quiet.go).
+	reached, words := false, ""
+	defer func() { s.noteTurn(m.TaskID, a.info.ID, !reached && words != "", words) }()
 	for step := 0; step < s.cfg.MaxSteps; step++ {
 		s.trimHistory(ctx, a.info.ID, mem)
 		system, err := s.cachedSystemPrompt(a, mem)
@@ -96,6 +101,7 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 			}
 		}
 		if len(reply.ToolCalls) == 0 {
+			words = reply.Content
 			return nil
 		}
 		// A reply whose calls all succeed, one of them with end_turn, ends
@@ -107,6 +113,7 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 			mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: out})
 			end = end || endsTurn(call.Arguments)
 			failed = failed || !ok
+			reached = reached || ok && !reachesNobody(call.Name)
 		}
 		if end && !failed {
 			return nil

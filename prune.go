@@ -132,10 +132,7 @@ func (s *Society) forgetAgent(a *agent) bool {
 func (s *Society) forgetWith(gone map[string]bool) {
 	for id, r := range s.requests {
 		if gone[r.from] || (gone[r.to] && r.status != StatusPending) {
-			if r.timer != nil && r.timer.Stop() {
-				s.wg.Done()
-			}
-			r.timer = nil
+			s.stopTimer(r)
 			delete(s.requests, id)
 		}
 	}

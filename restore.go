@@ -130,6 +130,9 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 		if a.info.Status == StatusTerminating && isHandoff(m) {
 			a.handoff = m.ID // its termination goes on after it
 		}
+		if a != s.user.self {
+			s.busier(m.TaskID)
+		}
 		if a.inbox().Push(m) {
 			waiting = append(waiting, a)
 		}

@@ -196,6 +196,7 @@ type Society struct {
 	roleKeys  map[roleKey]string // (creator, name) -> role id
 	agents    map[string]*agent
 	rootKids  map[string]string // taskID -> root's child
+	tasks     map[string]*activity // the tasks busy or awaited (see quiet.go)
 	spawnKeys map[string]string // spawn key -> child (see turn)
 	requests  map[string]*request
 	intros    introductions
@@ -305,6 +306,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		roleKeys:   make(map[roleKey]string),
 		agents:     make(map[string]*agent),
 		rootKids:   make(map[string]string),
+		tasks:      make(map[string]*activity),
 		spawnKeys:  make(map[string]string),
 		requests:   make(map[string]*request),
 		claims:     make(map[string]chan struct{}),

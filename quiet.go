@@ -1,0 +1,147 @@
+package agentsociety
+
+import (
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"unicode/utf8"
+)
+
+// A task goes quiet when none of its messages is queued or being handled
+// and none of its collaboration requests waits for a timeout: nothing more
+// happens in it until someone writes to it. A task that goes quiet after
+// the user wrote to it, with nothing of it having reached the user since,
+// has stopped without an answer, and nobody would know: a model-driven
+// agent ended its turn with words that reached nobody, or waits for a
+// report that will never come. The society tells the user then, with one
+// status_report from root (status "quiet") naming the agents whose last
+// turn ended in words that reached nobody, with those words. A task that
+// no model-driven agent took part in is left alone: code does what it says.
+
+// StatusQuiet is the status of the report that tells user a task went
+// quiet without an answer (see [Society.SubmitRequirement]).
+const StatusQuiet = "quiet"
+
+// activity is what the society follows of a task's work, to see it go
+// quiet. Guarded by s.mu; a task has one only while it is busy, or quiet
+// and about to be reported.
+type activity struct {
+	busy     int               // its messages queued or being handled (not user's), and its request timers armed
+	awaiting bool              // user wrote to it, and nothing of it reached user since
+	modelled bool              // a model-driven agent handled one of its messages
+	mute     map[string]string // agent id -> the words its last turn ended with, which reached nobody
+}
+
+// activityOf returns task's activity, starting one. Called with s.mu held.
+func (s *Society) activityOf(task string) *activity {
+	t := s.tasks[task]
+	if t == nil {
+		t = &activity{}
+		s.tasks[task] = t
+	}
+	return t
+}
+
+// busier counts one more piece of task's work in flight. Called with s.mu
+// held.
+func (s *Society) busier(task string) { s.activityOf(task).busy++ }
+
+// idler counts one piece of task's work done and, if the task went quiet
+// awaited, starts the report to the user. Called with s.mu held.
+func (s *Society) idler(task string) {
+	t := s.tasks[task]
+	if t == nil {
+		return
+	}
+	if t.busy--; t.busy > 0 {
+		return
+	}
+	if t.awaiting && t.modelled && !s.closed.Load() {
+		s.goFunc(func() { s.reportQuiet(task) })
+		return
+	}
+	delete(s.tasks, task) // a task of code only: nothing to watch while it is quiet
+}
+
+// reachesNobody reports whether a call of the built-in tool name, when it
+// succeeds, tells no other agent or person anything.
+func reachesNobody(name string) bool {
+	switch name {
+	case "find_role_by_name", "create_role", "put_artifact", "get_artifact":
+		return true
+	}
+	return false
+}
+
+// noteTurn records how a model-driven agent's turn on a message of task
+// ended: words that reached nobody (mute, with the words) or not.
+func (s *Society) noteTurn(task, agentID string, mute bool, words string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.activityOf(task)
+	t.modelled = true
+	switch {
+	case mute:
+		if t.mute == nil {
+			t.mute = map[string]string{}
+		}
+		t.mute[agentID] = words
+	case t.mute != nil:
+		delete(t.mute, agentID)
+	}
+}
+
+// sentToTask updates task's activity for a message accepted: one from user
+// awaits an answer, one to user gives it. Called with s.mu held.
+func (s *Society) sentToTask(m *Message) {
+	switch {
+	case m.From == UserID:
+		s.activityOf(m.TaskID).awaiting = true
+	case m.To == UserID:
+		if t := s.tasks[m.TaskID]; t != nil {
+			t.awaiting = false
+			t.mute = nil
+		}
+	}
+}
+
+// reportQuiet tells user that task went quiet without an answer, if it
+// still is: a message may have come meanwhile.
+func (s *Society) reportQuiet(task string) {
+	s.mu.Lock()
+	t := s.tasks[task]
+	if t == nil || t.busy > 0 || !t.awaiting {
+		s.mu.Unlock()
+		return
+	}
+	var b strings.Builder
+	b.WriteString("任务 " + task + " 停了下来：没有智能体在工作，你也还没有收到结果。")
+	if len(t.mute) == 0 {
+		b.WriteString("没有智能体留下未发出的话；可以给负责人发消息询问进展。")
+	}
+	for _, id := range slices.Sorted(maps.Keys(t.mute)) {
+		role := "unknown"
+		if a := s.agents[id]; a != nil {
+			role = a.roleName
+		}
+		b.WriteString("\n- " + id + "（" + role + "）的最后一轮以没有发给任何人的文字结束：" + clip(t.mute[id], 300))
+	}
+	t.awaiting, t.mute = false, nil
+	delete(s.tasks, task)
+	root := &Actor{s: s, a: s.agents[RootID], taskID: task}
+	s.mu.Unlock()
+	ctx := s.runCtx
+	s.log.LogAttrs(ctx, slog.LevelWarn, "task went quiet without an answer", slog.String("task", task))
+	if _, err := s.sendOwn(ctx, root, Outgoing{To: UserID, Type: StatusReport, Payload: StatusReportPayload{Status: StatusQuiet, Text: b.String()}}); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "telling the user of a quiet task failed", slog.String("task", task), slog.String("err", err.Error()))
+	}
+}
+
+// clip returns s cut to at most n runes, marked … when cut.
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	return string([]rune(s)[:n]) + "…"
+}
