@@ -195,9 +195,9 @@ type Society struct {
 	roleOrder []string
 	roleKeys  map[roleKey]string // (creator, name) -> role id
 	agents    map[string]*agent
-	rootKids  map[string]string // taskID -> root's child
+	rootKids  map[string]string    // taskID -> root's child
 	tasks     map[string]*activity // the tasks busy or awaited (see quiet.go)
-	spawnKeys map[string]string // spawn key -> child (see turn)
+	spawnKeys map[string]string    // spawn key -> child (see turn)
 	requests  map[string]*request
 	intros    introductions
 	state     map[stateKey]StateValue
