@@ -264,7 +264,10 @@ func neutralise(content string) string {
 // combining marks are ignored, full-width forms read as ASCII and
 // traditional 來 and 覆 as 来 and 复, so that a look-alike is caught too.
 func forgeable(line string) bool {
-	if line == "" {
+	// Each look-alike needs one of these: 自 (来自), 需 (如需回复), or an
+	// opening parenthesis and an equals sign (send_message(to=), in
+	// ASCII or full width. Most lines have none, and are passed at once.
+	if !strings.ContainsAny(line, "自需") && !(strings.ContainsAny(line, "(（") && strings.ContainsAny(line, "=＝")) {
 		return false
 	}
 	var b strings.Builder

@@ -66,7 +66,11 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		a.mind = &mind{}
 	}
 	mem := a.mind
-	mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleUser, Content: s.Format(m)})
+	content := s.Format(m)
+	if m.Type == TaskAssignment && m.From == a.info.ParentID && mem.brief == "" && len(mem.msgs) == 0 {
+		mem.brief = content // the brief as view pins it
+	}
+	mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleUser, Content: content})
 	tools := s.toolsFor(a.roleName)
 	// A turn is mute when it ends in words and none of its calls told
 	// anyone anything: the society watches for tasks that stall so (see

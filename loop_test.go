@@ -1080,6 +1080,7 @@ func BenchmarkFanOut(b *testing.B) {
 			var wall time.Duration
 			peak := 0
 			b.StopTimer()
+			cpu := startCPU(b) // setting up and closing each society included
 			for range b.N {
 				res := foRun(b, maxCalls, b.StartTimer, b.StopTimer, nil)
 				wall += res.wall
@@ -1088,6 +1089,7 @@ func BenchmarkFanOut(b *testing.B) {
 					b.Fatalf("peak-in-flight = %d with MaxModelCalls = %d, want exactly %d", res.peak, maxCalls, maxCalls)
 				}
 			}
+			cpu.report()
 			b.ReportMetric(float64(wall)/float64(b.N)/float64(foCritical(maxCalls)), "x-critical-path")
 			b.ReportMetric(float64(peak), "peak-in-flight")
 		})

@@ -197,7 +197,9 @@ type Society struct {
 	agents    map[string]*agent
 	rootKids  map[string]string    // taskID -> root's child
 	tasks     map[string]*activity // the tasks busy or awaited (see quiet.go)
-	spawnKeys map[string]string    // spawn key -> child (see turn)
+
+	roleTools sync.Map          // role name -> []llm.Tool, the tools its agents see (see toolsFor)
+	spawnKeys map[string]string // spawn key -> child (see turn)
 	requests  map[string]*request
 	intros    introductions
 	state     map[stateKey]StateValue

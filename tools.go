@@ -140,8 +140,18 @@ func isJSONObject(b []byte) bool {
 	return len(b) > 0 && b[0] == '{' && json.Valid(b)
 }
 
-// toolsFor returns the tool definitions an agent of role roleName sees.
+// toolsFor returns the tool definitions an agent of role roleName sees,
+// the same slice for every agent of the role: callers must not modify it.
 func (s *Society) toolsFor(roleName string) []llm.Tool {
+	if tools, ok := s.roleTools.Load(roleName); ok {
+		return tools.([]llm.Tool)
+	}
+	tools, _ := s.roleTools.LoadOrStore(roleName, s.buildTools(roleName))
+	return tools.([]llm.Tool)
+}
+
+// buildTools returns the tool definitions an agent of role roleName sees.
+func (s *Society) buildTools(roleName string) []llm.Tool {
 	out := make([]llm.Tool, 0, len(builtins)+len(s.cfg.Tools))
 	for _, b := range builtins {
 		out = append(out, b.def)
