@@ -44,26 +44,36 @@
 //
 // Agents without a Go behaviour are driven by Config.Model, an [llm.Model]
 // (llm/openai adapts any OpenAI-compatible endpoint; llm/llmtest scripts one
-// for tests and offline runs). Each delivered message joins the agent's
-// history in the form FormatMessage gives it; the model is called with the
-// agent's system prompt (base.txt, then root.txt or the role prompt, then
-// the agent's id, role, parent, task, brief and contacts), its history and
-// the tools: find_role_by_name, create_role, spawn_agent, send_message,
-// request_collaboration, put_artifact, get_artifact, console_print,
-// terminate_agent, list_contacts, and the host's [Tool]s ([NewTool] makes
-// one with typed arguments; package agentsociety/toolset has seed 004's
-// delegation and state tools). Tool calls run in order and their results,
-// or coded errors as JSON, go back to the model, until it answers without a
-// tool call or Config.MaxSteps calls were made. What the model says without
-// a tool call is logged as its thought and reaches nobody: agents reach
-// each other only through send_message. Model calls across the society run
+// for tests and offline runs). A model-driven child's first message is its
+// brief, a task_assignment from its parent, so that it starts working.
+// Each delivered message joins the agent's history in the form
+// FormatMessage gives it; the model is called with the agent's system
+// prompt (base.txt, then root.txt or the role prompt, then the agent's id,
+// role, task, whom it reports to, its turn's call limit, its contacts, its
+// children per role with those that reported, and each role's Interface
+// Spec once), its history and the tools: find_role_by_name, create_role,
+// spawn_agent, send_message, put_artifact, get_artifact, console_print,
+// terminate_agent, and the host's [Tool]s ([NewTool] makes one with typed
+// arguments; package agentsociety/toolset has seed 004's delegation and
+// state tools). A built-in tool refuses an argument key it does not know,
+// naming the nearest one. Tool calls run in order and their results, or
+// coded errors as JSON, go back to the model, until it answers without a
+// tool call, an answer whose calls all succeeded has one with
+// "end_turn": true, or Config.MaxSteps calls were made. What the model says
+// without a tool call is logged as its thought and reaches nobody: agents
+// reach each other only through send_message. A task that goes quiet with
+// the user's last message unanswered is reported to user by root (status
+// "quiet", see [StatusQuiet]). Model calls across the society run
 // in parallel up to Config.MaxModelCalls, granted in arrival order, each
 // with its own deadline (Config.ModelCallTimeout). Transient failures and
 // calls past their deadline are retried with backoff, in this one layer
 // (llm/openai leaves the SDK's own retries off), and a failure that remains
 // is reported to the agent's parent, as is a reply cut off at the model's
-// output limit without a tool call ([ErrTruncated]). Each history is bounded by Config.HistoryBudget: the oldest turns
-// go first, or are folded into a summary by Config.Summarize.
+// output limit without a tool call ([ErrTruncated]). Each history is
+// bounded by Config.HistoryBudget: the oldest turns go first, or are folded
+// into a summary by Config.Summarize, the brief staying pinned first with a
+// marker counting what was dropped; within one long turn the earlier tool
+// results are elided.
 //
 // # Contacts and introductions
 //

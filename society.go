@@ -131,8 +131,10 @@ type Config struct {
 	// retry after. Zero means DefaultRetryBackoff.
 	RetryBackoff time.Duration
 	// HistoryBudget caps, in bytes of content, the history a model-driven
-	// agent sends with each call; the oldest turns go first. The system
-	// prompt, with the agent's brief, is never cut. Zero means
+	// agent sends with each call; the oldest turns go first, and within a
+	// turn over the budget by itself its earlier tool calls and results are
+	// elided. The system prompt is never cut, and the agent's brief stays
+	// first, with a marker of how many messages were dropped. Zero means
 	// DefaultHistoryBudget.
 	HistoryBudget int
 	// Summarize, when set, folds dropped turns into a summary the agent
