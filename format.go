@@ -70,15 +70,15 @@ func (s *Society) roleNameOf(id string) string {
 }
 
 func messageContent(m Message) string {
-	var f map[string]json.RawMessage
-	if json.Unmarshal(m.Payload, &f) != nil {
-		return string(m.Payload)
-	}
 	if m.Type == TaskAssignment {
 		var b TaskBrief
 		if json.Unmarshal(m.Payload, &b) == nil && b.Validate() == nil {
 			return "message_type: task_assignment\n" + formatBrief(&b, false)
 		}
+	}
+	var f map[string]json.RawMessage
+	if json.Unmarshal(m.Payload, &f) != nil {
+		return string(m.Payload)
 	}
 	var text string
 	hasText := f["text"] != nil && json.Unmarshal(f["text"], &text) == nil
