@@ -270,6 +270,7 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 			record: store.Change{Agents: []store.Agent{rec}, Contacts: contactRecords(entries)},
 			commit: func() {
 				s.addAgent(c)
+				s.progressed(by)
 				for _, e := range entries {
 					s.contacts.Add(e.owner, e.c)
 				}

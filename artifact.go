@@ -66,6 +66,9 @@ func (x *Actor) PutArtifact(ctx context.Context, spec ArtifactSpec) (Artifact, e
 	if err := s.store.PutArtifact(ctx, store.Artifact(a), bytes.Clone(spec.Data)); err != nil {
 		return Artifact{}, s.refuse("put_artifact", by, storeError(err))
 	}
+	s.mu.Lock()
+	s.progressed(by)
+	s.mu.Unlock()
 	s.log.LogAttrs(ctx, slog.LevelInfo, "artifact stored",
 		slog.String("artifact", a.ID), slog.String("name", a.Name), slog.String("by", by), slog.Int64("size", a.Size))
 	return a, nil

@@ -98,6 +98,9 @@ func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter c
 		}
 		return s.accepting(p), nil
 	}); err != nil {
+		if err.Code == ErrLoopDetected {
+			s.loopRefused(ctx, x, out.To, err)
+		}
 		return Message{}, s.refuse("send_message", from.info.ID, err)
 	}
 	s.logMessage(ctx, "message accepted", &p.msg)
@@ -181,6 +184,7 @@ func (p *pendingSend) record(ch *store.Change, withMessage bool) {
 // store recorded them.
 func (s *Society) commitSend(p *pendingSend) {
 	s.sentToTask(&p.msg)
+	s.commitLoop(p)
 	for _, e := range p.contacts {
 		s.contacts.Add(e.owner, e.c)
 	}
@@ -252,9 +256,11 @@ func (s *Society) prepare(p *pendingSend, from *agent, f fields) *Error {
 		p.contacts = append(p.contacts, firstContact(from, m))
 	}
 	if typed(m.Type) {
-		return s.prepareTyped(p, f)
+		if err := s.prepareTyped(p, f); err != nil {
+			return err
+		}
 	}
-	return nil
+	return s.checkLoop(p, f)
 }
 
 // mailboxFull reports whether a has Config.MaxQueued messages waiting.

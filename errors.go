@@ -74,6 +74,10 @@ const (
 	ErrArtifactNotFound Code = "artifact_not_found"
 	// ErrInvalidArtifactRef: a string is not an artifact reference.
 	ErrInvalidArtifactRef Code = "invalid_artifact_ref"
+	// ErrLoopDetected: the loop guard refused a message that would carry on
+	// a loop: two agents talking with no progress, a payload sent again and
+	// again, or a delegation cycle (see LoopGuard).
+	ErrLoopDetected Code = "loop_detected"
 	// ErrClosed: the society is closed.
 	ErrClosed Code = "society_closed"
 	// ErrStore: the store failed; the operation took no effect (see Unwrap).

@@ -130,6 +130,7 @@ func (s *Society) forgetAgent(a *agent) bool {
 // an agent still there stays, for settleRequestsTo to settle: its
 // requester must be told. Called with s.mu held.
 func (s *Society) forgetWith(gone map[string]bool) {
+	s.forgetLoops(gone)
 	for id, r := range s.requests {
 		if gone[r.from] || (gone[r.to] && r.status != StatusPending) {
 			s.stopTimer(r)

@@ -82,6 +82,9 @@ type Config struct {
 	// refusing one would leave its request unsettled. Zero means
 	// DefaultMaxQueued; a negative value means no cap.
 	MaxQueued int
+	// LoopGuard refuses messages that carry on a loop between agents; the
+	// zero value is on, with the defaults (see LoopGuard).
+	LoopGuard LoopGuard
 	// MaxArtifactBytes caps an artifact's size. Zero means DefaultMaxArtifactBytes.
 	MaxArtifactBytes int64
 	// Retention is how long the society keeps in memory what has ended,
@@ -199,6 +202,7 @@ type Society struct {
 	agents    map[string]*agent
 	rootKids  map[string]string    // taskID -> root's child
 	tasks     map[string]*activity // the tasks busy or awaited (see quiet.go)
+	loops     loops                // the loop guard's state (see loopguard.go)
 
 	roleTools sync.Map          // role name -> []llm.Tool, the tools its agents see (see toolsFor)
 	spawnKeys map[string]string // spawn key -> child (see turn)
@@ -289,6 +293,12 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	if cfg.HistoryBudget <= 0 {
 		cfg.HistoryBudget = DefaultHistoryBudget
 	}
+	if cfg.LoopGuard.Rounds <= 0 {
+		cfg.LoopGuard.Rounds = DefaultLoopRounds
+	}
+	if cfg.LoopGuard.Repeats <= 0 {
+		cfg.LoopGuard.Repeats = DefaultLoopRepeats
+	}
 	if err := checkTools(cfg.Tools); err != nil {
 		return nil, err
 	}
@@ -311,6 +321,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		agents:     make(map[string]*agent),
 		rootKids:   make(map[string]string),
 		tasks:      make(map[string]*activity),
+		loops:      newLoops(),
 		spawnKeys:  make(map[string]string),
 		requests:   make(map[string]*request),
 		claims:     make(map[string]chan struct{}),

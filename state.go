@@ -79,7 +79,7 @@ func (x *Actor) SetState(ctx context.Context, key string, value any, scope State
 		return &change{
 			claims: []string{claimState(sk, key)},
 			record: store.Change{States: []store.StateEntry{stateRecord(sk2, v)}},
-			commit: func() { s.putState(sk2, v) },
+			commit: func() { s.putState(sk2, v); s.progressed(x.a.info.ID) },
 		}, nil
 	}); err != nil {
 		return s.refuse("state_set", by, err)

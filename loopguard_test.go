@@ -1,0 +1,136 @@
+package agentsociety_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	as "agentsociety"
+	"agentsociety/llm"
+	"agentsociety/llm/llmtest"
+)
+
+// TestLoopGuard_Acknowledgers: two model-driven agents that thank each
+// other for every message are stopped: after LoopGuard.Rounds answers with
+// no progress the next is refused with loop_detected, which the model
+// reads as a tool error, and on the second refusal their parent is told.
+func TestLoopGuard_Acknowledgers(t *testing.T) {
+	ctx := context.Background()
+	const rounds = 4
+	results := make(chan string, 64)
+	thank := func(req *llm.Request) string {
+		var start string
+		for _, m := range req.Messages {
+			if m.Role == llm.RoleUser {
+				start = m.Content
+			}
+		}
+		from := start[strings.Index(start, "to='")+4:]
+		return `{"to":"` + from[:strings.Index(from, "'")] + `","payload":{"text":"thanks!"}}`
+	}
+	model := llmtest.New(idleOnBrief,
+		// Told of a refusal, an acknowledger tries once more.
+		llmtest.Rule{Name: "after a send", AfterTool: "send_message", Reply: func(req *llm.Request) (*llm.Response, error) {
+			r := lastToolResult(req)
+			results <- r
+			if strings.Contains(r, "loop_detected") && strings.Count(fmt.Sprint(req.Messages), "loop_detected") == 1 {
+				return call("again", "send_message", thank(req)), nil
+			}
+			return llmtest.Say(""), nil
+		}},
+		llmtest.Rule{Name: "thank the sender", LastContains: "如需回复", Reply: func(req *llm.Request) (*llm.Response, error) {
+			return call("t", "send_message", thank(req)), nil
+		}},
+	)
+	parent := newInbox()
+	s := newSociety(t, as.Config{Model: model, LoopGuard: as.LoopGuard{Rounds: rounds}})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", parent.behavior()).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "acker", Prompt: "ack"})
+	a, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := actorOf(t, s, b.ID).SendText(ctx, a.ID, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	// The thanks are accepted until the two have answered each other
+	// rounds times; the next is refused, and so is the retry.
+	var sent int
+	var refused []string
+	for len(refused) < 2 {
+		if r := recv(t, results, "a send's result"); strings.Contains(r, `"error"`) {
+			refused = append(refused, r)
+		} else {
+			sent++
+		}
+	}
+	if sent != rounds {
+		t.Errorf("%d thanks were accepted, want %d", sent, rounds)
+	}
+	for _, r := range refused {
+		if !strings.Contains(r, `"error":"loop_detected"`) || !strings.Contains(r, "with no progress") {
+			t.Errorf("the refusal is %s", r)
+		}
+	}
+	m := parent.next(t)
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || m.Type != as.StatusReport || p.Status != string(as.ErrLoopDetected) || !strings.Contains(p.Text, a.ID) || !strings.Contains(p.Text, b.ID) {
+		t.Fatalf("the parent got %+v (%s), want a loop_detected report naming %s and %s", m, m.Payload, a.ID, b.ID)
+	}
+}
+
+// TestLoopGuard_RepeatsAndCycles: the same payload to the same receiver is
+// refused after LoopGuard.Repeats sends in a row; a collaboration request
+// to an agent already waiting, through open requests, on the requester is
+// refused at once; with the guard off neither is.
+func TestLoopGuard_RepeatsAndCycles(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprint("off=", off), func(t *testing.T) {
+			cfg := as.Config{LoopGuard: as.LoopGuard{Off: off, Repeats: 2}}
+			same := `{"to":"agent-2","payload":{"text":"status?"}}`
+			results := callTools(t, cfg, newInbox().behavior(),
+				toolCall{"send_message", same},
+				toolCall{"send_message", same},
+				toolCall{"send_message", same},
+				toolCall{"send_message", `{"to":"agent-2","payload":{"text":"something else"}}`},
+			)
+			want := []string{`"status":"sent"`, `"status":"sent"`, `"error":"loop_detected"`, `"status":"sent"`}
+			if off {
+				want[2] = `"status":"sent"`
+			}
+			for i, r := range results {
+				if !strings.Contains(r, want[i]) {
+					t.Errorf("send %d gave %s, want %s", i+1, r, want[i])
+				}
+			}
+		})
+	}
+	t.Run("cycle", func(t *testing.T) {
+		ctx := context.Background()
+		// agent-2 (code) asks agent-1 (the model) for help; agent-1,
+		// asking agent-2 back, would wait on an agent waiting on it.
+		in := newInbox()
+		results := make(chan string, 4)
+		model := llmtest.New(idleOnBrief,
+			llmtest.Rule{Name: "ask back", LastContains: "collaboration_request", Response: llmtest.Call("send_message", `{"to":"agent-2","message_type":"collaboration_request","payload":{"subtask_description":"you do it"}}`)},
+			llmtest.Rule{Name: "read", AfterTool: "send_message", Reply: func(req *llm.Request) (*llm.Response, error) {
+				results <- lastToolResult(req)
+				return llmtest.Say(""), nil
+			}},
+		)
+		s := newSociety(t, as.Config{Model: model, Root: noop})
+		lead, helper := chain(t, s, in.behavior())
+		if _, err := helper.RequestCollaboration(ctx, lead.ID(), as.CollaborationRequestPayload{SubtaskDescription: "help me"}, 0); err != nil {
+			t.Fatal(err)
+		}
+		r := recv(t, results, "the model's request's result")
+		if !strings.Contains(r, `"error":"loop_detected"`) || !strings.Contains(r, "delegation cycle: agent-1 → agent-2 → agent-1") {
+			t.Errorf("asking back gave %s", r)
+		}
+	})
+}
