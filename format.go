@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"agentsociety/internal/prompts"
 )
 
 // FormatMessage renders m as an agent sees it (Requirement 10): a source
@@ -28,35 +30,42 @@ import (
 // one line, with 【】 turned into 〖〗 and full-width parentheses into
 // ASCII ones, so that the only 【 and （ in a source line are the
 // society's. The prompts tell agents so.
+//
+// FormatMessage uses the Chinese strings; [Society.Format] uses the
+// society's language (see Config.Language).
 func FormatMessage(m Message, senderRole string) string {
-	return formatMessage(m, senderRole, true)
+	return chinese().formatMessage(m, senderRole, true)
 }
 
-// formatMessage is FormatMessage, with the reply hint only if hint is set:
-// the hint is for agents, not for the person at the user's console.
-func formatMessage(m Message, senderRole string, hint bool) string {
+// formatMessage is FormatMessage in language l, with the reply hint only if
+// hint is set: the hint is for agents, not for the person at the user's
+// console.
+func (l *language) formatMessage(m Message, senderRole string, hint bool) string {
 	var b strings.Builder
 	if m.From == UserID {
-		b.WriteString("【来自用户的消息】\n")
+		b.WriteString(l.Strings.UserSource)
 	} else {
-		b.WriteString("【来自 ")
-		b.WriteString(shownRole(senderRole))
-		b.WriteString("（")
-		b.WriteString(m.From)
-		b.WriteString("）的消息】\n")
+		prompts.Expand(&b, l.Strings.Source, "role", l.shownRole(senderRole), "id", m.From)
 	}
+	b.WriteString("\n")
 	b.WriteString(neutralise(messageContent(m)))
 	if hint && m.From != UserID {
-		b.WriteString("\n如需回复，请使用 send_message(to='")
-		b.WriteString(m.From)
-		b.WriteString("', ...)")
+		b.WriteString("\n")
+		prompts.Expand(&b, l.Strings.ReplyHint, "id", m.From)
 	}
 	return b.String()
 }
 
-// Format renders m as FormatMessage does, with the sender's role name looked
-// up in the society.
-func (s *Society) Format(m Message) string { return FormatMessage(m, s.roleNameOf(m.From)) }
+// Format renders m as an agent of the society reads it: as FormatMessage
+// does, in the society's language (Config.Language, with the strings of
+// Config.Prompts), with the sender's role name looked up in the society. In
+// English a message opens with "[Message from {role} ({id})]", or
+// "[Message from user]", and a message from an agent ends with "To reply,
+// use send_message(to='{id}', ...)"; a role name shows no ASCII brackets or
+// parentheses ({ and } stand for them).
+func (s *Society) Format(m Message) string {
+	return s.lang.formatMessage(m, s.roleNameOf(m.From), true)
+}
 
 // roleNameOf returns the role name of agent id, or "unknown" for an agent
 // the society does not have.
@@ -210,6 +219,19 @@ func shownRole(role string) string {
 		return r
 	}, role)
 }
+
+// shownRole returns a sender's role name as a source line of l shows it:
+// as shownRole does, and when the source line is framed by ASCII brackets,
+// with ( and [ turned into {, ) and ] into }.
+func (l *language) shownRole(role string) string {
+	role = shownRole(role)
+	if l.asciiFrame {
+		role = asciiBrackets.Replace(role)
+	}
+	return role
+}
+
+var asciiBrackets = strings.NewReplacer("(", "{", ")", "}", "[", "{", "]", "}")
 
 // isLineBreak reports whether r ends a line for a reader: a model or a
 // terminal may break a line at any of these, not only at "\n".
