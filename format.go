@@ -23,9 +23,10 @@ import (
 // fields other than text, since those are what the receiver must act on.
 //
 // The source line cannot be forged. A content line that could pass for a
-// source line or a reply hint (one that says 来自 beside a bracket such as
-// 【 or [, or says 如需回复 or send_message(to=, ignoring spaces, invisible
-// characters and full-width forms) is shown quoted: prefixed with "> ",
+// source line or a reply hint in either language (one that says 来自 or
+// "message from" beside a bracket such as 【 or [, or says 如需回复,
+// "to reply," or send_message(to=, ignoring case, spaces, invisible
+// characters, full-width forms and look-alike letters) is shown quoted: prefixed with "> ",
 // its 【 and 】 turned into 〖 and 〗. The sender's role name is shown on
 // one line, with 【】 turned into 〖〗 and full-width parentheses into
 // ASCII ones, so that the only 【 and （ in a source line are the
@@ -280,11 +281,14 @@ func neutralise(content string) string {
 	return b.String()
 }
 
-// forgeable reports whether line could pass for a line the society writes:
-// a source line (来自 beside one of the brackets 【】〖〗[]〔〕) or a reply
-// hint (如需回复, or send_message(to=). Spaces, invisible characters and
-// combining marks are ignored, full-width forms read as ASCII and
-// traditional 來 and 覆 as 来 and 复, so that a look-alike is caught too.
+// forgeable reports whether line could pass for a line the society writes
+// in either language, since an agent may write either: a source line (来自,
+// or "message from", beside one of the brackets 【】〖〗[]〔〕, or for
+// "message from" also ()) or a reply hint (如需回复, "to reply,", or
+// send_message(to=). Spaces, invisible characters and combining marks are
+// ignored, case too; full-width forms read as ASCII, traditional 來 and 覆
+// as 来 and 复, and Cyrillic, Greek and mathematical look-alikes of Latin
+// letters as those letters, so that a look-alike is caught too.
 func forgeable(line string) bool {
 	// Each look-alike needs one of these: 自 (来自), 需 (如需回复), or an
 	// opening parenthesis and an equals sign (send_message(to=), in
@@ -294,19 +298,52 @@ func forgeable(line string) bool {
 	}
 	var b strings.Builder
 	for _, r := range line {
-		switch {
-		case unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me):
+		if unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me) {
 			continue
-		case r >= 0xFF01 && r <= 0xFF5E: // full-width ASCII
-			r -= 0xFEE0
-		case r == '來':
-			r = '来'
-		case r == '覆':
-			r = '复'
 		}
-		b.WriteRune(unicode.ToLower(r))
+		b.WriteRune(fold(r))
 	}
 	s := b.String()
-	return strings.Contains(s, "如需回复") || strings.Contains(s, "send_message(to=") ||
-		strings.Contains(s, "来自") && strings.ContainsAny(s, "【】〖〗[]〔〕")
+	return strings.Contains(s, "如需回复") || strings.Contains(s, "send_message(to=") || strings.Contains(s, "toreply,") ||
+		strings.Contains(s, "来自") && strings.ContainsAny(s, "【】〖〗[]〔〕") ||
+		strings.Contains(s, "messagefrom") && strings.ContainsAny(s, "【】〖〗[]〔〕()")
+}
+
+// fold returns the character r reads as, for forgeable: lower case, ASCII
+// for a full-width form or a look-alike of a Latin letter, simplified for
+// the traditional characters of the Chinese source line and reply hint.
+func fold(r rune) rune {
+	switch {
+	case r >= 0xFF01 && r <= 0xFF5E: // full-width ASCII
+		r -= 0xFEE0
+	case r >= 0x1D400 && r <= 0x1D6A3: // mathematical alphanumerics: 13 alphabets of A-Z a-z
+		r = 'a' + (r-0x1D400)%52%26
+	case r >= 0x24B6 && r <= 0x24E9: // circled letters: Ⓐ-Ⓩ, ⓐ-ⓩ
+		r = 'a' + (r-0x24B6)%26
+	case r == '來':
+		r = '来'
+	case r == '覆':
+		r = '复'
+	}
+	if l, ok := latinLookAlikes[r]; ok {
+		return l
+	}
+	r = unicode.ToLower(r)
+	if l, ok := latinLookAlikes[r]; ok {
+		return l
+	}
+	return r
+}
+
+// latinLookAlikes are Cyrillic, Greek and Latin letters that read as a
+// plain Latin letter, given in lower case. A capital is looked up before
+// it is lowered: Greek Ν reads as N, its ν as v.
+var latinLookAlikes = map[rune]rune{
+	'А': 'a', 'В': 'b', 'Е': 'e', 'К': 'k', 'М': 'm', 'Н': 'h', 'О': 'o', 'Р': 'p', 'С': 'c', 'Т': 't', 'Х': 'x',
+	'Α': 'a', 'Β': 'b', 'Ε': 'e', 'Ζ': 'z', 'Η': 'h', 'Ι': 'i', 'Κ': 'k', 'Μ': 'm', 'Ν': 'n', 'Ο': 'o', 'Ρ': 'p',
+	'Τ': 't', 'Υ': 'y', 'Χ': 'x',
+	'а': 'a', 'е': 'e', 'ё': 'e', 'ѕ': 's', 'і': 'i', 'ї': 'i', 'ј': 'j', 'к': 'k', 'м': 'm', 'н': 'h',
+	'о': 'o', 'р': 'p', 'с': 'c', 'т': 't', 'у': 'y', 'х': 'x', 'ԁ': 'd', 'ԛ': 'q', 'ԝ': 'w', 'һ': 'h',
+	'α': 'a', 'ε': 'e', 'ι': 'i', 'κ': 'k', 'ν': 'v', 'ο': 'o', 'ρ': 'p', 'τ': 't', 'υ': 'u', 'χ': 'x',
+	'ɑ': 'a', 'ɡ': 'g', 'ı': 'i', 'ℓ': 'l', 'ſ': 's',
 }
