@@ -21,8 +21,8 @@ type Language string
 // The languages that ship. The zero Language is Chinese, the language of the
 // seeds and of Requirement 10's strings.
 const (
-	Chinese Language = prompts.Chinese
-	English Language = prompts.English
+	Chinese Language = "zh"
+	English Language = "en"
 )
 
 // language is a society's model-facing text, loaded once: its prompts, its
