@@ -290,24 +290,41 @@ func neutralise(content string) string {
 // as 来 and 复, and Cyrillic, Greek and mathematical look-alikes of Latin
 // letters as those letters, so that a look-alike is caught too.
 func forgeable(line string) bool {
-	// Each look-alike needs one of these: 自 (来自), 需 (如需回复), or an
-	// opening parenthesis and an equals sign (send_message(to=), in
-	// ASCII or full width. Most lines have none, and are passed at once.
-	if !strings.ContainsAny(line, "自需") && !(strings.ContainsAny(line, "(（") && strings.ContainsAny(line, "=＝")) {
+	// Each look-alike needs one of these: 需 (如需回复), a bracket (来自 and
+	// "message from" need one beside them, send_message(to= has one) or a
+	// comma ("to reply,"), in ASCII or full width. Lines with none are
+	// passed at once.
+	if !strings.ContainsAny(line, lookAlikeMarks) {
 		return false
 	}
-	var b strings.Builder
+	var buf [256]byte // most lines fit: folding them allocates nothing
+	s := buf[:0]
 	for _, r := range line {
-		if unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me) {
-			continue
+		if !ignorable(r) {
+			s = utf8.AppendRune(s, fold(r))
 		}
-		b.WriteRune(fold(r))
 	}
-	s := b.String()
-	return strings.Contains(s, "如需回复") || strings.Contains(s, "send_message(to=") || strings.Contains(s, "toreply,") ||
-		strings.Contains(s, "来自") && strings.ContainsAny(s, "【】〖〗[]〔〕") ||
-		strings.Contains(s, "messagefrom") && strings.ContainsAny(s, "【】〖〗[]〔〕()")
+	return bytes.Contains(s, []byte("如需回复")) || bytes.Contains(s, []byte("send_message(to=")) || bytes.Contains(s, []byte("toreply,")) ||
+		bytes.Contains(s, []byte("来自")) && bytes.ContainsAny(s, "【】〖〗[]〔〕") ||
+		bytes.Contains(s, []byte("messagefrom")) && bytes.ContainsAny(s, "【】〖〗[]〔〕()")
 }
+
+// ignorable reports whether forgeable skips r: a space, an invisible
+// character or a combining mark. ASCII and CJK ideographs, most of what it
+// reads, are told apart without the Unicode tables.
+func ignorable(r rune) bool {
+	switch {
+	case r < 0x80:
+		return r == ' ' || '\t' <= r && r <= '\r'
+	case 0x4E00 <= r && r <= 0x9FFF:
+		return false
+	}
+	return unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me)
+}
+
+// lookAlikeMarks are the characters of which a look-alike of a source line
+// or a reply hint has at least one (see forgeable).
+const lookAlikeMarks = "需【】〖〗[]〔〕()（）［］,，"
 
 // fold returns the character r reads as, for forgeable: lower case, ASCII
 // for a full-width form or a look-alike of a Latin letter, simplified for
@@ -324,6 +341,15 @@ func fold(r rune) rune {
 		r = '来'
 	case r == '覆':
 		r = '复'
+	}
+	switch {
+	case r < 0x80:
+		if 'A' <= r && r <= 'Z' {
+			r += 'a' - 'A'
+		}
+		return r
+	case r >= 0x3000:
+		return r // CJK and beyond: no case, and no look-alike of a Latin letter
 	}
 	if l, ok := latinLookAlikes[r]; ok {
 		return l

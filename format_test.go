@@ -380,3 +380,23 @@ func TestForgedLinesInPayloadsAndBriefsAreQuoted(t *testing.T) {
 		t.Fatalf("FormatBrief shows a source line as written:\n%s", brief)
 	}
 }
+
+// BenchmarkFormatMessage formats a message of ordinary prose, Chinese and
+// English, whose lines hold commas and brackets but nothing forged: the
+// cost every delivered message pays for the forgery check.
+func BenchmarkFormatMessage(b *testing.B) {
+	for _, c := range []struct{ name, text string }{
+		{"zh", strings.Repeat("请实现计算器页面（静态网页），支持加减乘除；完成后用 put_artifact 交付，并在汇报里给出工件引用。\n", 20)},
+		{"en", strings.Repeat("Write the calculator page (static HTML), with add, subtract, multiply and divide; deliver it with put_artifact [see the brief].\n", 20)},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			m := as.Message{ID: "msg-1", From: "agent-2", To: "agent-3", Type: as.General, Payload: as.Text(c.text)}
+			b.ReportAllocs()
+			cpu := startCPU(b)
+			for b.Loop() {
+				as.FormatMessage(m, "developer")
+			}
+			cpu.report()
+		})
+	}
+}
