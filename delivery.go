@@ -183,7 +183,7 @@ func (s *Society) reportFailure(a *agent, m Message, err error) {
 	if parent == "" {
 		return // user: nobody above to tell
 	}
-	report := StatusReportPayload{Status: string(StatusError), Text: "handling message " + m.ID + " from " + m.From + " failed: " + firstLine(err.Error())}
+	report := StatusReportPayload{Status: string(StatusError), Text: s.lang.failureReport(m, err)}
 	if _, serr := s.sendOwn(s.runCtx, &Actor{s: s, a: a, taskID: m.TaskID}, Outgoing{To: parent, Type: StatusReport, Payload: report}); serr != nil {
 		s.log.LogAttrs(s.runCtx, slog.LevelWarn, "reporting a failure failed",
 			slog.String("agent", id), slog.String("to", parent), slog.String("err", serr.Error()))

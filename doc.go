@@ -47,7 +47,7 @@
 // for tests and offline runs). A model-driven child's first message is its
 // brief, a task_assignment from its parent, so that it starts working.
 // Each delivered message joins the agent's history in the form
-// FormatMessage gives it; the model is called with the agent's system
+// [Society.Format] gives it; the model is called with the agent's system
 // prompt (base.txt, then root.txt or the role prompt, then the agent's id,
 // role, task, whom it reports to, its turn's call limit, its contacts, its
 // children per role with those that reported, and each role's Interface
@@ -74,6 +74,18 @@
 // into a summary by Config.Summarize, the brief staying pinned first with a
 // marker counting what was dropped; within one long turn the earlier tool
 // results are elided.
+//
+// # Languages
+//
+// Everything a model reads (the system prompts, the tool descriptions, the
+// framing of messages, the markers of a trimmed history, the handoff
+// notice, the report of a failed turn) comes from one prompt set, chosen by
+// Config.Language: [Chinese], the zero value and the seeds' language, whose
+// framing is Requirement 10's (see [FormatMessage]), or [English]. Config.Prompts
+// overrides the chosen set file by file. Error messages in tool results are
+// English in both languages; their codes are what a model acts on. In
+// either language, a line of an agent's text that could pass for a source
+// line or a reply hint of either language is shown quoted.
 //
 // # Contacts and introductions
 //

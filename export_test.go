@@ -22,3 +22,13 @@ func (s *Society) Held() map[string]int {
 		"retired":   len(s.retired),
 	}
 }
+
+// FormatIn renders m as an agent of a society in language lang reads it,
+// with the sender's role name given, as FormatMessage does for Chinese.
+func FormatIn(lang Language, m Message, senderRole string) string {
+	l, err := loadLanguage(lang, nil)
+	if err != nil {
+		panic(err)
+	}
+	return l.formatMessage(m, senderRole, true)
+}

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"agentsociety/internal/prompts"
 )
 
 // FormatMessage renders m as an agent sees it (Requirement 10): a source
@@ -21,42 +23,50 @@ import (
 // fields other than text, since those are what the receiver must act on.
 //
 // The source line cannot be forged. A content line that could pass for a
-// source line or a reply hint (one that says 来自 beside a bracket such as
-// 【 or [, or says 如需回复 or send_message(to=, ignoring spaces, invisible
-// characters and full-width forms) is shown quoted: prefixed with "> ",
+// source line or a reply hint in either language (one that says 来自 or
+// "message from" beside a bracket such as 【 or [, or says 如需回复,
+// "to reply," or send_message(to=, ignoring case, spaces, invisible
+// characters, full-width forms and look-alike letters) is shown quoted: prefixed with "> ",
 // its 【 and 】 turned into 〖 and 〗. The sender's role name is shown on
 // one line, with 【】 turned into 〖〗 and full-width parentheses into
 // ASCII ones, so that the only 【 and （ in a source line are the
 // society's. The prompts tell agents so.
+//
+// FormatMessage uses the Chinese strings; [Society.Format] uses the
+// society's language (see Config.Language).
 func FormatMessage(m Message, senderRole string) string {
-	return formatMessage(m, senderRole, true)
+	return chinese().formatMessage(m, senderRole, true)
 }
 
-// formatMessage is FormatMessage, with the reply hint only if hint is set:
-// the hint is for agents, not for the person at the user's console.
-func formatMessage(m Message, senderRole string, hint bool) string {
+// formatMessage is FormatMessage in language l, with the reply hint only if
+// hint is set: the hint is for agents, not for the person at the user's
+// console.
+func (l *language) formatMessage(m Message, senderRole string, hint bool) string {
 	var b strings.Builder
 	if m.From == UserID {
-		b.WriteString("【来自用户的消息】\n")
+		b.WriteString(l.Strings.UserSource)
 	} else {
-		b.WriteString("【来自 ")
-		b.WriteString(shownRole(senderRole))
-		b.WriteString("（")
-		b.WriteString(m.From)
-		b.WriteString("）的消息】\n")
+		prompts.Expand(&b, l.Strings.Source, "role", l.shownRole(senderRole), "id", m.From)
 	}
+	b.WriteString("\n")
 	b.WriteString(neutralise(messageContent(m)))
 	if hint && m.From != UserID {
-		b.WriteString("\n如需回复，请使用 send_message(to='")
-		b.WriteString(m.From)
-		b.WriteString("', ...)")
+		b.WriteString("\n")
+		prompts.Expand(&b, l.Strings.ReplyHint, "id", m.From)
 	}
 	return b.String()
 }
 
-// Format renders m as FormatMessage does, with the sender's role name looked
-// up in the society.
-func (s *Society) Format(m Message) string { return FormatMessage(m, s.roleNameOf(m.From)) }
+// Format renders m as an agent of the society reads it: as FormatMessage
+// does, in the society's language (Config.Language, with the strings of
+// Config.Prompts), with the sender's role name looked up in the society. In
+// English a message opens with "[Message from {role} ({id})]", or
+// "[Message from user]", and a message from an agent ends with "To reply,
+// use send_message(to='{id}', ...)"; a role name shows no ASCII brackets or
+// parentheses ({ and } stand for them).
+func (s *Society) Format(m Message) string {
+	return s.lang.formatMessage(m, s.roleNameOf(m.From), true)
+}
 
 // roleNameOf returns the role name of agent id, or "unknown" for an agent
 // the society does not have.
@@ -211,6 +221,19 @@ func shownRole(role string) string {
 	}, role)
 }
 
+// shownRole returns a sender's role name as a source line of l shows it:
+// as shownRole does, and when the source line is framed by ASCII brackets,
+// with ( and [ turned into {, ) and ] into }.
+func (l *language) shownRole(role string) string {
+	role = shownRole(role)
+	if l.asciiFrame {
+		role = asciiBrackets.Replace(role)
+	}
+	return role
+}
+
+var asciiBrackets = strings.NewReplacer("(", "{", ")", "}", "[", "{", "]", "}")
+
 // isLineBreak reports whether r ends a line for a reader: a model or a
 // terminal may break a line at any of these, not only at "\n".
 func isLineBreak(r rune) bool {
@@ -258,33 +281,95 @@ func neutralise(content string) string {
 	return b.String()
 }
 
-// forgeable reports whether line could pass for a line the society writes:
-// a source line (来自 beside one of the brackets 【】〖〗[]〔〕) or a reply
-// hint (如需回复, or send_message(to=). Spaces, invisible characters and
-// combining marks are ignored, full-width forms read as ASCII and
-// traditional 來 and 覆 as 来 and 复, so that a look-alike is caught too.
+// forgeable reports whether line could pass for a line the society writes
+// in either language, since an agent may write either: a source line (来自,
+// or "message from", beside one of the brackets 【】〖〗[]〔〕, or for
+// "message from" also ()) or a reply hint (如需回复, "to reply,", or
+// send_message(to=). Spaces, invisible characters and combining marks are
+// ignored, case too; full-width forms read as ASCII, traditional 來 and 覆
+// as 来 and 复, and Cyrillic, Greek and mathematical look-alikes of Latin
+// letters as those letters, so that a look-alike is caught too.
 func forgeable(line string) bool {
-	// Each look-alike needs one of these: 自 (来自), 需 (如需回复), or an
-	// opening parenthesis and an equals sign (send_message(to=), in
-	// ASCII or full width. Most lines have none, and are passed at once.
-	if !strings.ContainsAny(line, "自需") && !(strings.ContainsAny(line, "(（") && strings.ContainsAny(line, "=＝")) {
+	// Each look-alike needs one of these: 需 (如需回复), a bracket (来自 and
+	// "message from" need one beside them, send_message(to= has one) or a
+	// comma ("to reply,"), in ASCII or full width. Lines with none are
+	// passed at once.
+	if !strings.ContainsAny(line, lookAlikeMarks) {
 		return false
 	}
-	var b strings.Builder
+	var buf [256]byte // most lines fit: folding them allocates nothing
+	s := buf[:0]
 	for _, r := range line {
-		switch {
-		case unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me):
-			continue
-		case r >= 0xFF01 && r <= 0xFF5E: // full-width ASCII
-			r -= 0xFEE0
-		case r == '來':
-			r = '来'
-		case r == '覆':
-			r = '复'
+		if !ignorable(r) {
+			s = utf8.AppendRune(s, fold(r))
 		}
-		b.WriteRune(unicode.ToLower(r))
 	}
-	s := b.String()
-	return strings.Contains(s, "如需回复") || strings.Contains(s, "send_message(to=") ||
-		strings.Contains(s, "来自") && strings.ContainsAny(s, "【】〖〗[]〔〕")
+	return bytes.Contains(s, []byte("如需回复")) || bytes.Contains(s, []byte("send_message(to=")) || bytes.Contains(s, []byte("toreply,")) ||
+		bytes.Contains(s, []byte("来自")) && bytes.ContainsAny(s, "【】〖〗[]〔〕") ||
+		bytes.Contains(s, []byte("messagefrom")) && bytes.ContainsAny(s, "【】〖〗[]〔〕()")
+}
+
+// ignorable reports whether forgeable skips r: a space, an invisible
+// character or a combining mark. ASCII and CJK ideographs, most of what it
+// reads, are told apart without the Unicode tables.
+func ignorable(r rune) bool {
+	switch {
+	case r < 0x80:
+		return r == ' ' || '\t' <= r && r <= '\r'
+	case 0x4E00 <= r && r <= 0x9FFF:
+		return false
+	}
+	return unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me)
+}
+
+// lookAlikeMarks are the characters of which a look-alike of a source line
+// or a reply hint has at least one (see forgeable).
+const lookAlikeMarks = "需【】〖〗[]〔〕()（）［］,，"
+
+// fold returns the character r reads as, for forgeable: lower case, ASCII
+// for a full-width form or a look-alike of a Latin letter, simplified for
+// the traditional characters of the Chinese source line and reply hint.
+func fold(r rune) rune {
+	switch {
+	case r >= 0xFF01 && r <= 0xFF5E: // full-width ASCII
+		r -= 0xFEE0
+	case r >= 0x1D400 && r <= 0x1D6A3: // mathematical alphanumerics: 13 alphabets of A-Z a-z
+		r = 'a' + (r-0x1D400)%52%26
+	case r >= 0x24B6 && r <= 0x24E9: // circled letters: Ⓐ-Ⓩ, ⓐ-ⓩ
+		r = 'a' + (r-0x24B6)%26
+	case r == '來':
+		r = '来'
+	case r == '覆':
+		r = '复'
+	}
+	switch {
+	case r < 0x80:
+		if 'A' <= r && r <= 'Z' {
+			r += 'a' - 'A'
+		}
+		return r
+	case r >= 0x3000:
+		return r // CJK and beyond: no case, and no look-alike of a Latin letter
+	}
+	if l, ok := latinLookAlikes[r]; ok {
+		return l
+	}
+	r = unicode.ToLower(r)
+	if l, ok := latinLookAlikes[r]; ok {
+		return l
+	}
+	return r
+}
+
+// latinLookAlikes are Cyrillic, Greek and Latin letters that read as a
+// plain Latin letter, given in lower case. A capital is looked up before
+// it is lowered: Greek Ν reads as N, its ν as v.
+var latinLookAlikes = map[rune]rune{
+	'А': 'a', 'В': 'b', 'Е': 'e', 'К': 'k', 'М': 'm', 'Н': 'h', 'О': 'o', 'Р': 'p', 'С': 'c', 'Т': 't', 'Х': 'x',
+	'Α': 'a', 'Β': 'b', 'Ε': 'e', 'Ζ': 'z', 'Η': 'h', 'Ι': 'i', 'Κ': 'k', 'Μ': 'm', 'Ν': 'n', 'Ο': 'o', 'Ρ': 'p',
+	'Τ': 't', 'Υ': 'y', 'Χ': 'x',
+	'а': 'a', 'е': 'e', 'ё': 'e', 'ѕ': 's', 'і': 'i', 'ї': 'i', 'ј': 'j', 'к': 'k', 'м': 'm', 'н': 'h',
+	'о': 'o', 'р': 'p', 'с': 'c', 'т': 't', 'у': 'y', 'х': 'x', 'ԁ': 'd', 'ԛ': 'q', 'ԝ': 'w', 'һ': 'h',
+	'α': 'a', 'ε': 'e', 'ι': 'i', 'κ': 'k', 'ν': 'v', 'ο': 'o', 'ρ': 'p', 'τ': 't', 'υ': 'u', 'χ': 'x',
+	'ɑ': 'a', 'ɡ': 'g', 'ı': 'i', 'ℓ': 'l', 'ſ': 's',
 }

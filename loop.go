@@ -208,7 +208,8 @@ func (s *Society) cachedSystemPrompt(a *agent, mem *mind) (string, error) {
 func (s *Society) systemPrompt(a *agent) (string, error) {
 	contacts := s.contacts.List(a.info.ID)
 	// Role names are agents' words: shown as a source line shows them.
-	f := prompts.Facts{ID: a.info.ID, Role: shownRole(a.roleName), TaskID: a.info.TaskID,
+	l := s.lang
+	f := prompts.Facts{ID: a.info.ID, Role: l.shownRole(a.roleName), TaskID: a.info.TaskID,
 		MaxSteps: s.cfg.MaxSteps, Assigned: a.info.ID != RootID}
 	var rolePrompt string
 	type group struct{ reported, waiting []string }
@@ -219,7 +220,7 @@ func (s *Society) systemPrompt(a *agent) (string, error) {
 		rolePrompt = r.Prompt
 	}
 	if p := s.agents[a.info.ParentID]; p != nil {
-		f.Parent = p.info.ID + "（" + shownRole(p.roleName) + "）"
+		f.Parent = l.parent(p.info.ID, p.roleName)
 		f.ReportTo = p.info.ID
 		if p.info.ID == RootID {
 			f.ReportTo = UserID
@@ -249,24 +250,24 @@ func (s *Society) systemPrompt(a *agent) (string, error) {
 			b, _ := json.Marshal(c.InterfaceSpec)
 			if key := c.Role + "\x00" + string(b); !seen[key] {
 				seen[key] = true
-				f.Interfaces = append(f.Interfaces, prompts.Interface{Role: shownRole(c.Role), Spec: string(b)})
+				f.Interfaces = append(f.Interfaces, prompts.Interface{Role: l.shownRole(c.Role), Spec: string(b)})
 			}
 		}
 		if c.Source != SourceChild || children[c.Role] == nil {
-			f.Contacts = append(f.Contacts, prompts.Contact{ID: c.ID, Role: shownRole(c.Role), Source: string(c.Source), IntroducedBy: c.IntroducedBy, Note: neutralise(c.Note)})
+			f.Contacts = append(f.Contacts, prompts.Contact{ID: c.ID, Role: l.shownRole(c.Role), Source: string(c.Source), IntroducedBy: c.IntroducedBy, Note: neutralise(c.Note)})
 		}
 	}
 	for _, r := range roles {
 		g := children[r]
-		f.Children = append(f.Children, prompts.Children{Role: shownRole(r), Reported: idList(g.reported), Waiting: idList(g.waiting)})
+		f.Children = append(f.Children, prompts.Children{Role: l.shownRole(r), Reported: idList(g.reported, l.Strings.ListSeparator), Waiting: idList(g.waiting, l.Strings.ListSeparator)})
 	}
-	return s.prompts.System(a.info.ID == RootID, rolePrompt, f)
+	return l.System(a.info.ID == RootID, rolePrompt, f)
 }
 
-// idList joins agent ids with 、, a run of consecutive ids ("agent-2",
+// idList joins agent ids with sep, a run of consecutive ids ("agent-2",
 // "agent-3", "agent-4") written as its ends ("agent-2..agent-4"): children
 // spawned together have consecutive ids, so a list of fifty is short.
-func idList(ids []string) string {
+func idList(ids []string, sep string) string {
 	var b strings.Builder
 	for i := 0; i < len(ids); {
 		j := i
@@ -274,7 +275,7 @@ func idList(ids []string) string {
 			j++
 		}
 		if b.Len() > 0 {
-			b.WriteString("、")
+			b.WriteString(sep)
 		}
 		b.WriteString(ids[i])
 		if j > i {
@@ -365,9 +366,9 @@ func (s *Society) view(a *agent, mem *mind) []llm.Message {
 	}
 	switch {
 	case mem.summary != "":
-		out = append(out, llm.Message{Role: llm.RoleUser, Content: "【此前对话摘要】\n" + mem.summary})
+		out = append(out, llm.Message{Role: llm.RoleUser, Content: s.lang.summary(mem.summary)})
 	case mem.dropped > 0:
-		out = append(out, llm.Message{Role: llm.RoleUser, Content: "【较早的 " + itoa(mem.dropped) + " 条消息已省略】"})
+		out = append(out, llm.Message{Role: llm.RoleUser, Content: s.lang.dropped(mem.dropped)})
 	}
 	head := len(out)
 	out = append(out, mem.msgs...)
@@ -389,6 +390,7 @@ func (s *Society) view(a *agent, mem *mind) []llm.Message {
 			break
 		}
 	}
+	elidedResult := s.lang.elided
 	for i := start + 1; i >= head+1 && i < last && size > s.cfg.HistoryBudget; i++ {
 		m := out[i]
 		before := messageSize(m)
@@ -410,11 +412,9 @@ func (s *Society) view(a *agent, mem *mind) []llm.Message {
 	return out
 }
 
-// What view puts in place of the content of a long turn's earlier steps.
-const (
-	elidedResult = `{"elided":"此结果已从上下文中省略以节省空间；需要时请再次调用工具"}`
-	elidedArgs   = `{"elided":true}`
-)
+// What view puts in place of the arguments of a long turn's earlier tool
+// calls; their results become the language's elided note.
+const elidedArgs = `{"elided":true}`
 
 // briefMessage returns a's brief as its first message presents it: the
 // task_assignment from its parent.
@@ -423,7 +423,7 @@ func (s *Society) briefMessage(a *agent) string {
 	if err != nil {
 		return ""
 	}
-	return FormatMessage(Message{From: a.info.ParentID, To: a.info.ID, Type: TaskAssignment, Payload: brief}, s.roleNameOf(a.info.ParentID))
+	return s.Format(Message{From: a.info.ParentID, To: a.info.ID, Type: TaskAssignment, Payload: brief})
 }
 
 // nextTurn returns the index of the first delivered message after from that

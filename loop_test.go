@@ -740,11 +740,11 @@ func systemPrompts(t *testing.T, prompts fs.FS) (root, worker string, workerID s
 	return root, worker, w.ID
 }
 
-// defaultPrompt reads one of the embedded default prompt files from the
+// defaultPrompt reads one of the embedded default (Chinese) prompt files from the
 // source tree.
 func defaultPrompt(t *testing.T, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("internal", "prompts", name))
+	b, err := os.ReadFile(filepath.Join("internal", "prompts", "zh", name))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -40,22 +40,37 @@ func (c *promptCapture) get(id string) *llm.Request {
 	return c.last[id]
 }
 
-// orgPrompts builds root, a lead with children workers and returns the
-// requests of root, the lead (after its children were spawned) and a worker.
-func orgPrompts(t *testing.T, children int) (root, lead, worker *llm.Request) {
+// orgTexts are the words the host and agents write in orgPrompts, in one
+// language.
+type orgTexts struct {
+	requirement, leadRole, leadPrompt, workerPrompt, services, input, output, question string
+}
+
+var orgWords = map[as.Language]orgTexts{
+	as.Chinese: {"做一个计算器网页", "负责人", "负责整个计算器需求：拆分工作、汇总结果并交付给用户。",
+		"实现委托书要求的网页代码，用 put_artifact 交付。", "写前端代码", "任务委托书", "artifact 引用", "进展如何？"},
+	as.English: {"Build a calculator web page", "lead", "Own the whole calculator requirement: split the work, gather the results and deliver them to the user.",
+		"Write the web page code the brief asks for and deliver it with put_artifact.", "writes front-end code", "a task brief", "an artifact reference", "How is it going?"},
+}
+
+// orgPrompts builds root, a lead with children workers in a society of
+// language lang and returns the requests of root, the lead (after its
+// children were spawned) and a worker.
+func orgPrompts(t *testing.T, lang as.Language, children int) (root, lead, worker *llm.Request) {
 	t.Helper()
 	ctx := context.Background()
+	w := orgWords[lang]
 	var c promptCapture
-	s := newSociety(t, as.Config{Model: c.model()})
-	task, err := s.SubmitRequirement(ctx, "做一个计算器网页")
+	s := newSociety(t, as.Config{Language: lang, Model: c.model()})
+	task, err := s.SubmitRequirement(ctx, w.requirement)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "root's turn", func() bool { return c.get(as.RootID) != nil })
-	leadAgent := rootSpawn(t, s, task, "负责人", "负责整个计算器需求：拆分工作、汇总结果并交付给用户。", nil)
+	leadAgent := rootSpawn(t, s, task, w.leadRole, w.leadPrompt, nil)
 	leadActor := actorOf(t, s, leadAgent.ID)
-	role, _, err := leadActor.CreateRole(ctx, as.RoleSpec{Name: "developer", Prompt: "实现委托书要求的网页代码，用 put_artifact 交付。",
-		InterfaceSpec: &as.InterfaceSpec{Services: "写前端代码", InputFormat: "任务委托书", OutputFormat: "artifact 引用"}})
+	role, _, err := leadActor.CreateRole(ctx, as.RoleSpec{Name: "developer", Prompt: w.workerPrompt,
+		InterfaceSpec: &as.InterfaceSpec{Services: w.services, InputFormat: w.input, OutputFormat: w.output}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,12 +83,12 @@ func orgPrompts(t *testing.T, children int) (root, lead, worker *llm.Request) {
 		kids = append(kids, k.ID)
 	}
 	waitFor(t, "every worker's first turn", func() bool { return c.get(kids[len(kids)-1]) != nil })
-	if _, err := s.SendTextToAgent(ctx, leadAgent.ID, "进展如何？", ""); err != nil {
+	if _, err := s.SendTextToAgent(ctx, leadAgent.ID, w.question, ""); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the lead's turn on the user's message", func() bool {
 		r := c.get(leadAgent.ID)
-		return r != nil && strings.Contains(r.Messages[len(r.Messages)-1].Content, "进展如何")
+		return r != nil && strings.Contains(r.Messages[len(r.Messages)-1].Content, w.question)
 	})
 	return c.get(as.RootID), c.get(leadAgent.ID), c.get(kids[0])
 }
@@ -108,22 +123,26 @@ func overhead(t testing.TB, req *llm.Request) (system, tools int) {
 	return system, tools
 }
 
-// TestPromptOverhead prints, for root, a lead with three children and a
-// worker, the system prompt and tool schemas a model receives, with their
-// o200k token counts, and fails if the fixed overhead of any of them is
-// over maxOverheadTokens. Run with -v to read them.
+// TestPromptOverhead prints, in each language, for root, a lead with three
+// children and a worker, the system prompt and tool schemas a model
+// receives, with their o200k token counts, and fails if the fixed overhead
+// of any of them is over maxOverheadTokens. Run with -v to read them.
 func TestPromptOverhead(t *testing.T) {
-	root, lead, worker := orgPrompts(t, 3)
-	for _, c := range []struct {
-		name string
-		req  *llm.Request
-	}{{"root", root}, {"lead", lead}, {"worker", worker}} {
-		sys, tools := overhead(t, c.req)
-		schemas, _ := json.MarshalIndent(c.req.Tools, "", "  ")
-		t.Logf("%s: system prompt %d o200k tokens + tool schemas %d = %d\n--- system prompt ---\n%s\n--- tools ---\n%s", c.name, sys, tools, sys+tools, c.req.System, schemas)
-		if sys+tools > maxOverheadTokens {
-			t.Errorf("%s: fixed overhead %d o200k tokens, over the budget of %d", c.name, sys+tools, maxOverheadTokens)
-		}
+	for _, lang := range []as.Language{as.Chinese, as.English} {
+		t.Run(string(lang), func(t *testing.T) {
+			root, lead, worker := orgPrompts(t, lang, 3)
+			for _, c := range []struct {
+				name string
+				req  *llm.Request
+			}{{"root", root}, {"lead", lead}, {"worker", worker}} {
+				sys, tools := overhead(t, c.req)
+				schemas, _ := json.MarshalIndent(c.req.Tools, "", "  ")
+				t.Logf("%s, %s: system prompt %d o200k tokens + tool schemas %d = %d\n--- system prompt ---\n%s\n--- tools ---\n%s", lang, c.name, sys, tools, sys+tools, c.req.System, schemas)
+				if sys+tools > maxOverheadTokens {
+					t.Errorf("%s, %s: fixed overhead %d o200k tokens, over the budget of %d", lang, c.name, sys+tools, maxOverheadTokens)
+				}
+			}
+		})
 	}
 }
 
@@ -131,16 +150,20 @@ func TestPromptOverhead(t *testing.T) {
 // children is at most a few tokens per child longer than with 5: a child
 // is an id in a list, and its role's Interface Spec is shown once.
 func TestPromptDoesNotGrowWithTheOrganisation(t *testing.T) {
-	_, small, _ := orgPrompts(t, 5)
-	_, large, _ := orgPrompts(t, 50)
-	s, _ := overhead(t, small)
-	l, _ := overhead(t, large)
-	perChild := float64(l-s) / 45
-	t.Logf("lead's system prompt: %d tokens with 5 children, %d with 50: %.1f tokens per child", s, l, perChild)
-	if perChild > 4 {
-		t.Errorf("the lead's system prompt grows by %.1f tokens per child, want at most 4:\n%s", perChild, large.System)
-	}
-	if n := strings.Count(large.System, "写前端代码"); n != 1 {
-		t.Errorf("the role's Interface Spec is shown %d times, want once:\n%s", n, large.System)
+	for _, lang := range []as.Language{as.Chinese, as.English} {
+		t.Run(string(lang), func(t *testing.T) {
+			_, small, _ := orgPrompts(t, lang, 5)
+			_, large, _ := orgPrompts(t, lang, 50)
+			s, _ := overhead(t, small)
+			l, _ := overhead(t, large)
+			perChild := float64(l-s) / 45
+			t.Logf("%s: lead's system prompt: %d tokens with 5 children, %d with 50: %.1f tokens per child", lang, s, l, perChild)
+			if perChild > 4 {
+				t.Errorf("the lead's system prompt grows by %.1f tokens per child, want at most 4:\n%s", perChild, large.System)
+			}
+			if n := strings.Count(large.System, orgWords[lang].services); n != 1 {
+				t.Errorf("the role's Interface Spec is shown %d times, want once:\n%s", n, large.System)
+			}
+		})
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"agentsociety/internal/ids"
-	"agentsociety/internal/prompts"
 	"agentsociety/llm"
 	"agentsociety/store"
 )
@@ -143,9 +142,18 @@ type Config struct {
 	// Summarize, when set, folds dropped turns into a summary the agent
 	// keeps seeing.
 	Summarize Summarizer
-	// Prompts overrides the embedded prompts file by file: base.txt,
-	// root.txt and runtime.tmpl (a text/template). Pass os.DirFS("data/prompts")
-	// for a host directory. Nil means the embedded defaults.
+	// Language selects the model-facing text: the system prompts, the tool
+	// descriptions, the framing of messages, the history markers, the
+	// handoff notice and the failure report. The zero value means Chinese,
+	// whose framing is Requirement 10's (see FormatMessage); English ships
+	// beside it. Error messages in tool results are English in both.
+	Language Language
+	// Prompts overrides the embedded prompts of Language file by file:
+	// base.txt, root.txt, runtime.tmpl (a text/template) and strings.json
+	// (the short strings and tool descriptions, overridden key by key; see
+	// internal/prompts/zh/strings.json for the keys). Pass
+	// os.DirFS("data/prompts") for a host directory. Nil means the embedded
+	// defaults.
 	Prompts fs.FS
 	// Tools are host tools offered to model-driven agents beside the
 	// built-in ones.
@@ -183,7 +191,7 @@ type Society struct {
 	log   *slog.Logger
 	user  *userEndpoint
 
-	prompts    *prompts.Set
+	lang       *language           // the model-facing text
 	modelSlots *semaphore.Weighted // caps model calls in flight
 
 	roleIDs  *ids.Sequence
@@ -303,7 +311,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		return nil, err
 	}
 	cfg.Tools = slices.Clone(cfg.Tools)
-	set, err := prompts.Load(cfg.Prompts)
+	lang, err := loadLanguage(cfg.Language, cfg.Prompts)
 	if err != nil {
 		return nil, fmt.Errorf("agentsociety: %w", err)
 	}
@@ -326,7 +334,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		requests:   make(map[string]*request),
 		claims:     make(map[string]chan struct{}),
 		state:      make(map[stateKey]StateValue),
-		prompts:    set,
+		lang:       lang,
 		modelSlots: semaphore.NewWeighted(int64(cfg.MaxModelCalls)),
 	}
 	if v, ok := cfg.Store.(store.Volatile); ok && v.Volatile() {

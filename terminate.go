@@ -20,8 +20,10 @@ const (
 )
 
 // HandoffText is what an agent being terminated is told in its handoff turn,
-// the last message it handles (seed 002 §6.6.7). Its payload also carries
-// "handoff": true, for Go behaviours.
+// the last message it handles (seed 002 §6.6.7), in Chinese, the default
+// language: a society sends the text of its Config.Language (and
+// Config.Prompts). Its payload also carries "handoff": true, for Go
+// behaviours, whatever the language.
 const HandoffText = "【终止通知】你即将被终止。请先完成交接：把关键状态与产出写成工件（put_artifact），用 status_report 把工件引用汇报给父级，然后结束。你的下级会随你一起终止。"
 
 // Terminate ends agent id, which must be a descendant of this agent: id gets
@@ -64,7 +66,7 @@ func (s *Society) terminate(ctx context.Context, by *agent, id string) error {
 		if err != nil {
 			return nil, err
 		}
-		payload, _ := marshal(map[string]any{"text": HandoffText, "handoff": true})
+		payload, _ := marshal(map[string]any{"text": s.lang.Strings.Handoff, "handoff": true})
 		p := &pendingSend{msg: Message{From: from.info.ID, To: id, TaskID: a.info.TaskID, Type: General, Payload: payload, SentAt: time.Now()}, to: a}
 		c := s.accepting(p) // claims a, the receiver
 		c.record.Agents = []store.Agent{rec}

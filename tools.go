@@ -63,10 +63,14 @@ func NewTool[A any](name, description string, schema json.RawMessage, fn func(ct
 	return t
 }
 
-// builtin is a tool every model-driven agent has.
+// builtin is a tool every model-driven agent has. Its description, and
+// those of its parameters, are the society's language's (see language.go):
+// params is its JSON Schema with a placeholder, {name}, where the
+// description of parameter name goes.
 type builtin struct {
-	def llm.Tool
-	run func(ctx context.Context, x *Actor, args json.RawMessage) (any, error)
+	name   string
+	params string
+	run    func(ctx context.Context, x *Actor, args json.RawMessage) (any, error)
 }
 
 // The built-in tools, in the order a model sees them. Schemas and
@@ -74,27 +78,19 @@ type builtin struct {
 // What the system prompt already says (contacts, the rules of the society)
 // is not repeated here, and no tool only reads what the prompt shows.
 var builtins = []builtin{
-	{llm.Tool{Name: "find_role_by_name", Description: "按名查岗位（含他人创建的）。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`)}, toolFindRole},
-	{llm.Tool{Name: "create_role", Description: "创建你自己的岗位（同名则复用），供 spawn_agent 用。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"rolePrompt":{"type":"string"},"interface_spec":{"type":"object","description":"services、input_format、output_format"}},"required":["name","rolePrompt"]}`)}, toolCreateRole},
-	{llm.Tool{Name: "spawn_agent", Description: "在你的岗位上创建子智能体，它收到 taskBrief 即开工。taskBrief 另可有 collaborators（[{agentId, description}]）、references。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"roleId":{"type":"string"},"taskBrief":{"type":"object","properties":{"objective":{"type":"string"},"constraints":{"type":"array","items":{"type":"string"}},"inputs":{"type":"string"},"outputs":{"type":"string"},"completion_criteria":{"type":"string"}},"required":["objective","constraints","inputs","outputs","completion_criteria"]},"end_turn":{"type":"boolean"}},"required":["roleId","taskBrief"]}`)}, toolSpawn},
-	{llm.Tool{Name: "send_message", Description: "发消息给 to（智能体 ID 或 user）。各 message_type 的 payload：general、status_report：{text}；collaboration_request：{subtask_description, context?, timeout_seconds?}，结果以后以 collaboration_response 到达；collaboration_response：{request_id, status: completed|error|rejected, result_data|error_message}；introduction_request：{reason, required_capability}；introduction_response：{target_agent_id?, advice}。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"to":{"type":"string"},"message_type":{"type":"string"},"payload":{"type":"object"},"end_turn":{"type":"boolean"}},"required":["to","payload"]}`)}, toolSend},
-	{llm.Tool{Name: "put_artifact", Description: "保存工件，返回引用。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string"},"media_type":{"type":"string"},"content":{"type":"string"}},"required":["name","content"]}`)}, toolPutArtifact},
-	{llm.Tool{Name: "get_artifact", Description: "读工件，从 offset 起至多 limit 字节（默认 8192）；截断时给 next_offset。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"ref":{"type":"string"},"offset":{"type":"integer"},"limit":{"type":"integer"}},"required":["ref"]}`)}, toolGetArtifact},
-	{llm.Tool{Name: "console_print", Description: "在用户控制台显示一行进度。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`)}, toolConsolePrint},
-	{llm.Tool{Name: "terminate_agent", Description: "终止你的一个已汇报的下级及其下级；它先有一回合交接。",
-		Parameters: json.RawMessage(`{"type":"object","properties":{"agentId":{"type":"string"}},"required":["agentId"]}`)}, toolTerminate},
+	{"find_role_by_name", `{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`, toolFindRole},
+	{"create_role", `{"type":"object","properties":{"name":{"type":"string"},"rolePrompt":{"type":"string"},"interface_spec":{"type":"object","description":{interface_spec}}},"required":["name","rolePrompt"]}`, toolCreateRole},
+	{"spawn_agent", `{"type":"object","properties":{"roleId":{"type":"string"},"taskBrief":{"type":"object","properties":{"objective":{"type":"string"},"constraints":{"type":"array","items":{"type":"string"}},"inputs":{"type":"string"},"outputs":{"type":"string"},"completion_criteria":{"type":"string"}},"required":["objective","constraints","inputs","outputs","completion_criteria"]},"end_turn":{"type":"boolean"}},"required":["roleId","taskBrief"]}`, toolSpawn},
+	{"send_message", `{"type":"object","properties":{"to":{"type":"string"},"message_type":{"type":"string"},"payload":{"type":"object"},"end_turn":{"type":"boolean"}},"required":["to","payload"]}`, toolSend},
+	{"put_artifact", `{"type":"object","properties":{"name":{"type":"string"},"media_type":{"type":"string"},"content":{"type":"string"}},"required":["name","content"]}`, toolPutArtifact},
+	{"get_artifact", `{"type":"object","properties":{"ref":{"type":"string"},"offset":{"type":"integer"},"limit":{"type":"integer"}},"required":["ref"]}`, toolGetArtifact},
+	{"console_print", `{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`, toolConsolePrint},
+	{"terminate_agent", `{"type":"object","properties":{"agentId":{"type":"string"}},"required":["agentId"]}`, toolTerminate},
 }
 
 func builtinNamed(name string) *builtin {
 	for i := range builtins {
-		if builtins[i].def.Name == name {
+		if builtins[i].name == name {
 			return &builtins[i]
 		}
 	}
@@ -153,9 +149,7 @@ func (s *Society) toolsFor(roleName string) []llm.Tool {
 // buildTools returns the tool definitions an agent of role roleName sees.
 func (s *Society) buildTools(roleName string) []llm.Tool {
 	out := make([]llm.Tool, 0, len(builtins)+len(s.cfg.Tools))
-	for _, b := range builtins {
-		out = append(out, b.def)
-	}
+	out = append(out, s.lang.tools...)
 	for _, t := range s.cfg.Tools {
 		if len(t.Roles) == 0 || slices.Contains(t.Roles, roleName) {
 			params := t.Parameters

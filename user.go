@@ -154,7 +154,7 @@ func (u *userEndpoint) HandleMessage(ctx context.Context, _ *Actor, m Message) e
 	role := u.s.roleNameOf(m.From)
 	u.s.log.LogAttrs(ctx, slog.LevelInfo, "message to user",
 		slog.String("msg", m.ID), slog.String("from", m.From), slog.String("role", role), slog.String("task", m.TaskID))
-	u.print(formatMessage(m, role, false) + "\n\n")
+	u.print(u.s.lang.formatMessage(m, role, false) + "\n\n")
 	u.mu.Lock()
 	subs := slices.Clone(u.subs)
 	u.mu.Unlock()

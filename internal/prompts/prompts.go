@@ -1,49 +1,218 @@
-// Package prompts holds the society's default prompts and assembles an
-// agent's system prompt from them.
+// Package prompts holds the society's default prompts, one set per
+// language, and assembles an agent's system prompt from them.
 //
-// The defaults are embedded; a host may override any file by name with its
-// own fs.FS (a directory such as data/prompts, through os.DirFS).
+// Each language is a directory of embedded files: base.txt, root.txt,
+// runtime.tmpl and strings.json (the short strings: the message framing,
+// the history markers, the handoff notice, the tool descriptions). A host
+// may override any file by name with its own fs.FS (a directory such as
+// data/prompts, through os.DirFS), on top of the language it chose;
+// strings.json is overridden key by key.
 package prompts
 
 import (
+	"bytes"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"path"
 	"strings"
 	"text/template"
 )
 
-//go:embed base.txt root.txt runtime.tmpl
+//go:embed zh en
 var defaults embed.FS
+
+// The languages that ship.
+const (
+	Chinese = "zh"
+	English = "en"
+)
 
 // The file names a host may override.
 const (
 	BaseFile    = "base.txt"
 	RootFile    = "root.txt"
 	RuntimeFile = "runtime.tmpl"
+	StringsFile = "strings.json"
 )
 
-// Set is a loaded set of prompts. It is immutable and safe for concurrent use.
+// Strings are the short model-facing strings of a language. A string may
+// hold placeholders, written {name}, which Expand fills in; each field says
+// which it may hold.
+type Strings struct {
+	// RoleHeading opens the role prompt in the system prompt.
+	RoleHeading string `json:"role_heading"`
+	// Parent shows an agent's parent in the runtime facts: {id}, {role}.
+	Parent string `json:"parent"`
+	// ListSeparator joins agent ids in the runtime facts.
+	ListSeparator string `json:"list_separator"`
+	// Source is the first line of a message from an agent: {role}, {id}.
+	Source string `json:"source"`
+	// UserSource is the first line of a message from user.
+	UserSource string `json:"user_source"`
+	// ReplyHint is the last line of a message from an agent: {id}.
+	ReplyHint string `json:"reply_hint"`
+	// Summary opens the summary of the turns trimmed from a history.
+	Summary string `json:"summary"`
+	// Dropped says how many messages were trimmed from a history: {n}.
+	Dropped string `json:"dropped"`
+	// ElidedResult replaces a tool result elided from a long turn.
+	ElidedResult string `json:"elided_result"`
+	// Handoff is the text of the message an agent being terminated gets.
+	Handoff string `json:"handoff"`
+	// FailureReport is the text of the status_report that says a turn
+	// failed: {message}, {from}, {error}.
+	FailureReport string `json:"failure_report"`
+	// Tools are the built-in tools' texts, by tool name. A host's
+	// strings.json replaces a tool's entry whole.
+	Tools map[string]ToolText `json:"tools"`
+}
+
+// ToolText is what a model reads of a built-in tool.
+type ToolText struct {
+	Description string `json:"description"`
+	// Parameters are the descriptions of parameters, by name.
+	Parameters map[string]string `json:"parameters,omitempty"`
+}
+
+// placeholders lists, for each string that may hold placeholders, those it
+// may hold; a string not listed may hold none.
+func (s *Strings) placeholders() []struct {
+	name, value string
+	allowed     []string
+} {
+	return []struct {
+		name, value string
+		allowed     []string
+	}{
+		{"role_heading", s.RoleHeading, nil},
+		{"parent", s.Parent, []string{"id", "role"}},
+		{"list_separator", s.ListSeparator, nil},
+		{"source", s.Source, []string{"role", "id"}},
+		{"user_source", s.UserSource, nil},
+		{"reply_hint", s.ReplyHint, []string{"id"}},
+		{"summary", s.Summary, nil},
+		{"dropped", s.Dropped, []string{"n"}},
+		{"elided_result", s.ElidedResult, nil},
+		{"handoff", s.Handoff, nil},
+		{"failure_report", s.FailureReport, []string{"message", "from", "error"}},
+	}
+}
+
+// check reports a string that is empty or holds a placeholder it may not.
+func (s *Strings) check() error {
+	for _, f := range s.placeholders() {
+		if f.value == "" {
+			return fmt.Errorf("prompts: %s: %s is empty", StringsFile, f.name)
+		}
+		for rest := f.value; ; {
+			name, after, ok := nextPlaceholder(rest)
+			if !ok {
+				break
+			}
+			known := false
+			for _, a := range f.allowed {
+				known = known || a == name
+			}
+			if !known {
+				return fmt.Errorf("prompts: %s: %s holds {%s}, which it may not", StringsFile, f.name, name)
+			}
+			rest = after
+		}
+	}
+	return nil
+}
+
+// nextPlaceholder finds the first placeholder in s: a name of lower-case
+// letters and '_' between braces.
+func nextPlaceholder(s string) (name, after string, ok bool) {
+	for {
+		i := strings.IndexByte(s, '{')
+		if i < 0 {
+			return "", "", false
+		}
+		j := i + 1
+		for j < len(s) && (s[j] >= 'a' && s[j] <= 'z' || s[j] == '_') {
+			j++
+		}
+		if j > i+1 && j < len(s) && s[j] == '}' {
+			return s[i+1 : j], s[j+1:], true
+		}
+		s = s[i+1:]
+	}
+}
+
+// Expand writes tmpl to w with each placeholder {name} replaced by its
+// value, given as name, value pairs. It makes one pass: a value is written
+// as it is, even if it holds something shaped like a placeholder. A
+// placeholder without a value is written as it is.
+func Expand(w *strings.Builder, tmpl string, vals ...string) {
+	for {
+		i := strings.IndexByte(tmpl, '{')
+		if i < 0 {
+			w.WriteString(tmpl)
+			return
+		}
+		w.WriteString(tmpl[:i])
+		rest := tmpl[i:]
+		matched := false
+		for k := 0; k+1 < len(vals); k += 2 {
+			if n := len(vals[k]); len(rest) >= n+2 && rest[n+1] == '}' && rest[1:n+1] == vals[k] {
+				w.WriteString(vals[k+1])
+				tmpl = rest[n+2:]
+				matched = true
+				break
+			}
+		}
+		if !matched {
+			w.WriteByte('{')
+			tmpl = rest[1:]
+		}
+	}
+}
+
+// Set is a loaded set of prompts. It is immutable and safe for concurrent
+// use.
 type Set struct {
 	base, root string
 	runtime    *template.Template
+	// Strings are the set's short strings: read them, do not change them.
+	Strings Strings
 }
 
-// Load reads the prompts, each from override when it has the file and from
-// the embedded defaults otherwise. A nil override means the defaults.
-func Load(override fs.FS) (*Set, error) {
-	read := func(name string) (string, error) {
-		if override != nil {
-			b, err := fs.ReadFile(override, name)
-			if err == nil {
-				return string(b), nil
-			}
-			if !errors.Is(err, fs.ErrNotExist) {
-				return "", fmt.Errorf("prompts: reading %s: %w", name, err)
-			}
+// Load reads the prompts of lang (Chinese or English; "" means Chinese),
+// each file from override when it has the file and from the embedded
+// defaults of lang otherwise; a strings.json in override replaces the
+// default strings key by key. A nil override means the defaults.
+func Load(lang string, override fs.FS) (*Set, error) {
+	if lang == "" {
+		lang = Chinese
+	}
+	if lang != Chinese && lang != English {
+		return nil, fmt.Errorf("prompts: no prompts for language %q", lang)
+	}
+	readDefault := func(name string) ([]byte, error) { return defaults.ReadFile(path.Join(lang, name)) }
+	readOverride := func(name string) ([]byte, error) {
+		if override == nil {
+			return nil, nil
 		}
-		b, err := defaults.ReadFile(name)
+		b, err := fs.ReadFile(override, name)
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("prompts: reading %s: %w", name, err)
+		}
+		return b, nil
+	}
+	read := func(name string) (string, error) {
+		b, err := readOverride(name)
+		if err != nil || b != nil {
+			return string(b), err
+		}
+		b, err = readDefault(name)
 		return string(b), err
 	}
 	var s Set
@@ -60,6 +229,27 @@ func Load(override fs.FS) (*Set, error) {
 	}
 	if s.runtime, err = template.New(RuntimeFile).Option("missingkey=error").Parse(rt); err != nil {
 		return nil, fmt.Errorf("prompts: %s: %w", RuntimeFile, err)
+	}
+	def, err := readDefault(StringsFile)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(def, &s.Strings); err != nil {
+		return nil, fmt.Errorf("prompts: %s/%s: %w", lang, StringsFile, err)
+	}
+	over, err := readOverride(StringsFile)
+	if err != nil {
+		return nil, err
+	}
+	if over != nil {
+		dec := json.NewDecoder(bytes.NewReader(over))
+		dec.DisallowUnknownFields() // a misspelt key would be ignored silently
+		if err := dec.Decode(&s.Strings); err != nil {
+			return nil, fmt.Errorf("prompts: %s: %w", StringsFile, err)
+		}
+	}
+	if err := s.Strings.check(); err != nil {
+		return nil, err
 	}
 	// A template that parses can still fail on every agent (a field Facts
 	// does not have): run it once now, so that New reports it rather than
@@ -79,7 +269,7 @@ func Load(override fs.FS) (*Set, error) {
 // agent: an interface is shown once per role, children once per role.
 type Facts struct {
 	ID, Role, TaskID string
-	Parent           string // the parent as "id（role）", "" for root
+	Parent           string // the parent as Strings.Parent shows it, "" for root
 	ReportTo         string // whom the agent reports its result to: user for a lead, else its parent's id
 	MaxSteps         int    // the model calls a turn may make
 	Assigned         bool   // the agent's first message is its brief
@@ -93,8 +283,9 @@ type Contact struct {
 	ID, Role, Source, IntroducedBy, Note string
 }
 
-// Children are an agent's children on one role: the ids, comma-separated,
-// of those that have reported and of those that have not.
+// Children are an agent's children on one role: the ids, joined by
+// Strings.ListSeparator, of those that have reported and of those that have
+// not.
 type Children struct {
 	Role, Reported, Waiting string
 }
@@ -113,7 +304,8 @@ func (s *Set) System(isRoot bool, rolePrompt string, f Facts) (string, error) {
 	if isRoot {
 		b.WriteString(strings.TrimSpace(s.root))
 	} else if p := strings.TrimSpace(rolePrompt); p != "" {
-		b.WriteString("## 岗位职责\n")
+		b.WriteString(s.Strings.RoleHeading)
+		b.WriteString("\n")
 		b.WriteString(p)
 	}
 	b.WriteString("\n\n")
