@@ -17,13 +17,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	as "agentsociety"
 	"agentsociety/llm"
@@ -74,6 +77,15 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	if !poll(cond) {
 		t.Fatalf("timed out after %v waiting for %s", hangGuard, what)
 	}
+}
+
+// waitQuiet waits until nothing can happen in s until the host acts (see
+// Society.Quiet), failing the test after hangGuard: a society that never
+// goes quiet is busy for ever, as agents that answer each other without end
+// would be.
+func waitQuiet(t testing.TB, s *as.Society) {
+	t.Helper()
+	waitFor(t, "the society to go quiet", s.Quiet)
 }
 
 // waitGoroutines waits until no more than base goroutines run, failing the
@@ -1067,4 +1079,535 @@ func callTools(t *testing.T, cfg as.Config, helper as.Behavior, calls ...toolCal
 	mu.Lock()
 	defer mu.Unlock()
 	return slices.Clone(results)
+}
+
+// ---------------------------------------------------------------------------
+// A competent scripted society for whole jobs.
+//
+// jobModel plays, through the built-in tools, every agent of the two jobs
+// the misbehaviour suite and the context benchmark run: seed 001's
+// calculator (root → lead → tester and developer) and a translation job of
+// 50 documents (root → lead → translators, each with a batch of documents;
+// the lead assembles the report). Like a real model, it decides each step
+// from the request alone: its role and brief, the message that opened the
+// turn, and what its tools returned. It never assumes an id, and it picks
+// up where it left off whatever happened in between, so that a model that
+// misbehaves at one step (see llmtest's personalities) does not derail it
+// at the next.
+
+// The two jobs' requirements. docsRequirement carries the documents'
+// references and the number of translators; both reach the lead in its
+// brief and are read back by the script.
+const calcRequirement = "请做一个计算器：静态网页，用 HTML + JavaScript 实现，支持加减乘除。"
+
+func docsRequirement(refs []string, workers int) string {
+	return fmt.Sprintf("请把以下 %d 篇英文文档译成中文，每篇一份译文工件，最后汇编成一份报告交给我。请分 %d 批交给译员（0 表示你自己做）。WORKERS=%d DOCS=%s",
+		len(refs), workers, workers, strings.Join(refs, ","))
+}
+
+// calcPage is the calculator page the developer stores.
+const calcPage = `<!doctype html>
+<html lang="zh"><head><meta charset="utf-8"><title>计算器</title></head>
+<body><input id="a" type="number"> <select id="op"><option>+</option><option>-</option><option>*</option><option>/</option></select>
+<input id="b" type="number"> <button id="eq">=</button> <output id="r"></output>
+<script>
+function calculate(a, op, b) {
+  switch (op) { case '+': return a + b; case '-': return a - b; case '*': return a * b; case '/': return b === 0 ? NaN : a / b; }
+}
+document.getElementById('eq').onclick = function () {
+  var r = calculate(+document.getElementById('a').value, document.getElementById('op').value, +document.getElementById('b').value);
+  document.getElementById('r').textContent = isFinite(r) ? String(r) : '错误';
+};
+</script></body></html>
+`
+
+// jobDoc returns document i (0-based) of the translation job: English text
+// of 1 to 3 KB, different for each i.
+func jobDoc(i int) string {
+	words := strings.Fields("the agents of a society share work through messages and artifacts while each one keeps only the context its task needs " +
+		"a lead splits the job into parts and every worker reports its result to the parent that assigned it " +
+		"documents are translated one by one and the report lists every translation with a short summary")
+	size := 1024 + (i*733)%2048
+	var b strings.Builder
+	fmt.Fprintf(&b, "Document %d.", i+1)
+	for w := i; b.Len() < size; w++ {
+		b.WriteByte(' ')
+		b.WriteString(words[(w*7+i)%len(words)])
+		if w%13 == 12 {
+			b.WriteByte('.')
+		}
+	}
+	return b.String()[:size]
+}
+
+// jobDict is the translators' dictionary.
+var jobDict = map[string]string{
+	"the": "该", "agents": "智能体", "of": "之", "a": "一", "society": "社会", "share": "分担", "work": "工作", "through": "经由",
+	"messages": "消息", "and": "与", "artifacts": "工件", "while": "而", "each": "每个", "one": "一个", "keeps": "保留", "only": "仅",
+	"context": "上下文", "its": "其", "task": "任务", "needs": "所需", "lead": "负责人", "splits": "拆分", "job": "工作", "into": "成",
+	"parts": "部分", "every": "每个", "worker": "工人", "reports": "汇报", "result": "结果", "to": "给", "parent": "父级", "that": "那",
+	"assigned": "分派", "it": "它", "documents": "文档", "are": "被", "translated": "翻译", "by": "按", "report": "报告",
+	"lists": "列出", "translation": "译文", "with": "附", "short": "简短", "summary": "摘要",
+}
+
+// jobTranslate translates a document with jobDict: 1 to 2 KB of Chinese.
+func jobTranslate(doc string) string {
+	var b strings.Builder
+	for _, w := range strings.Fields(doc) {
+		word, stop := strings.CutSuffix(w, ".")
+		if zh, ok := jobDict[word]; ok {
+			b.WriteString(zh)
+		} else {
+			b.WriteString(word)
+		}
+		if stop {
+			b.WriteString("。")
+		}
+	}
+	out := b.String()
+	for len(out) > 2048 {
+		_, size := utf8.DecodeLastRuneInString(out)
+		out = out[:len(out)-size]
+	}
+	return out
+}
+
+// jobSummary is the one-line summary of a translation.
+func jobSummary(translation string) string {
+	r := []rune(translation)
+	return string(r[:min(len(r), 16)])
+}
+
+var (
+	jobRoleRe    = regexp.MustCompile(`(?m)^- 岗位：(.+)$`)
+	jobParentRe  = regexp.MustCompile(`(?m)^- 父级：([^（\s]+)`)
+	jobHintRe    = regexp.MustCompile(`send_message\(to='([^']+)'`)
+	jobTypeRe    = regexp.MustCompile(`(?m)^message_type: (\w+)$`)
+	jobRefRe     = regexp.MustCompile(`artifact:[A-Za-z0-9_-]+`)
+	jobDocsRe    = regexp.MustCompile(`DOCS=(\S+)`)
+	jobWorkersRe = regexp.MustCompile(`WORKERS=(\d+)`)
+	jobTesterRe  = regexp.MustCompile(`TESTER=(\S+)`)
+	jobBatchRe   = regexp.MustCompile(`第 (\d+)/(\d+) 批`)
+	jobDoneRe    = regexp.MustCompile(`DONE (artifact:\S+) (artifact:\S+) (\S+)`)
+	jobChildRe   = regexp.MustCompile(`(?m)^- (agent-\d+)（([^，）]+)，child`)
+	jobReqIDRe   = regexp.MustCompile(`"request_id": "([^"]+)"`)
+	jobStatusRe  = regexp.MustCompile(`"status": "([^"]+)"`)
+)
+
+// jobCall is a tool call of the conversation with its result.
+type jobCall struct {
+	name   string
+	args   map[string]any
+	result map[string]any
+	ok     bool // the result is not an error
+}
+
+// jobTurn is what the script reads of a request.
+type jobTurn struct {
+	req     *llm.Request
+	role    string // the agent's role; "root" for root
+	text    string // the system prompt and every message, in order
+	opened  string // the delivered message that opened the turn
+	from    string // its sender: the id in its reply hint, else user
+	mtype   string // its message_type, "" for a general message
+	calls   []jobCall
+	history []jobCall
+}
+
+func readJobTurn(req *llm.Request) *jobTurn {
+	t := &jobTurn{req: req, role: firstMatch(jobRoleRe, req.System)}
+	if req.Agent == as.RootID {
+		t.role = as.RootID
+	}
+	var b strings.Builder
+	b.WriteString(req.System)
+	start := 0
+	for i, m := range req.Messages {
+		b.WriteString("\n")
+		b.WriteString(m.Content)
+		for _, c := range m.ToolCalls {
+			b.WriteString("\n")
+			b.Write(c.Arguments)
+		}
+		if m.Role == llm.RoleUser {
+			start = i
+		}
+	}
+	t.text = b.String()
+	if len(req.Messages) > 0 {
+		t.opened = req.Messages[start].Content
+		t.from = as.UserID
+		if m := jobHintRe.FindAllStringSubmatch(t.opened, -1); m != nil {
+			t.from = m[len(m)-1][1]
+		}
+		t.mtype = firstMatch(jobTypeRe, t.opened)
+	}
+	pending := map[string]*jobCall{}
+	for i, m := range req.Messages {
+		for _, c := range m.ToolCalls {
+			jc := &jobCall{name: c.Name}
+			json.Unmarshal(c.Arguments, &jc.args)
+			pending[c.ID] = jc
+		}
+		if m.Role != llm.RoleTool || pending[m.ToolCallID] == nil {
+			continue
+		}
+		jc := pending[m.ToolCallID]
+		json.Unmarshal([]byte(m.Content), &jc.result)
+		_, failed := jc.result["error"]
+		jc.ok = !failed
+		t.history = append(t.history, *jc)
+		if i > start {
+			t.calls = append(t.calls, *jc)
+		}
+	}
+	return t
+}
+
+func firstMatch(re *regexp.Regexp, s string) string {
+	if m := re.FindStringSubmatch(s); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// did returns the successful calls of tool name this turn.
+func (t *jobTurn) did(name string) []jobCall { return okCalls(t.calls, name) }
+
+// ever returns the successful calls of tool name in the whole history.
+func (t *jobTurn) ever(name string) []jobCall { return okCalls(t.history, name) }
+
+func okCalls(calls []jobCall, name string) []jobCall {
+	var out []jobCall
+	for _, c := range calls {
+		if c.ok && c.name == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// stuck returns the error of a tool that failed twice this turn: the
+// script does not try a third time.
+func (t *jobTurn) stuck() string {
+	failed := map[string]int{}
+	for _, c := range t.calls {
+		if !c.ok {
+			if failed[c.name]++; failed[c.name] == 2 {
+				return fmt.Sprint(c.name, ": ", c.result["message"])
+			}
+		}
+	}
+	return ""
+}
+
+// parent returns the agent's parent.
+func (t *jobTurn) parent() string { return firstMatch(jobParentRe, t.req.System) }
+
+// children returns the agent's children by role name, from its contacts
+// and from what it spawned in its history.
+func (t *jobTurn) children() map[string][]string {
+	out := map[string][]string{}
+	seen := map[string]bool{}
+	add := func(id, role string) {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			out[role] = append(out[role], id)
+		}
+	}
+	for _, m := range jobChildRe.FindAllStringSubmatch(t.req.System, -1) {
+		add(m[1], m[2])
+	}
+	roles := map[string]string{}
+	for _, c := range t.ever("create_role") {
+		roles[str(c.result["roleId"])] = str(c.result["name"])
+	}
+	for _, c := range t.ever("spawn_agent") {
+		add(str(c.result["agentId"]), roles[str(c.result["roleId"])])
+	}
+	return out
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// roleID returns the id of the role named name that create_role returned
+// this turn, or "".
+func (t *jobTurn) roleID(name string) string {
+	for _, c := range t.did("create_role") {
+		if str(c.result["name"]) == name {
+			return str(c.result["roleId"])
+		}
+	}
+	return ""
+}
+
+func jobCalls(calls ...llm.ToolCall) *llm.Response { return llmtest.Calls(calls...) }
+
+// jobToolCall is a call of tool name with args written as models write
+// JSON: "<" stays "<".
+func jobToolCall(name string, args any) llm.ToolCall {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(args); err != nil {
+		panic(err)
+	}
+	return llm.ToolCall{Name: name, Arguments: json.RawMessage(strings.TrimSpace(b.String()))}
+}
+
+func jobSend(to, text string) llm.ToolCall {
+	return jobToolCall("send_message", map[string]any{"to": to, "payload": map[string]string{"text": text}})
+}
+
+func jobReport(to, status, text string) llm.ToolCall {
+	return jobToolCall("send_message", map[string]any{"to": to, "message_type": as.StatusReport, "payload": map[string]string{"status": status, "text": text}})
+}
+
+// jobModel returns a new competent model for the jobs.
+func jobModel() *llmtest.Model {
+	return llmtest.New(llmtest.Rule{Name: "competent", Reply: func(req *llm.Request) (*llm.Response, error) {
+		t := readJobTurn(req)
+		if why := t.stuck(); why != "" {
+			return llmtest.Say("无法完成这一步：" + why), nil
+		}
+		switch t.role {
+		case as.RootID:
+			return jobRoot(t), nil
+		case "lead":
+			if strings.Contains(t.text, "DOCS=") {
+				return docsLead(t), nil
+			}
+			return calcLead(t), nil
+		case "developer":
+			return calcDeveloper(t), nil
+		case "tester":
+			return calcTester(t), nil
+		case "translator":
+			return translator(t), nil
+		}
+		return nil, fmt.Errorf("jobModel: agent %s has no role the script knows (%q)", req.Agent, t.role)
+	}})
+}
+
+// ---- root ----
+
+func jobRoot(t *jobTurn) *llm.Response {
+	if t.from == as.UserID {
+		text, _ := strings.CutPrefix(t.opened, "【来自用户的消息】\n")
+		switch {
+		case len(t.did("create_role")) == 0:
+			return jobCalls(jobToolCall("create_role", map[string]string{"name": "lead",
+				"rolePrompt": "你是需求负责人：组建团队完成用户需求，把结果用 send_message 发给 user；无法完成时如实告诉 user 是谁、出了什么问题。"}))
+		case len(t.did("spawn_agent")) == 0:
+			var constraints []string
+			for word, c := range map[string]string{"HTML": "HTML + JavaScript", "静态": "静态网页，无后端", "译成中文": "译文为简体中文，每篇一份工件"} {
+				if strings.Contains(text, word) {
+					constraints = append(constraints, c)
+				}
+			}
+			slices.Sort(constraints)
+			return jobCalls(jobToolCall("spawn_agent", map[string]any{"roleId": t.roleID("lead"), "taskBrief": as.TaskBrief{
+				Objective: "交付用户的需求", Constraints: constraints, Inputs: text,
+				Outputs: "结果（工件引用）用 send_message 发给 user", CompletionCriteria: "用户收到满足全部约束的结果",
+			}}))
+		case len(t.did("send_message")) == 0:
+			return jobCalls(jobSend(str(t.did("spawn_agent")[0].result["agentId"]), text))
+		}
+		return llmtest.Say("已交给负责人。")
+	}
+	if t.mtype == string(as.StatusReport) && len(t.did("send_message")) == 0 {
+		return jobCalls(jobSend(as.UserID, "负责人 "+t.from+" 汇报："+t.opened))
+	}
+	return llmtest.Say("")
+}
+
+// ---- the calculator ----
+
+func calcLead(t *jobTurn) *llm.Response {
+	if t.mtype == string(as.StatusReport) && t.from != t.parent() {
+		if len(t.did("send_message")) > 0 {
+			return llmtest.Say("已告知用户。")
+		}
+		if ref := jobRefRe.FindString(t.opened); ref != "" && firstMatch(jobStatusRe, t.opened) == string(as.StatusCompleted) {
+			return jobCalls(jobSend(as.UserID, "您的计算器已完成并通过测试："+ref+"（静态网页，HTML + JavaScript）。"))
+		}
+		return jobCalls(jobSend(as.UserID, "计算器未能完成："+t.from+" 报告了问题："+t.opened))
+	}
+	kids := t.children()
+	spawn := func(role, prompt string, brief as.TaskBrief) *llm.Response {
+		if id := t.roleID(role); id != "" {
+			return jobCalls(jobToolCall("spawn_agent", map[string]any{"roleId": id, "taskBrief": brief}))
+		}
+		return jobCalls(jobToolCall("create_role", map[string]string{"name": role, "rolePrompt": prompt}))
+	}
+	constraints := []string{"HTML + JavaScript", "静态网页，无后端"}
+	switch {
+	case len(kids["tester"]) == 0:
+		return spawn("tester", "你是测试员：收到 collaboration_request 后读取工件、逐项检查约束，再用 collaboration_response 答复。", as.TaskBrief{
+			Objective: "测试计算器页面", Constraints: constraints, Inputs: "开发者发来的工件引用",
+			Outputs: "collaboration_response：verdict pass|fail", CompletionCriteria: "每条约束都检查过",
+		})
+	case len(kids["developer"]) == 0:
+		return spawn("developer", "你是前端开发：实现页面并 put_artifact，请测试员测试，再用 status_report 向父级汇报。", as.TaskBrief{
+			Objective: "实现支持加减乘除的计算器网页", Constraints: constraints, Inputs: "TESTER=" + kids["tester"][0],
+			Outputs: "页面工件引用，测试通过后 status_report 给父级", CompletionCriteria: "测试员结论为 pass",
+			Collaborators: []as.Collaborator{{AgentID: kids["tester"][0], Role: "tester", Description: "写好后请它测试"}},
+		})
+	}
+	for _, c := range t.did("spawn_agent") {
+		if dev := str(c.result["agentId"]); dev == kids["developer"][0] && len(t.did("send_message")) == 0 {
+			return jobCalls(jobSend(dev, "请按任务委托书实现计算器页面，测试通过后向我汇报。"))
+		}
+	}
+	return llmtest.Say("团队已组建，等待汇报。")
+}
+
+func calcDeveloper(t *jobTurn) *llm.Response {
+	if t.mtype == string(as.CollaborationResponse) {
+		if len(t.did("send_message")) > 0 {
+			return llmtest.Say("已汇报。")
+		}
+		ref := jobRefRe.FindString(t.opened)
+		if firstMatch(jobStatusRe, t.opened) == string(as.StatusCompleted) && strings.Contains(t.opened, `"verdict": "pass"`) && ref != "" {
+			return jobCalls(jobReport(t.parent(), string(as.StatusCompleted), "计算器页面 "+ref+" 已通过测试。"))
+		}
+		return jobCalls(jobReport(t.parent(), string(as.StatusError), "测试未通过："+t.opened))
+	}
+	puts := t.ever("put_artifact")
+	switch {
+	case len(puts) == 0:
+		return jobCalls(jobToolCall("put_artifact", map[string]string{"name": "calculator.html", "media_type": "text/html", "content": calcPage}))
+	case len(t.ever("request_collaboration")) == 0:
+		ref := str(puts[0].result["ref"])
+		return jobCalls(jobToolCall("request_collaboration", map[string]any{"to": firstMatch(jobTesterRe, t.text),
+			"subtask_description": "测试计算器页面 " + ref, "context": ref}))
+	}
+	return llmtest.Say("")
+}
+
+func calcTester(t *jobTurn) *llm.Response {
+	if t.mtype != string(as.CollaborationRequest) {
+		return llmtest.Say("")
+	}
+	switch got := t.did("get_artifact"); {
+	case len(got) == 0:
+		return jobCalls(jobToolCall("get_artifact", map[string]string{"ref": jobRefRe.FindString(t.opened)}))
+	case len(t.did("send_message")) == 0:
+		verdict := "fail"
+		if page := str(got[0].result["content"]); strings.Contains(page, "<script>") && strings.Contains(page, "case '/'") {
+			verdict = "pass"
+		}
+		return jobCalls(jobToolCall("send_message", map[string]any{"to": t.from, "message_type": as.CollaborationResponse,
+			"payload": map[string]any{"request_id": firstMatch(jobReqIDRe, t.opened), "status": as.StatusCompleted,
+				"result_data": map[string]string{"artifact": str(got[0].result["ref"]), "verdict": verdict}}}))
+	}
+	return llmtest.Say("")
+}
+
+// ---- the translation job ----
+
+// translate is the translators' work, and the lead's when it works alone:
+// read every document of docs, store each translation, and return the
+// DONE lines that report them, or the reply that does the next step.
+func translate(t *jobTurn, docs []string) (*llm.Response, []string) {
+	got := t.did("get_artifact")
+	if len(got) < len(docs) {
+		var calls []llm.ToolCall
+		for _, d := range docs {
+			calls = append(calls, jobToolCall("get_artifact", map[string]string{"ref": d}))
+		}
+		return jobCalls(calls...), nil
+	}
+	put := t.did("put_artifact")
+	if len(put) < len(docs) {
+		var calls []llm.ToolCall
+		for _, g := range got {
+			calls = append(calls, jobToolCall("put_artifact", map[string]string{"name": "译文-" + str(g.result["ref"]), "content": jobTranslate(str(g.result["content"]))}))
+		}
+		return jobCalls(calls...), nil
+	}
+	var done []string
+	for i, p := range put {
+		done = append(done, "DONE "+str(got[i].result["ref"])+" "+str(p.result["ref"])+" "+jobSummary(str(p.args["content"])))
+	}
+	return nil, done
+}
+
+func translator(t *jobTurn) *llm.Response {
+	if len(t.ever("send_message")) > 0 || len(t.ever("put_artifact")) > 0 && len(t.did("put_artifact")) == 0 {
+		return llmtest.Say("") // reported, or at work in an earlier turn
+	}
+	next, done := translate(t, strings.Split(firstMatch(jobDocsRe, t.text), ","))
+	if next != nil {
+		return next
+	}
+	return jobCalls(jobReport(t.parent(), string(as.StatusCompleted), "本批译文：\n"+strings.Join(done, "\n")))
+}
+
+func docsLead(t *jobTurn) *llm.Response {
+	docs := strings.Split(firstMatch(jobDocsRe, t.text), ",")
+	workers, _ := strconv.Atoi(firstMatch(jobWorkersRe, t.text))
+	if t.mtype == string(as.StatusReport) && firstMatch(jobStatusRe, t.opened) == string(as.StatusError) && t.from != t.parent() {
+		if len(t.did("send_message")) == 0 {
+			return jobCalls(jobSend(as.UserID, "翻译出了问题："+t.from+" 报告失败："+t.opened))
+		}
+		return llmtest.Say("已告知用户。")
+	}
+	if len(t.ever("send_message")) > 0 && slices.ContainsFunc(t.ever("send_message"), func(c jobCall) bool {
+		return c.args["to"] == as.UserID && strings.Contains(fmt.Sprint(c.args["payload"]), "翻译报告")
+	}) {
+		return llmtest.Say("")
+	}
+	// Who has done what: the DONE lines of every report.
+	outputs := map[string][2]string{}
+	if workers == 0 {
+		next, done := translate(t, docs)
+		if next != nil {
+			return next
+		}
+		t.text += "\n" + strings.Join(done, "\n")
+	} else if kids := t.children()["translator"]; len(kids) < workers {
+		id := t.roleID("translator")
+		if id == "" {
+			return jobCalls(jobToolCall("create_role", map[string]string{"name": "translator",
+				"rolePrompt": "你是译员：读取委托书列出的文档，逐篇译成中文并各存一份工件，完成后用 status_report 向父级汇报每篇的 DONE 行。"}))
+		}
+		var calls []llm.ToolCall
+		for b := len(kids); b < workers; b++ {
+			lo, hi := b*len(docs)/workers, (b+1)*len(docs)/workers
+			calls = append(calls, jobToolCall("spawn_agent", map[string]any{"roleId": id, "taskBrief": as.TaskBrief{
+				Objective: fmt.Sprintf("翻译第 %d/%d 批文档", b+1, workers), Constraints: []string{"译文为简体中文，每篇一份工件"},
+				Inputs: "DOCS=" + strings.Join(docs[lo:hi], ","), Outputs: "每篇一行：DONE <原文引用> <译文引用> <摘要>，用 status_report 发给父级",
+				CompletionCriteria: "每篇都有译文工件",
+			}}))
+		}
+		return jobCalls(calls...)
+	} else if spawned := t.did("spawn_agent"); len(spawned) > 0 && len(t.did("send_message")) == 0 {
+		var calls []llm.ToolCall
+		for _, c := range spawned {
+			calls = append(calls, jobSend(str(c.result["agentId"]), "请按任务委托书翻译你那一批文档，完成后向我汇报。"))
+		}
+		return jobCalls(calls...)
+	}
+	for _, m := range jobDoneRe.FindAllStringSubmatch(t.text, -1) {
+		outputs[m[1]] = [2]string{m[2], m[3]}
+	}
+	for _, d := range docs {
+		if _, ok := outputs[d]; !ok {
+			return llmtest.Say("") // waiting for reports
+		}
+	}
+	if put := t.did("put_artifact"); len(put) == 0 || workers == 0 && len(put) == len(docs) {
+		var b strings.Builder
+		b.WriteString("# 翻译报告\n")
+		for i, d := range docs {
+			fmt.Fprintf(&b, "%d. %s → %s：%s\n", i+1, d, outputs[d][0], outputs[d][1])
+		}
+		return jobCalls(jobToolCall("put_artifact", map[string]string{"name": "翻译报告.md", "content": b.String()}))
+	}
+	put := t.did("put_artifact")
+	return jobCalls(jobSend(as.UserID, fmt.Sprintf("翻译报告：%s（%d 篇，全部完成）", str(put[len(put)-1].result["ref"]), len(docs))))
 }

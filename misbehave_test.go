@@ -1,0 +1,205 @@
+package agentsociety_test
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	as "agentsociety"
+	"agentsociety/llm"
+	"agentsociety/llm/llmtest"
+)
+
+// The misbehaviour suite (issue 11 §4): each job, run by a competent
+// scripted society (jobModel) into which one of llmtest's personalities is
+// mixed, must end in one of two ways: the job completes, or user is told,
+// in a message naming the agent, what went wrong. A silent stall, where the
+// society goes quiet and user has neither, fails the test.
+
+// outcome is how a job ended.
+type outcome string
+
+const (
+	completed outcome = "completes"
+	reported  outcome = "reported to user"
+	stalled   outcome = "SILENT STALL"
+)
+
+// suiteJob is a job of the suite.
+type suiteJob struct {
+	name string
+	// submit starts the job on s and returns what user must receive for it
+	// to count as completed.
+	submit func(t *testing.T, s *as.Society) (done func(m as.Message) bool)
+	// lead and worker pick the agents a personality is mixed into.
+	worker func(req *llm.Request) bool
+}
+
+var suiteJobs = []suiteJob{
+	{"calculator", submitCalc, func(req *llm.Request) bool {
+		role := firstMatch(jobRoleRe, req.System)
+		return role == "developer" || role == "tester"
+	}},
+	{"50 documents", func(t *testing.T, s *as.Society) func(as.Message) bool { return submitDocs(t, s, 10) }, func(req *llm.Request) bool {
+		// One translator in five: batches 1, 6, 11, ...
+		b := jobBatchRe.FindStringSubmatch(readJobTurn(req).text)
+		return firstMatch(jobRoleRe, req.System) == "translator" && b != nil && (atoi(b[1])-1)%5 == 0
+	}},
+}
+
+func atoi(s string) int {
+	n := 0
+	fmt.Sscan(s, &n)
+	return n
+}
+
+func isLead(req *llm.Request) bool { return firstMatch(jobRoleRe, req.System) == "lead" }
+
+// submitCalc submits seed 001's requirement; user must receive the page.
+func submitCalc(t *testing.T, s *as.Society) func(as.Message) bool {
+	if _, err := s.SubmitRequirement(context.Background(), calcRequirement); err != nil {
+		t.Fatal(err)
+	}
+	return func(m as.Message) bool {
+		ref := jobRefRe.FindString(m.Text())
+		if ref == "" {
+			return false
+		}
+		_, data, err := s.GetArtifact(context.Background(), ref)
+		return err == nil && string(data) == calcPage
+	}
+}
+
+// submitDocs stores 50 documents and submits the translation job, split in
+// the given number of batches (0: the lead works alone); user must receive
+// a report listing a translation of every document.
+func submitDocs(t testing.TB, s *as.Society, workers int) func(as.Message) bool {
+	root, err := s.Actor(as.RootID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	for i := range 50 {
+		a, err := root.PutArtifact(context.Background(), as.ArtifactSpec{Name: fmt.Sprintf("doc-%02d.txt", i+1), MediaType: "text/plain", Data: []byte(jobDoc(i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, a.Ref())
+	}
+	if _, err := s.SubmitRequirement(context.Background(), docsRequirement(refs, workers)); err != nil {
+		t.Fatal(err)
+	}
+	return func(m as.Message) bool {
+		ref := jobRefRe.FindString(m.Text())
+		if ref == "" {
+			return false
+		}
+		_, report, err := s.GetArtifact(context.Background(), ref)
+		if err != nil {
+			return false
+		}
+		for i, in := range refs {
+			line := regexp.MustCompile(fmt.Sprintf(`(?m)^%d\. %s → (artifact:\S+)：`, i+1, regexp.QuoteMeta(in))).FindStringSubmatch(string(report))
+			if line == nil {
+				return false
+			}
+			_, out, err := s.GetArtifact(context.Background(), line[1])
+			if err != nil || string(out) != jobTranslate(jobDoc(i)) {
+				return false
+			}
+		}
+		return true
+	}
+}
+
+// problemWords are what a message that reports a problem says.
+var problemWords = regexp.MustCompile(`失败|问题|无法|error|fail|cut off|截断`)
+
+// runJob runs job on model until the society goes quiet and says how it
+// ended, with the messages user received.
+func runJob(t *testing.T, job suiteJob, model llm.Model) (outcome, []as.Message) {
+	s := newSociety(t, as.Config{Model: model, Logger: quiet})
+	var mu sync.Mutex
+	var got []as.Message
+	s.OnUserMessage(func(m as.Message) {
+		mu.Lock()
+		got = append(got, m)
+		mu.Unlock()
+	})
+	done := job.submit(t, s)
+	waitQuiet(t, s)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, m := range got {
+		if done(m) {
+			return completed, got
+		}
+	}
+	for _, m := range got {
+		if regexp.MustCompile(`agent-\d+`).MatchString(m.Text()) && problemWords.MatchString(m.Text()) {
+			return reported, got
+		}
+	}
+	return stalled, got
+}
+
+// TestCompetentJobsComplete checks the script the suite relies on: with no
+// personality mixed in, each job completes.
+func TestCompetentJobsComplete(t *testing.T) {
+	for _, job := range suiteJobs {
+		t.Run(job.name, func(t *testing.T) {
+			if got, msgs := runJob(t, job, jobModel()); got != completed {
+				t.Fatalf("the competent society: %s; user received %v", got, msgs)
+			}
+		})
+	}
+}
+
+// TestMisbehavingModels runs each job with each personality mixed into an
+// otherwise competent society, prints the outcome table and fails on a
+// silent stall.
+func TestMisbehavingModels(t *testing.T) {
+	// Where each personality goes: into the lead when it concerns what a
+	// lead does, and into the workers (one translator in five) when it
+	// concerns what anyone does.
+	targets := map[string]string{
+		"spawns-silently": "lead",
+		"polls":           "lead",
+		"acknowledges":    "lead",
+		"prose":           "lead+workers",
+		"wrong-keys":      "lead+workers",
+		"pastes":          "workers",
+		"invents-ids":     "workers",
+		"truncates":       "lead+workers",
+	}
+	var table strings.Builder
+	fmt.Fprintf(&table, "\n%-16s %-13s %-13s %s\n", "personality", "mixed into", "job", "outcome")
+	for _, p := range llmtest.Personalities() {
+		target, ok := targets[p.Name]
+		if !ok {
+			t.Fatalf("personality %s has no target", p.Name)
+		}
+		for _, job := range suiteJobs {
+			t.Run(p.Name+"/"+job.name, func(t *testing.T) {
+				competent := jobModel()
+				affected := func(req *llm.Request) bool {
+					return strings.Contains(target, "lead") && isLead(req) || strings.Contains(target, "workers") && job.worker(req)
+				}
+				got, msgs := runJob(t, job, llmtest.Mix(competent, p.Wrap(competent), affected))
+				last := ""
+				if len(msgs) > 0 {
+					last = clipText(msgs[len(msgs)-1].Text())
+				}
+				fmt.Fprintf(&table, "%-16s %-13s %-13s %s  (%d model calls; last to user: %q)\n", p.Name, target, job.name, got, competent.Calls(), last)
+				if got == stalled {
+					t.Errorf("%s in the %s: the society went quiet and user was told nothing; user received %d messages", p.Name, target, len(msgs))
+				}
+			})
+		}
+	}
+	t.Log(table.String())
+}
+
