@@ -1530,7 +1530,7 @@ func translate(t *jobTurn, docs []string) (*llm.Response, []string) {
 		return jobCalls(calls...), nil
 	}
 	var done []string
-	for i, p := range put {
+	for i, p := range put[:len(docs)] { // a lead alone stores its report after them
 		done = append(done, "DONE "+str(got[i].result["ref"])+" "+str(p.result["ref"])+" "+jobSummary(str(p.args["content"])))
 	}
 	return nil, done
@@ -1610,4 +1610,24 @@ func docsLead(t *jobTurn) *llm.Response {
 	}
 	put := t.did("put_artifact")
 	return jobCalls(jobSend(as.UserID, fmt.Sprintf("翻译报告：%s（%d 篇，全部完成）", str(put[len(put)-1].result["ref"]), len(docs))))
+}
+
+// syncSlice is a slice that goroutines append to, such as the messages an
+// OnUserMessage callback collects.
+type syncSlice[T any] struct {
+	mu    sync.Mutex
+	items []T
+}
+
+func (s *syncSlice[T]) add(v T) {
+	s.mu.Lock()
+	s.items = append(s.items, v)
+	s.mu.Unlock()
+}
+
+// all returns a copy of the items.
+func (s *syncSlice[T]) all() []T {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.items)
 }

@@ -202,4 +202,3 @@ func TestMisbehavingModels(t *testing.T) {
 	}
 	t.Log(table.String())
 }
-
