@@ -1208,7 +1208,7 @@ type jobTurn struct {
 	role    string // the agent's role; "root" for root
 	text    string // the system prompt and every message, in order
 	opened  string // the delivered message that opened the turn
-	from    string // its sender: the id in its reply hint, else user
+	from    string // its sender: the id in its reply hint, user, or "" for the society
 	mtype   string // its message_type, "" for a general message
 	calls   []jobCall
 	history []jobCall
@@ -1229,14 +1229,16 @@ func readJobTurn(req *llm.Request) *jobTurn {
 			b.WriteString("\n")
 			b.Write(c.Arguments)
 		}
-		if m.Role == llm.RoleUser {
+		if m.Role == llm.RoleUser && !strings.HasPrefix(m.Content, "【系统提示】") { // a reminder does not open a turn
 			start = i
 		}
 	}
 	t.text = b.String()
 	if len(req.Messages) > 0 {
 		t.opened = req.Messages[start].Content
-		t.from = as.UserID
+		if strings.HasPrefix(t.opened, "【来自用户的消息】") {
+			t.from = as.UserID
+		}
 		if m := jobHintRe.FindAllStringSubmatch(t.opened, -1); m != nil {
 			t.from = m[len(m)-1][1]
 		}
