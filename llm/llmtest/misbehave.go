@@ -194,6 +194,29 @@ func (w *wrapper) generate(ctx context.Context, req *llm.Request) (*llm.Response
 	return w.inner.Generate(ctx, &view)
 }
 
+// errCalls returns a model that asks the competent one and then, unless
+// it is correcting a mistake (see [wrapper.correcting]), passes each tool
+// call of the reply to mistake: a call for which mistake returns arguments
+// and true is made with those arguments instead, and remembered as a
+// mistake, so that it is corrected if the society refuses it.
+func (w *wrapper) errCalls(mistake func(req *llm.Request, c llm.ToolCall) (json.RawMessage, bool)) llm.Model {
+	return llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		correcting := w.correcting(req)
+		resp, err := w.generate(ctx, req)
+		if err != nil || correcting {
+			return resp, err
+		}
+		w.ensureIDs(resp)
+		for i, c := range resp.Message.ToolCalls {
+			if args, ok := mistake(req, c); ok {
+				w.mistake(c)
+				resp.Message.ToolCalls[i].Arguments = args
+			}
+		}
+		return resp, nil
+	})
+}
+
 // correcting reports whether req's last message is the refusal of a call
 // the personality changed: the model has read the error and corrects its
 // mistake, so its next reply is the competent one.
@@ -445,22 +468,7 @@ func Prose(m llm.Model) llm.Model {
 // messageType, roleId as role_id, and a one-word key such as to
 // capitalised, To). It corrects a call the society refuses.
 func WrongKeys(m llm.Model) llm.Model {
-	w := newWrapper(m, "keys")
-	return llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
-		correcting := w.correcting(req)
-		resp, err := w.generate(ctx, req)
-		if err != nil || correcting {
-			return resp, err
-		}
-		w.ensureIDs(resp)
-		for i, c := range resp.Message.ToolCalls {
-			if args, ok := wrongKeys(c); ok {
-				w.mistake(c)
-				resp.Message.ToolCalls[i].Arguments = args
-			}
-		}
-		return resp, nil
-	})
+	return newWrapper(m, "keys").errCalls(func(_ *llm.Request, c llm.ToolCall) (json.RawMessage, bool) { return wrongKeys(c) })
 }
 
 // wrongKeys returns c's arguments with the wrong shape, and false when
@@ -602,7 +610,9 @@ func cut(s string, n int) string {
 // up the ids it should have copied: the "to" of a send_message or
 // request_collaboration call becomes an agent id of its own invention, and
 // the request_id of a collaboration_response a request id of its own
-// invention, both drawn from seed. It corrects a call the society refuses.
+// invention, both drawn from seed. Invented agent ids run from agent-1000 to
+// agent-1999, so that in a society of fewer agents they name nobody. It
+// corrects a call the society refuses.
 func InventsIDs(m llm.Model, seed uint64) llm.Model {
 	w := newWrapper(m, "invent")
 	var mu sync.Mutex
@@ -612,34 +622,21 @@ func InventsIDs(m llm.Model, seed uint64) llm.Model {
 		defer mu.Unlock()
 		return fmt.Sprintf(format, r.IntN(n))
 	}
-	return llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
-		correcting := w.correcting(req)
-		resp, err := w.generate(ctx, req)
-		if err != nil || correcting {
-			return resp, err
+	return w.errCalls(func(_ *llm.Request, c llm.ToolCall) (json.RawMessage, bool) {
+		if c.Name != "send_message" && c.Name != "request_collaboration" {
+			return nil, false
 		}
-		w.ensureIDs(resp)
-		for i, c := range resp.Message.ToolCalls {
-			if c.Name != "send_message" && c.Name != "request_collaboration" {
-				continue
-			}
-			var args map[string]any
-			if json.Unmarshal(c.Arguments, &args) != nil {
-				continue
-			}
-			if p, ok := args["payload"].(map[string]any); ok && p["request_id"] != nil {
-				p["request_id"] = invent("req-%016x", 1<<62)
-			} else {
-				args["to"] = invent("agent-%d", 9000) + "000"
-			}
-			raw, err := json.Marshal(args)
-			if err != nil {
-				continue
-			}
-			w.mistake(c)
-			resp.Message.ToolCalls[i].Arguments = raw
+		var args map[string]any
+		if json.Unmarshal(c.Arguments, &args) != nil {
+			return nil, false
 		}
-		return resp, nil
+		if p, ok := args["payload"].(map[string]any); ok && p["request_id"] != nil {
+			p["request_id"] = invent("req-%016x", 1<<62)
+		} else {
+			args["to"] = invent("agent-1%03d", 1000) // agent-1000 to agent-1999
+		}
+		raw, err := json.Marshal(args)
+		return raw, err == nil
 	})
 }
 
