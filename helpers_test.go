@@ -1179,19 +1179,20 @@ func jobSummary(translation string) string {
 }
 
 var (
-	jobRoleRe    = regexp.MustCompile(`(?m)^- 岗位：(.+)$`)
-	jobParentRe  = regexp.MustCompile(`(?m)^- 父级：([^（\s]+)`)
-	jobHintRe    = regexp.MustCompile(`send_message\(to='([^']+)'`)
-	jobTypeRe    = regexp.MustCompile(`(?m)^message_type: (\w+)$`)
-	jobRefRe     = regexp.MustCompile(`artifact:[A-Za-z0-9_-]+`)
-	jobDocsRe    = regexp.MustCompile(`DOCS=(\S+)`)
-	jobWorkersRe = regexp.MustCompile(`WORKERS=(\d+)`)
-	jobTesterRe  = regexp.MustCompile(`TESTER=(\S+)`)
-	jobBatchRe   = regexp.MustCompile(`第 (\d+)/(\d+) 批`)
-	jobDoneRe    = regexp.MustCompile(`DONE (artifact:\S+) (artifact:\S+) (\S+)`)
-	jobChildRe   = regexp.MustCompile(`(?m)^- (agent-\d+)（([^，）]+)，child`)
-	jobReqIDRe   = regexp.MustCompile(`"request_id": "([^"]+)"`)
-	jobStatusRe  = regexp.MustCompile(`"status": "([^"]+)"`)
+	jobRoleRe     = regexp.MustCompile(`(?m)^- ID：[^；\n]+；岗位：([^；\n]+)`)
+	jobParentRe   = regexp.MustCompile(`(?m)^- 父级：([^（\s]+)`)
+	jobHintRe     = regexp.MustCompile(`send_message\(to='([^']+)'`)
+	jobTypeRe     = regexp.MustCompile(`(?m)^message_type: (\w+)$`)
+	jobRefRe      = regexp.MustCompile(`artifact:[A-Za-z0-9_-]+`)
+	jobDocsRe     = regexp.MustCompile(`DOCS=(\S+)`)
+	jobWorkersRe  = regexp.MustCompile(`WORKERS=(\d+)`)
+	jobTesterRe   = regexp.MustCompile(`TESTER=(\S+)`)
+	jobBatchRe    = regexp.MustCompile(`第 (\d+)/(\d+) 批`)
+	jobDoneRe     = regexp.MustCompile(`DONE (artifact:\S+) (artifact:\S+) (\S+)`)
+	jobChildrenRe = regexp.MustCompile(`(?m)^- 子级（(.+?)）：(.+)$`)
+	jobIDRangeRe  = regexp.MustCompile(`agent-(\d+)(?:\.\.agent-(\d+))?`)
+	jobReqIDRe    = regexp.MustCompile(`"request_id": "([^"]+)"`)
+	jobStatusRe   = regexp.MustCompile(`"status": "([^"]+)"`)
 )
 
 // jobCall is a tool call of the conversation with its result.
@@ -1204,24 +1205,27 @@ type jobCall struct {
 
 // jobTurn is what the script reads of a request.
 type jobTurn struct {
+	jobScript
 	req     *llm.Request
 	role    string // the agent's role; "root" for root
 	text    string // the system prompt and every message, in order
+	brief   string // the task_assignment that is the first message, or ""
 	opened  string // the delivered message that opened the turn
-	from    string // its sender: the id in its reply hint, user, or "" for the society
+	from    string // its sender: the id in its reply hint, or user
 	mtype   string // its message_type, "" for a general message
 	calls   []jobCall
+	last    []jobCall // the calls of the turn's last step
 	history []jobCall
 }
 
-func readJobTurn(req *llm.Request) *jobTurn {
-	t := &jobTurn{req: req, role: firstMatch(jobRoleRe, req.System)}
+func readJobTurn(req *llm.Request, script jobScript) *jobTurn {
+	t := &jobTurn{jobScript: script, req: req, role: firstMatch(jobRoleRe, req.System)}
 	if req.Agent == as.RootID {
 		t.role = as.RootID
 	}
 	var b strings.Builder
 	b.WriteString(req.System)
-	start := 0
+	start, step := 0, -1
 	for i, m := range req.Messages {
 		b.WriteString("\n")
 		b.WriteString(m.Content)
@@ -1229,8 +1233,14 @@ func readJobTurn(req *llm.Request) *jobTurn {
 			b.WriteString("\n")
 			b.Write(c.Arguments)
 		}
-		if m.Role == llm.RoleUser && !strings.HasPrefix(m.Content, "【系统提示】") { // a reminder does not open a turn
+		switch m.Role {
+		case llm.RoleUser:
 			start = i
+			if t.brief == "" && firstMatch(jobTypeRe, m.Content) == string(as.TaskAssignment) {
+				t.brief = m.Content
+			}
+		case llm.RoleAssistant:
+			step = i
 		}
 	}
 	t.text = b.String()
@@ -1261,6 +1271,9 @@ func readJobTurn(req *llm.Request) *jobTurn {
 		t.history = append(t.history, *jc)
 		if i > start {
 			t.calls = append(t.calls, *jc)
+		}
+		if i > step && step > start {
+			t.last = append(t.last, *jc)
 		}
 	}
 	return t
@@ -1306,8 +1319,9 @@ func (t *jobTurn) stuck() string {
 // parent returns the agent's parent.
 func (t *jobTurn) parent() string { return firstMatch(jobParentRe, t.req.System) }
 
-// children returns the agent's children by role name, from its contacts
-// and from what it spawned in its history.
+// children returns the agent's children by role name, from the children
+// lines of its system prompt ("- 子级（translator）：已汇报 agent-2..agent-4；
+// 未汇报 agent-5") and from what it spawned in its history.
 func (t *jobTurn) children() map[string][]string {
 	out := map[string][]string{}
 	seen := map[string]bool{}
@@ -1317,8 +1331,17 @@ func (t *jobTurn) children() map[string][]string {
 			out[role] = append(out[role], id)
 		}
 	}
-	for _, m := range jobChildRe.FindAllStringSubmatch(t.req.System, -1) {
-		add(m[1], m[2])
+	for _, line := range jobChildrenRe.FindAllStringSubmatch(t.req.System, -1) {
+		for _, ids := range jobIDRangeRe.FindAllStringSubmatch(line[2], -1) {
+			lo, _ := strconv.Atoi(ids[1])
+			hi := lo
+			if ids[2] != "" {
+				hi, _ = strconv.Atoi(ids[2])
+			}
+			for n := lo; n <= hi; n++ {
+				add(fmt.Sprintf("agent-%d", n), line[1])
+			}
+		}
 	}
 	roles := map[string]string{}
 	for _, c := range t.ever("create_role") {
@@ -1346,6 +1369,26 @@ func (t *jobTurn) roleID(name string) string {
 	return ""
 }
 
+// sent reports whether the agent sent, this turn, a message to to.
+func (t *jobTurn) sent(to string) bool {
+	return slices.ContainsFunc(t.did("send_message"), func(c jobCall) bool { return c.args["to"] == to })
+}
+
+// end returns c as the call that ends its turn: with end_turn set, unless
+// the script does without it (then the turn takes one more model call,
+// which answers without a tool call).
+func (t *jobTurn) end(c llm.ToolCall) llm.ToolCall {
+	if !t.endTurn {
+		return c
+	}
+	var args map[string]any
+	if err := json.Unmarshal(c.Arguments, &args); err != nil {
+		panic(err)
+	}
+	args["end_turn"] = true
+	return jobToolCall(c.Name, args)
+}
+
 func jobCalls(calls ...llm.ToolCall) *llm.Response { return llmtest.Calls(calls...) }
 
 // jobToolCall is a call of tool name with args written as models write
@@ -1368,10 +1411,22 @@ func jobReport(to, status, text string) llm.ToolCall {
 	return jobToolCall("send_message", map[string]any{"to": to, "message_type": as.StatusReport, "payload": map[string]string{"status": status, "text": text}})
 }
 
+// jobScript is how the competent script writes its calls.
+type jobScript struct {
+	// endTurn sets end_turn on the call that ends a turn with a send or a
+	// spawn, as the prompts ask. Without it such a turn takes one more model
+	// call, which only ends it: the benchmark counts the difference.
+	endTurn bool
+}
+
 // jobModel returns a new competent model for the jobs.
-func jobModel() *llmtest.Model {
+func jobModel() *llmtest.Model { return jobScript{endTurn: true}.model() }
+
+// model returns a new competent model for the jobs that writes its calls
+// as j says.
+func (j jobScript) model() *llmtest.Model {
 	return llmtest.New(llmtest.Rule{Name: "competent", Reply: func(req *llm.Request) (*llm.Response, error) {
-		t := readJobTurn(req)
+		t := readJobTurn(req, j)
 		if why := t.stuck(); why != "" {
 			return llmtest.Say("无法完成这一步：" + why), nil
 		}
@@ -1379,7 +1434,7 @@ func jobModel() *llmtest.Model {
 		case as.RootID:
 			return jobRoot(t), nil
 		case "lead":
-			if strings.Contains(t.text, "DOCS=") {
+			if strings.Contains(t.brief, "DOCS=") {
 				return docsLead(t), nil
 			}
 			return calcLead(t), nil
@@ -1396,222 +1451,265 @@ func jobModel() *llmtest.Model {
 
 // ---- root ----
 
+// jobRoot hands a requirement to a new lead, whose brief starts it, and
+// passes on to user any report that reaches root.
 func jobRoot(t *jobTurn) *llm.Response {
-	if t.from == as.UserID {
+	switch {
+	case t.from == as.UserID && len(t.did("spawn_agent")) == 0:
 		text, _ := strings.CutPrefix(t.opened, "【来自用户的消息】\n")
-		switch {
-		case len(t.did("create_role")) == 0:
+		id := t.roleID("lead")
+		if id == "" {
 			return jobCalls(jobToolCall("create_role", map[string]string{"name": "lead",
 				"rolePrompt": "你是需求负责人：组建团队完成用户需求，把结果用 send_message 发给 user；无法完成时如实告诉 user 是谁、出了什么问题。"}))
-		case len(t.did("spawn_agent")) == 0:
-			var constraints []string
-			for word, c := range map[string]string{"HTML": "HTML + JavaScript", "静态": "静态网页，无后端", "译成中文": "译文为简体中文，每篇一份工件"} {
-				if strings.Contains(text, word) {
-					constraints = append(constraints, c)
-				}
-			}
-			slices.Sort(constraints)
-			return jobCalls(jobToolCall("spawn_agent", map[string]any{"roleId": t.roleID("lead"), "taskBrief": as.TaskBrief{
-				Objective: "交付用户的需求", Constraints: constraints, Inputs: text,
-				Outputs: "结果（工件引用）用 send_message 发给 user", CompletionCriteria: "用户收到满足全部约束的结果",
-			}}))
-		case len(t.did("send_message")) == 0:
-			return jobCalls(jobSend(str(t.did("spawn_agent")[0].result["agentId"]), text))
 		}
-		return llmtest.Say("已交给负责人。")
-	}
-	if t.mtype == string(as.StatusReport) && len(t.did("send_message")) == 0 {
-		return jobCalls(jobSend(as.UserID, "负责人 "+t.from+" 汇报："+t.opened))
+		var constraints []string
+		for word, c := range map[string]string{"HTML": "HTML + JavaScript", "静态": "静态网页，无后端", "译成中文": "译文为简体中文，每篇一份工件"} {
+			if strings.Contains(text, word) {
+				constraints = append(constraints, c)
+			}
+		}
+		slices.Sort(constraints)
+		return jobCalls(t.end(jobToolCall("spawn_agent", map[string]any{"roleId": id, "taskBrief": as.TaskBrief{
+			Objective: "交付用户的需求", Constraints: constraints, Inputs: text,
+			Outputs: "结果（工件引用）用 send_message 发给 user", CompletionCriteria: "用户收到满足全部约束的结果",
+		}})))
+	case t.mtype == string(as.StatusReport) && !t.sent(as.UserID):
+		return jobCalls(t.end(jobSend(as.UserID, "负责人 "+t.from+" 汇报："+t.opened)))
 	}
 	return llmtest.Say("")
 }
 
 // ---- the calculator ----
 
+// calcLead builds a tester and a developer, whose briefs start them, and
+// reports the developer's result to user.
 func calcLead(t *jobTurn) *llm.Response {
 	if t.mtype == string(as.StatusReport) && t.from != t.parent() {
-		if len(t.did("send_message")) > 0 {
-			return llmtest.Say("已告知用户。")
+		switch ref := jobRefRe.FindString(t.opened); {
+		case t.sent(as.UserID):
+			return llmtest.Say("")
+		case ref != "" && firstMatch(jobStatusRe, t.opened) == string(as.StatusCompleted):
+			return jobCalls(t.end(jobReport(as.UserID, string(as.StatusCompleted), "您的计算器已完成并通过测试："+ref+"（静态网页，HTML + JavaScript）。")))
+		default:
+			return jobCalls(t.end(jobReport(as.UserID, string(as.StatusError), "计算器未能完成："+t.from+" 报告了问题："+t.opened)))
 		}
-		if ref := jobRefRe.FindString(t.opened); ref != "" && firstMatch(jobStatusRe, t.opened) == string(as.StatusCompleted) {
-			return jobCalls(jobSend(as.UserID, "您的计算器已完成并通过测试："+ref+"（静态网页，HTML + JavaScript）。"))
-		}
-		return jobCalls(jobSend(as.UserID, "计算器未能完成："+t.from+" 报告了问题："+t.opened))
 	}
 	kids := t.children()
-	spawn := func(role, prompt string, brief as.TaskBrief) *llm.Response {
-		if id := t.roleID(role); id != "" {
-			return jobCalls(jobToolCall("spawn_agent", map[string]any{"roleId": id, "taskBrief": brief}))
-		}
-		return jobCalls(jobToolCall("create_role", map[string]string{"name": role, "rolePrompt": prompt}))
-	}
-	constraints := []string{"HTML + JavaScript", "静态网页，无后端"}
-	switch {
-	case len(kids["tester"]) == 0:
-		return spawn("tester", "你是测试员：收到 collaboration_request 后读取工件、逐项检查约束，再用 collaboration_response 答复。", as.TaskBrief{
-			Objective: "测试计算器页面", Constraints: constraints, Inputs: "开发者发来的工件引用",
-			Outputs: "collaboration_response：verdict pass|fail", CompletionCriteria: "每条约束都检查过",
-		})
-	case len(kids["developer"]) == 0:
-		return spawn("developer", "你是前端开发：实现页面并 put_artifact，请测试员测试，再用 status_report 向父级汇报。", as.TaskBrief{
-			Objective: "实现支持加减乘除的计算器网页", Constraints: constraints, Inputs: "TESTER=" + kids["tester"][0],
-			Outputs: "页面工件引用，测试通过后 status_report 给父级", CompletionCriteria: "测试员结论为 pass",
-			Collaborators: []as.Collaborator{{AgentID: kids["tester"][0], Role: "tester", Description: "写好后请它测试"}},
-		})
-	}
-	for _, c := range t.did("spawn_agent") {
-		if dev := str(c.result["agentId"]); dev == kids["developer"][0] && len(t.did("send_message")) == 0 {
-			return jobCalls(jobSend(dev, "请按任务委托书实现计算器页面，测试通过后向我汇报。"))
-		}
-	}
-	return llmtest.Say("团队已组建，等待汇报。")
-}
-
-func calcDeveloper(t *jobTurn) *llm.Response {
-	if t.mtype == string(as.CollaborationResponse) {
-		if len(t.did("send_message")) > 0 {
-			return llmtest.Say("已汇报。")
-		}
-		ref := jobRefRe.FindString(t.opened)
-		if firstMatch(jobStatusRe, t.opened) == string(as.StatusCompleted) && strings.Contains(t.opened, `"verdict": "pass"`) && ref != "" {
-			return jobCalls(jobReport(t.parent(), string(as.StatusCompleted), "计算器页面 "+ref+" 已通过测试。"))
-		}
-		return jobCalls(jobReport(t.parent(), string(as.StatusError), "测试未通过："+t.opened))
-	}
-	puts := t.ever("put_artifact")
-	switch {
-	case len(puts) == 0:
-		return jobCalls(jobToolCall("put_artifact", map[string]string{"name": "calculator.html", "media_type": "text/html", "content": calcPage}))
-	case len(t.ever("request_collaboration")) == 0:
-		ref := str(puts[0].result["ref"])
-		return jobCalls(jobToolCall("request_collaboration", map[string]any{"to": firstMatch(jobTesterRe, t.text),
-			"subtask_description": "测试计算器页面 " + ref, "context": ref}))
-	}
-	return llmtest.Say("")
-}
-
-func calcTester(t *jobTurn) *llm.Response {
-	if t.mtype != string(as.CollaborationRequest) {
+	if len(kids["tester"]) > 0 && len(kids["developer"]) > 0 {
 		return llmtest.Say("")
 	}
-	switch got := t.did("get_artifact"); {
-	case len(got) == 0:
-		return jobCalls(jobToolCall("get_artifact", map[string]string{"ref": jobRefRe.FindString(t.opened)}))
-	case len(t.did("send_message")) == 0:
-		verdict := "fail"
-		if page := str(got[0].result["content"]); strings.Contains(page, "<script>") && strings.Contains(page, "case '/'") {
-			verdict = "pass"
+	tester, developer := t.roleID("tester"), t.roleID("developer")
+	if tester == "" || developer == "" {
+		return jobCalls(
+			jobToolCall("create_role", map[string]string{"name": "tester", "rolePrompt": "你是测试员：收到 collaboration_request 后读取工件、逐项检查约束，再用 collaboration_response 答复。"}),
+			jobToolCall("create_role", map[string]string{"name": "developer", "rolePrompt": "你是前端开发：实现页面并 put_artifact，请测试员测试，再用 status_report 向父级汇报。"}))
+	}
+	constraints := []string{"HTML + JavaScript", "静态网页，无后端"}
+	if len(kids["tester"]) == 0 {
+		return jobCalls(jobToolCall("spawn_agent", map[string]any{"roleId": tester, "taskBrief": as.TaskBrief{
+			Objective: "测试计算器页面", Constraints: constraints, Inputs: "开发者发来的工件引用",
+			Outputs: "collaboration_response：verdict pass|fail", CompletionCriteria: "每条约束都检查过",
+		}}))
+	}
+	return jobCalls(t.end(jobToolCall("spawn_agent", map[string]any{"roleId": developer, "taskBrief": as.TaskBrief{
+		Objective: "实现支持加减乘除的计算器网页", Constraints: constraints, Inputs: "TESTER=" + kids["tester"][0],
+		Outputs: "页面工件引用，测试通过后 status_report 给父级", CompletionCriteria: "测试员结论为 pass",
+		Collaborators: []as.Collaborator{{AgentID: kids["tester"][0], Role: "tester", Description: "写好后请它测试"}},
+	}})))
+}
+
+// calcDeveloper stores the page on its brief, asks the tester to test it,
+// and reports the verdict to its parent.
+func calcDeveloper(t *jobTurn) *llm.Response {
+	switch {
+	case t.mtype == string(as.CollaborationResponse) && !t.sent(t.parent()):
+		ref := jobRefRe.FindString(t.opened)
+		if firstMatch(jobStatusRe, t.opened) == string(as.StatusCompleted) && strings.Contains(t.opened, `"verdict": "pass"`) && ref != "" {
+			return jobCalls(t.end(jobReport(t.parent(), string(as.StatusCompleted), "计算器页面 "+ref+" 已通过测试。")))
 		}
-		return jobCalls(jobToolCall("send_message", map[string]any{"to": t.from, "message_type": as.CollaborationResponse,
-			"payload": map[string]any{"request_id": firstMatch(jobReqIDRe, t.opened), "status": as.StatusCompleted,
-				"result_data": map[string]string{"artifact": str(got[0].result["ref"]), "verdict": verdict}}}))
+		return jobCalls(t.end(jobReport(t.parent(), string(as.StatusError), "测试未通过："+t.opened)))
+	case t.mtype == string(as.TaskAssignment) && len(t.did("send_message")) == 0:
+		puts := t.did("put_artifact")
+		if len(puts) == 0 {
+			return jobCalls(jobToolCall("put_artifact", map[string]string{"name": "calculator.html", "media_type": "text/html", "content": calcPage}))
+		}
+		ref := str(puts[0].result["ref"])
+		return jobCalls(t.end(jobToolCall("send_message", map[string]any{"to": firstMatch(jobTesterRe, t.brief),
+			"message_type": as.CollaborationRequest, "payload": map[string]string{"subtask_description": "测试计算器页面 " + ref, "context": ref}})))
 	}
 	return llmtest.Say("")
+}
+
+// calcTester tests the page a collaboration request names and answers it.
+func calcTester(t *jobTurn) *llm.Response {
+	if t.mtype != string(as.CollaborationRequest) || t.sent(t.from) {
+		return llmtest.Say("")
+	}
+	got := t.did("get_artifact")
+	if len(got) == 0 {
+		return jobCalls(jobToolCall("get_artifact", map[string]string{"ref": jobRefRe.FindString(t.opened)}))
+	}
+	verdict := "fail"
+	if page := str(got[0].result["content"]); strings.Contains(page, "<script>") && strings.Contains(page, "case '/'") {
+		verdict = "pass"
+	}
+	return jobCalls(t.end(jobToolCall("send_message", map[string]any{"to": t.from, "message_type": as.CollaborationResponse,
+		"payload": map[string]any{"request_id": firstMatch(jobReqIDRe, t.opened), "status": as.StatusCompleted,
+			"result_data": map[string]string{"artifact": str(got[0].result["ref"]), "verdict": verdict}}})))
 }
 
 // ---- the translation job ----
 
-// translate is the translators' work, and the lead's when it works alone:
-// read every document of docs, store each translation, and return the
-// DONE lines that report them, or the reply that does the next step.
+// jobBatch is how many documents the script reads in one step: few enough
+// that a step's results stay within the default history budget, and enough
+// that the lead alone gets through 50 within a turn's model calls.
+const jobBatch = 5
+
+// translate is the translators' work, and the lead's when it works alone.
+// It reads the documents jobBatch at a time and stores each one's
+// translation in the next step, noting in the text of its reply a DONE
+// line for each translation stored: the text of a reply stays in the
+// history when a long turn's earlier tool results are elided, so the notes
+// are what the script remembers. It returns the next step's reply, or nil
+// and the DONE lines of docs, in order, once every translation is stored.
 func translate(t *jobTurn, docs []string) (*llm.Response, []string) {
-	got := t.did("get_artifact")
-	if len(got) < len(docs) {
-		var calls []llm.ToolCall
-		for _, d := range docs {
+	done := map[string]string{} // document → DONE line
+	for _, m := range jobDoneRe.FindAllStringSubmatch(t.text, -1) {
+		done[m[1]] = m[0]
+	}
+	var notes []string
+	var calls []llm.ToolCall
+	reading := map[string]bool{}
+	for _, c := range t.last {
+		if !c.ok {
+			continue
+		}
+		switch c.name {
+		case "put_artifact":
+			if doc, ok := strings.CutPrefix(str(c.args["name"]), "译文-"); ok && done[doc] == "" {
+				done[doc] = "DONE " + doc + " " + str(c.result["ref"]) + " " + jobSummary(str(c.args["content"]))
+				notes = append(notes, done[doc])
+			}
+		case "get_artifact":
+			if doc := str(c.result["ref"]); done[doc] == "" {
+				reading[doc] = true
+				calls = append(calls, jobToolCall("put_artifact", map[string]string{"name": "译文-" + doc, "content": jobTranslate(str(c.result["content"]))}))
+			}
+		}
+	}
+	gets := 0
+	for _, d := range docs {
+		if done[d] == "" && !reading[d] && gets < jobBatch {
+			gets++
 			calls = append(calls, jobToolCall("get_artifact", map[string]string{"ref": d}))
 		}
-		return jobCalls(calls...), nil
 	}
-	put := t.did("put_artifact")
-	if len(put) < len(docs) {
-		var calls []llm.ToolCall
-		for _, g := range got {
-			calls = append(calls, jobToolCall("put_artifact", map[string]string{"name": "译文-" + str(g.result["ref"]), "content": jobTranslate(str(g.result["content"]))}))
-		}
-		return jobCalls(calls...), nil
+	if len(calls) > 0 {
+		resp := jobCalls(calls...)
+		resp.Message.Content = strings.Join(notes, "\n")
+		return resp, nil
 	}
-	var done []string
-	for i, p := range put[:len(docs)] { // a lead alone stores its report after them
-		done = append(done, "DONE "+str(got[i].result["ref"])+" "+str(p.result["ref"])+" "+jobSummary(str(p.args["content"])))
+	var lines []string
+	for _, d := range docs {
+		lines = append(lines, done[d])
 	}
-	return nil, done
+	return nil, lines
 }
 
+// translator translates the batch its brief names and reports it.
 func translator(t *jobTurn) *llm.Response {
-	if len(t.ever("send_message")) > 0 || len(t.ever("put_artifact")) > 0 && len(t.did("put_artifact")) == 0 {
-		return llmtest.Say("") // reported, or at work in an earlier turn
+	if t.mtype != string(as.TaskAssignment) || t.sent(t.parent()) {
+		return llmtest.Say("")
 	}
-	next, done := translate(t, strings.Split(firstMatch(jobDocsRe, t.text), ","))
+	next, done := translate(t, strings.Split(firstMatch(jobDocsRe, t.brief), ","))
 	if next != nil {
 		return next
 	}
-	return jobCalls(jobReport(t.parent(), string(as.StatusCompleted), "本批译文：\n"+strings.Join(done, "\n")))
+	return jobCalls(t.end(jobReport(t.parent(), string(as.StatusCompleted), "本批译文：\n"+strings.Join(done, "\n"))))
 }
 
+// docsLead splits the documents among translators, whose briefs start
+// them, or translates them itself, then stores the report and sends it to
+// user.
 func docsLead(t *jobTurn) *llm.Response {
-	docs := strings.Split(firstMatch(jobDocsRe, t.text), ",")
-	workers, _ := strconv.Atoi(firstMatch(jobWorkersRe, t.text))
-	if t.mtype == string(as.StatusReport) && firstMatch(jobStatusRe, t.opened) == string(as.StatusError) && t.from != t.parent() {
-		if len(t.did("send_message")) == 0 {
-			return jobCalls(jobSend(as.UserID, "翻译出了问题："+t.from+" 报告失败："+t.opened))
-		}
-		return llmtest.Say("已告知用户。")
-	}
-	if len(t.ever("send_message")) > 0 && slices.ContainsFunc(t.ever("send_message"), func(c jobCall) bool {
+	docs := strings.Split(firstMatch(jobDocsRe, t.brief), ",")
+	workers, _ := strconv.Atoi(firstMatch(jobWorkersRe, t.brief))
+	switch {
+	case t.sent(as.UserID) || slices.ContainsFunc(t.ever("send_message"), func(c jobCall) bool {
 		return c.args["to"] == as.UserID && strings.Contains(fmt.Sprint(c.args["payload"]), "翻译报告")
-	}) {
-		return llmtest.Say("")
+	}):
+		return llmtest.Say("") // reported
+	case t.mtype == string(as.StatusReport) && firstMatch(jobStatusRe, t.opened) == string(as.StatusError) && t.from != t.parent():
+		return jobCalls(t.end(jobReport(as.UserID, string(as.StatusError), "翻译出了问题："+t.from+" 报告失败："+t.opened)))
 	}
-	// Who has done what: the DONE lines of every report.
-	outputs := map[string][2]string{}
+	// The report, once stored, goes to user.
+	for _, c := range t.last {
+		if c.ok && c.name == "put_artifact" && c.args["name"] == "翻译报告.md" {
+			return jobCalls(t.end(jobReport(as.UserID, string(as.StatusCompleted), fmt.Sprintf("翻译报告：%s（%d 篇，全部完成）", str(c.result["ref"]), len(docs)))))
+		}
+	}
+	// The DONE line of every document: the lead's own notes when it works
+	// alone, the translators' reports when it does not.
+	var done []string
 	if workers == 0 {
-		next, done := translate(t, docs)
+		if t.mtype != string(as.TaskAssignment) {
+			return llmtest.Say("")
+		}
+		next, lines := translate(t, docs)
 		if next != nil {
 			return next
 		}
-		t.text += "\n" + strings.Join(done, "\n")
-	} else if kids := t.children()["translator"]; len(kids) < workers {
-		id := t.roleID("translator")
-		if id == "" {
-			return jobCalls(jobToolCall("create_role", map[string]string{"name": "translator",
-				"rolePrompt": "你是译员：读取委托书列出的文档，逐篇译成中文并各存一份工件，完成后用 status_report 向父级汇报每篇的 DONE 行。"}))
+		done = lines
+	} else {
+		if kids := t.children()["translator"]; len(kids) < workers {
+			return spawnTranslators(t, docs, workers, len(kids))
 		}
-		var calls []llm.ToolCall
-		for b := len(kids); b < workers; b++ {
-			lo, hi := b*len(docs)/workers, (b+1)*len(docs)/workers
-			calls = append(calls, jobToolCall("spawn_agent", map[string]any{"roleId": id, "taskBrief": as.TaskBrief{
-				Objective: fmt.Sprintf("翻译第 %d/%d 批文档", b+1, workers), Constraints: []string{"译文为简体中文，每篇一份工件"},
-				Inputs: "DOCS=" + strings.Join(docs[lo:hi], ","), Outputs: "每篇一行：DONE <原文引用> <译文引用> <摘要>，用 status_report 发给父级",
-				CompletionCriteria: "每篇都有译文工件",
-			}}))
+		outputs := map[string]string{}
+		for _, m := range jobDoneRe.FindAllStringSubmatch(t.text, -1) {
+			outputs[m[1]] = m[0]
 		}
-		return jobCalls(calls...)
-	} else if spawned := t.did("spawn_agent"); len(spawned) > 0 && len(t.did("send_message")) == 0 {
-		var calls []llm.ToolCall
-		for _, c := range spawned {
-			calls = append(calls, jobSend(str(c.result["agentId"]), "请按任务委托书翻译你那一批文档，完成后向我汇报。"))
+		var known []string
+		for _, d := range docs {
+			if outputs[d] != "" {
+				known = append(known, outputs[d])
+			}
 		}
-		return jobCalls(calls...)
+		if len(known) < len(docs) {
+			// Waiting for reports, the lead notes what it has: the text of
+			// its reply stays in the history when older turns, the reports
+			// among them, are dropped to keep within the budget.
+			return llmtest.Say(fmt.Sprintf("已收到 %d/%d 篇：\n%s", len(known), len(docs), strings.Join(known, "\n")))
+		}
+		done = known
 	}
-	for _, m := range jobDoneRe.FindAllStringSubmatch(t.text, -1) {
-		outputs[m[1]] = [2]string{m[2], m[3]}
+	var b strings.Builder
+	b.WriteString("# 翻译报告\n")
+	for i, line := range done {
+		m := jobDoneRe.FindStringSubmatch(line)
+		fmt.Fprintf(&b, "%d. %s → %s：%s\n", i+1, m[1], m[2], m[3])
 	}
-	for _, d := range docs {
-		if _, ok := outputs[d]; !ok {
-			return llmtest.Say("") // waiting for reports
-		}
+	return jobCalls(jobToolCall("put_artifact", map[string]string{"name": "翻译报告.md", "content": b.String()}))
+}
+
+// spawnTranslators creates the translator role, then spawns the
+// translators from the one-th on, each with its batch in its brief.
+func spawnTranslators(t *jobTurn, docs []string, workers, from int) *llm.Response {
+	id := t.roleID("translator")
+	if id == "" {
+		return jobCalls(jobToolCall("create_role", map[string]string{"name": "translator",
+			"rolePrompt": "你是译员：读取委托书列出的文档，逐篇译成中文并各存一份工件，完成后用 status_report 向父级汇报每篇的 DONE 行。"}))
 	}
-	if put := t.did("put_artifact"); len(put) == 0 || workers == 0 && len(put) == len(docs) {
-		var b strings.Builder
-		b.WriteString("# 翻译报告\n")
-		for i, d := range docs {
-			fmt.Fprintf(&b, "%d. %s → %s：%s\n", i+1, d, outputs[d][0], outputs[d][1])
-		}
-		return jobCalls(jobToolCall("put_artifact", map[string]string{"name": "翻译报告.md", "content": b.String()}))
+	var calls []llm.ToolCall
+	for b := from; b < workers; b++ {
+		lo, hi := b*len(docs)/workers, (b+1)*len(docs)/workers
+		calls = append(calls, jobToolCall("spawn_agent", map[string]any{"roleId": id, "taskBrief": as.TaskBrief{
+			Objective: fmt.Sprintf("翻译第 %d/%d 批文档", b+1, workers), Constraints: []string{"译文为简体中文，每篇一份工件"},
+			Inputs: "DOCS=" + strings.Join(docs[lo:hi], ","), Outputs: "每篇一行：DONE <原文引用> <译文引用> <摘要>，用 status_report 发给父级",
+			CompletionCriteria: "每篇都有译文工件",
+		}}))
 	}
-	put := t.did("put_artifact")
-	return jobCalls(jobSend(as.UserID, fmt.Sprintf("翻译报告：%s（%d 篇，全部完成）", str(put[len(put)-1].result["ref"]), len(docs))))
+	calls[len(calls)-1] = t.end(calls[len(calls)-1])
+	return jobCalls(calls...)
 }
 
 // syncSlice is a slice that goroutines append to, such as the messages an

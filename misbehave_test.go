@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	as "agentsociety"
@@ -45,7 +45,7 @@ var suiteJobs = []suiteJob{
 	}},
 	{"50 documents", func(t *testing.T, s *as.Society) func(as.Message) bool { return submitDocs(t, s, 10) }, func(req *llm.Request) bool {
 		// One translator in five: batches 1, 6, 11, ...
-		b := jobBatchRe.FindStringSubmatch(readJobTurn(req).text)
+		b := jobBatchRe.FindStringSubmatch(readJobTurn(req, jobScript{}).brief)
 		return firstMatch(jobRoleRe, req.System) == "translator" && b != nil && (atoi(b[1])-1)%5 == 0
 	}},
 }
@@ -119,32 +119,33 @@ func submitDocs(t testing.TB, s *as.Society, workers int) func(as.Message) bool 
 var problemWords = regexp.MustCompile(`失败|问题|无法|error|fail|cut off|截断`)
 
 // runJob runs job on model until the society goes quiet and says how it
-// ended, with the messages user received.
-func runJob(t *testing.T, job suiteJob, model llm.Model) (outcome, []as.Message) {
+// ended, with the texts of the messages user received.
+func runJob(t *testing.T, job suiteJob, model llm.Model) (outcome, []string) {
 	s := newSociety(t, as.Config{Model: model, Logger: quiet})
-	var mu sync.Mutex
-	var got []as.Message
-	s.OnUserMessage(func(m as.Message) {
-		mu.Lock()
-		got = append(got, m)
-		mu.Unlock()
-	})
+	var got syncSlice[as.Message]
+	s.OnUserMessage(got.add)
 	done := job.submit(t, s)
 	waitQuiet(t, s)
-	mu.Lock()
-	defer mu.Unlock()
-	for _, m := range got {
-		if done(m) {
-			return completed, got
-		}
+	var texts []string
+	for _, m := range got.all() {
+		texts = append(texts, m.Text())
 	}
-	for _, m := range got {
-		if regexp.MustCompile(`agent-\d+`).MatchString(m.Text()) && problemWords.MatchString(m.Text()) {
-			return reported, got
-		}
+	switch {
+	case slices.ContainsFunc(got.all(), done):
+		return completed, texts
+	case slices.ContainsFunc(texts, reportsProblem):
+		return reported, texts
 	}
-	return stalled, got
+	return stalled, texts
 }
+
+// reportsProblem reports whether a message to user says what went wrong
+// and names an agent.
+func reportsProblem(text string) bool {
+	return agentID.MatchString(text) && problemWords.MatchString(text)
+}
+
+var agentID = regexp.MustCompile(`agent-\d+`)
 
 // TestCompetentJobsComplete checks the script the suite relies on: with no
 // personality mixed in, each job completes.
@@ -152,7 +153,7 @@ func TestCompetentJobsComplete(t *testing.T) {
 	for _, job := range suiteJobs {
 		t.Run(job.name, func(t *testing.T) {
 			if got, msgs := runJob(t, job, jobModel()); got != completed {
-				t.Fatalf("the competent society: %s; user received %v", got, msgs)
+				t.Fatalf("the competent society: %s; user received %q", got, msgs)
 			}
 		})
 	}
@@ -191,7 +192,7 @@ func TestMisbehavingModels(t *testing.T) {
 				got, msgs := runJob(t, job, llmtest.Mix(competent, p.Wrap(competent), affected))
 				last := ""
 				if len(msgs) > 0 {
-					last = clipText(msgs[len(msgs)-1].Text())
+					last = clipText(msgs[len(msgs)-1])
 				}
 				fmt.Fprintf(&table, "%-16s %-13s %-13s %s  (%d model calls; last to user: %q)\n", p.Name, target, job.name, got, competent.Calls(), last)
 				if got == stalled {

@@ -168,8 +168,8 @@ func ExamplePersonalities() {
 		fmt.Printf("%s: %s\n", p.Name, p.Does)
 	}
 	// Output:
-	// spawns-silently: spawns a child and ends its turn without a word
-	// polls: polls (get_artifact, "any progress?") three times instead of ending its turn
+	// spawns-silently: ends its turn without a word as soon as a spawn succeeds, the rest of the turn undone
+	// polls: never sets end_turn, and polls (get_artifact, "any progress?") three times before ending its turn
 	// acknowledges: acknowledges every message and answers every status report
 	// prose: answers in prose instead of calling send_message, the final answer included
 	// wrong-keys: uses wrong argument keys and casing, and passes a brief as a JSON string

@@ -23,10 +23,10 @@ import (
 // competent society and check what the society does about it.
 //
 // The personalities know the built-in tools of package agentsociety by
-// name (spawn_agent, send_message, request_collaboration, put_artifact,
-// get_artifact) and find the sender of a delivered message from its reply
-// hint, send_message(to='<id>', ...). Everything else they learn from the
-// request: they never assume an id.
+// name (spawn_agent, send_message, put_artifact, get_artifact) and their
+// end_turn argument, and find the sender of a delivered message from its
+// reply hint, send_message(to='<id>', ...). Everything else they learn from
+// the request: they never assume an id.
 //
 // Each is deterministic: what it does to an agent's calls depends only on
 // that agent's requests, and the random choices of the personalities that
@@ -58,8 +58,8 @@ type Personality struct {
 // off every third reply, and seed 1 for the random choices.
 func Personalities() []Personality {
 	return []Personality{
-		{"spawns-silently", "spawns a child and ends its turn without a word", SpawnsSilently},
-		{"polls", "polls (get_artifact, \"any progress?\") three times instead of ending its turn",
+		{"spawns-silently", "ends its turn without a word as soon as a spawn succeeds, the rest of the turn undone", SpawnsSilently},
+		{"polls", "never sets end_turn, and polls (get_artifact, \"any progress?\") three times before ending its turn",
 			func(m llm.Model) llm.Model { return Polls(m, 3) }},
 		{"acknowledges", "acknowledges every message and answers every status report", Acknowledges},
 		{"prose", "answers in prose instead of calling send_message, the final answer included", Prose},
@@ -269,8 +269,9 @@ func sender(content string) string {
 
 // SpawnsSilently returns a model that behaves as m does, except that once a
 // spawn_agent call of its has succeeded it ends its turn at once, with
-// neither text nor tool call: it never tells the child what to do, and
-// whatever else it meant to do in that turn is not done.
+// neither text nor tool call: the child starts on its brief, but whatever
+// else the model meant to do in that turn (spawn another, send a message)
+// is not done, and nobody is told.
 func SpawnsSilently(m llm.Model) llm.Model {
 	w := newWrapper(m, "silent")
 	return llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
@@ -295,14 +296,17 @@ func calledTool(req *llm.Request, id string) string {
 
 // ---- polls ----
 
-// Polls returns a model that behaves as m does, except that where m would
-// end its turn (a reply without tool calls) it first polls n times, one
-// call a reply: it reads again the newest artifact it has seen a reference
-// to (get_artifact), or, when it has seen none, asks the agent it last sent
-// to (or, failing that, the sender of the message that opened the turn)
+// Polls returns a model that behaves as m does, except that it never ends
+// its turn with end_turn (it drops the argument from m's calls, and m is
+// asked again after them, as the society does), and where m would end its
+// turn (a reply without tool calls) it first polls n times, one call a
+// reply: it reads again the newest artifact it has seen a reference to
+// (get_artifact), or, when it has seen none, asks the agent it last sent to
+// (or, failing that, the sender of the message that opened the turn)
 // "有进展吗？" (any progress?). Then it ends its turn with m's reply.
 func Polls(m llm.Model, n int) llm.Model {
 	w := newWrapper(m, "poll")
+	competent := w.errCalls(func(_ *llm.Request, c llm.ToolCall) (json.RawMessage, bool) { return without(c.Arguments, "end_turn") })
 	var mu sync.Mutex
 	ending := map[string]*llm.Response{} // per agent, the reply that ends its turn once it has polled
 	return llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
@@ -313,7 +317,7 @@ func Polls(m llm.Model, n int) llm.Model {
 		mu.Unlock()
 		if polled == 0 || resp == nil {
 			var err error
-			if resp, err = w.generate(ctx, req); err != nil {
+			if resp, err = competent.Generate(ctx, req); err != nil {
 				return nil, err
 			}
 		}
@@ -350,6 +354,17 @@ func pollsThisTurn(w *wrapper, req *llm.Request) int {
 	return n
 }
 
+// without returns args without key, and false when they have no such key.
+func without(args json.RawMessage, key string) (json.RawMessage, bool) {
+	var obj map[string]json.RawMessage
+	if json.Unmarshal(args, &obj) != nil || obj[key] == nil {
+		return nil, false
+	}
+	delete(obj, key)
+	out, err := json.Marshal(obj)
+	return out, err == nil
+}
+
 var refPattern = regexp.MustCompile(`artifact:[A-Za-z0-9_-]+`)
 
 // newestRef returns the newest artifact reference in req's messages.
@@ -374,7 +389,7 @@ func lastAddressee(req *llm.Request) string {
 	for i := len(req.Messages) - 1; i >= 0; i-- {
 		msg := &req.Messages[i]
 		for _, c := range msg.ToolCalls {
-			if c.Name == "send_message" || c.Name == "request_collaboration" {
+			if c.Name == "send_message" {
 				var a struct {
 					To string `json:"to"`
 				}
@@ -607,8 +622,8 @@ func cut(s string, n int) string {
 // ---- invents ids ----
 
 // InventsIDs returns a model that behaves as m does, except that it makes
-// up the ids it should have copied: the "to" of a send_message or
-// request_collaboration call becomes an agent id of its own invention, and
+// up the ids it should have copied: the "to" of a send_message call
+// becomes an agent id of its own invention, and
 // the request_id of a collaboration_response a request id of its own
 // invention, both drawn from seed. Invented agent ids run from agent-1000 to
 // agent-1999, so that in a society of fewer agents they name nobody. It
@@ -623,7 +638,7 @@ func InventsIDs(m llm.Model, seed uint64) llm.Model {
 		return fmt.Sprintf(format, r.IntN(n))
 	}
 	return w.errCalls(func(_ *llm.Request, c llm.ToolCall) (json.RawMessage, bool) {
-		if c.Name != "send_message" && c.Name != "request_collaboration" {
+		if c.Name != "send_message" {
 			return nil, false
 		}
 		var args map[string]any

@@ -13,8 +13,9 @@ import (
 )
 
 // A turn as the society runs one: the delivered message, then model calls
-// whose tool calls the tools function answers, until a reply has none or
-// maxSteps replies were made.
+// whose tool calls the tools function answers, until a reply has none, a
+// reply's calls all succeed with one of them setting end_turn, or maxSteps
+// replies were made.
 
 const maxSteps = 10
 
@@ -48,7 +49,7 @@ func strict(c llm.ToolCall) string {
 			if to != "agent-2" && to != "user" && to != "agent-3" {
 				return `{"error":"agent_not_found","message":"no agent"}`
 			}
-		case "message_type", "payload", "roleId":
+		case "message_type", "payload", "roleId", "end_turn":
 		case "taskBrief":
 			if !strings.HasPrefix(string(v), "{") {
 				return `{"error":"invalid_argument","message":"taskBrief must be an object"}`
@@ -74,8 +75,18 @@ func turn(t *testing.T, m llm.Model, delivered string, tools func(llm.ToolCall) 
 		if len(resp.Message.ToolCalls) == 0 {
 			return msgs, resp
 		}
+		end, failed := false, false
 		for _, c := range resp.Message.ToolCalls {
-			msgs = append(msgs, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: tools(c)})
+			out := tools(c)
+			msgs = append(msgs, llm.Message{Role: llm.RoleTool, ToolCallID: c.ID, Content: out})
+			var a struct {
+				EndTurn bool `json:"end_turn"`
+			}
+			end = end || json.Unmarshal(c.Arguments, &a) == nil && a.EndTurn
+			failed = failed || strings.Contains(out, `"error"`)
+		}
+		if end && !failed {
+			return msgs, resp
 		}
 	}
 	t.Fatalf("the turn did not end in %d steps: %v", maxSteps, msgs)
@@ -164,6 +175,28 @@ func TestPolls(t *testing.T) {
 	want = []string{`send_message{"payload":{"text":"有进展吗？"},"to":"agent-2"}`}
 	if diff := cmp.Diff(want, calls(msgs)); diff != "" {
 		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+}
+
+func TestPollsIgnoresEndTurn(t *testing.T) {
+	// The competent model reports and ends its turn with end_turn; the
+	// poller drops end_turn, so it is asked again, and polls before it
+	// ends the turn with the competent model's answer.
+	inner := llmtest.New(
+		llmtest.Rule{AfterTool: "send_message", Response: llmtest.Say("已汇报。")},
+		llmtest.Rule{Response: llmtest.Call("send_message", map[string]any{"to": "agent-2", "payload": map[string]string{"text": "完成：artifact:a-1"}, "end_turn": true})},
+	)
+	msgs, last := turn(t, llmtest.Polls(inner, 1), fromAgent, strict)
+	want := []string{`send_message{"payload":{"text":"完成：artifact:a-1"},"to":"agent-2"}`, `get_artifact{"ref":"artifact:a-1"}`}
+	if diff := cmp.Diff(want, calls(msgs)); diff != "" {
+		t.Errorf("calls (-want +got):\n%s", diff)
+	}
+	if last.Message.Content != "已汇报。" {
+		t.Errorf("the turn ended with %q, want the competent model's answer", last.Message.Content)
+	}
+	// The competent model saw its own call, end_turn included.
+	if reqs := inner.Requests(); len(reqs) != 2 || !strings.Contains(string(reqs[1].Messages[1].ToolCalls[0].Arguments), `"end_turn":true`) {
+		t.Errorf("the competent model was asked %d times and did not see its own call: %v", len(reqs), reqs)
 	}
 }
 
