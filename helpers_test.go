@@ -36,6 +36,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/tiktoken-go/tokenizer"
 	"pgregory.net/rapid"
 )
 
@@ -1394,13 +1395,7 @@ func jobCalls(calls ...llm.ToolCall) *llm.Response { return llmtest.Calls(calls.
 // jobToolCall is a call of tool name with args written as models write
 // JSON: "<" stays "<".
 func jobToolCall(name string, args any) llm.ToolCall {
-	var b strings.Builder
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(args); err != nil {
-		panic(err)
-	}
-	return llm.ToolCall{Name: name, Arguments: json.RawMessage(strings.TrimSpace(b.String()))}
+	return llm.ToolCall{Name: name, Arguments: json.RawMessage(wireJSON(args))}
 }
 
 func jobSend(to, text string) llm.ToolCall {
@@ -1710,6 +1705,94 @@ func spawnTranslators(t *jobTurn, docs []string, workers, from int) *llm.Respons
 	}
 	calls[len(calls)-1] = t.end(calls[len(calls)-1])
 	return jobCalls(calls...)
+}
+
+// ---------------------------------------------------------------------------
+// Prompts on the wire, in tokens.
+
+// o200kCodec is the tokenizer of OpenAI's current models, loaded once.
+var o200kCodec = sync.OnceValues(func() (tokenizer.Codec, error) { return tokenizer.Get(tokenizer.O200kBase) })
+
+// o200k returns the number of o200k tokens of s.
+func o200k(t testing.TB, s string) int {
+	t.Helper()
+	codec, err := o200kCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := codec.Count(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// wireFunction is a function as a chat completion request carries it: a
+// tool's schema, or a call's arguments.
+type wireFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Arguments   string          `json:"arguments,omitempty"`
+}
+
+type wireTool struct {
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+// wireJSON encodes v as a request body does: "<" stays "<".
+func wireJSON(v any) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func toWireTools(tools []llm.Tool) []wireTool {
+	var out []wireTool
+	for _, t := range tools {
+		out = append(out, wireTool{"function", wireFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}})
+	}
+	return out
+}
+
+// wireTools returns the tools field of an OpenAI-compatible chat
+// completion request that offers tools.
+func wireTools(tools []llm.Tool) string { return wireJSON(toWireTools(tools)) }
+
+// wireRequest returns req as an OpenAI-compatible chat completion request
+// carries it: the system prompt as the first message, tool calls as
+// function calls, and the tools' schemas.
+func wireRequest(req *llm.Request) string {
+	type toolCall struct {
+		ID       string       `json:"id"`
+		Type     string       `json:"type"`
+		Function wireFunction `json:"function"`
+	}
+	type message struct {
+		Role       string     `json:"role"`
+		Content    string     `json:"content"`
+		ToolCalls  []toolCall `json:"tool_calls,omitempty"`
+		ToolCallID string     `json:"tool_call_id,omitempty"`
+	}
+	var w struct {
+		Messages []message  `json:"messages"`
+		Tools    []wireTool `json:"tools,omitempty"`
+	}
+	w.Messages = append(w.Messages, message{Role: "system", Content: req.System})
+	for _, m := range req.Messages {
+		wm := message{Role: string(m.Role), Content: m.Content, ToolCallID: m.ToolCallID}
+		for _, c := range m.ToolCalls {
+			wm.ToolCalls = append(wm.ToolCalls, toolCall{ID: c.ID, Type: "function", Function: wireFunction{Name: c.Name, Arguments: string(c.Arguments)}})
+		}
+		w.Messages = append(w.Messages, wm)
+	}
+	w.Tools = toWireTools(req.Tools)
+	return wireJSON(w)
 }
 
 // syncSlice is a slice that goroutines append to, such as the messages an

@@ -33,9 +33,19 @@ type suiteJob struct {
 	name string
 	// submit starts the job on s and returns what user must receive for it
 	// to count as completed.
-	submit func(t *testing.T, s *as.Society) (done func(m as.Message) bool)
-	// lead and worker pick the agents a personality is mixed into.
+	submit func(t testing.TB, s *as.Society) (done func(m as.Message) bool)
+	// worker picks the workers a personality is mixed into.
 	worker func(req *llm.Request) bool
+}
+
+// docsJob is the translation job split among workers translators (0: the
+// lead alone).
+func docsJob(workers int) suiteJob {
+	return suiteJob{fmt.Sprintf("50 documents/%d", workers), func(t testing.TB, s *as.Society) func(as.Message) bool { return submitDocs(t, s, workers) }, func(req *llm.Request) bool {
+		// One translator in five: batches 1, 6, 11, ...
+		b := jobBatchRe.FindStringSubmatch(readJobTurn(req, jobScript{}).brief)
+		return firstMatch(jobRoleRe, req.System) == "translator" && b != nil && (atoi(b[1])-1)%5 == 0
+	}}
 }
 
 var suiteJobs = []suiteJob{
@@ -43,11 +53,7 @@ var suiteJobs = []suiteJob{
 		role := firstMatch(jobRoleRe, req.System)
 		return role == "developer" || role == "tester"
 	}},
-	{"50 documents", func(t *testing.T, s *as.Society) func(as.Message) bool { return submitDocs(t, s, 10) }, func(req *llm.Request) bool {
-		// One translator in five: batches 1, 6, 11, ...
-		b := jobBatchRe.FindStringSubmatch(readJobTurn(req, jobScript{}).brief)
-		return firstMatch(jobRoleRe, req.System) == "translator" && b != nil && (atoi(b[1])-1)%5 == 0
-	}},
+	docsJob(10),
 }
 
 func atoi(s string) int {
@@ -59,7 +65,7 @@ func atoi(s string) int {
 func isLead(req *llm.Request) bool { return firstMatch(jobRoleRe, req.System) == "lead" }
 
 // submitCalc submits seed 001's requirement; user must receive the page.
-func submitCalc(t *testing.T, s *as.Society) func(as.Message) bool {
+func submitCalc(t testing.TB, s *as.Society) func(as.Message) bool {
 	if _, err := s.SubmitRequirement(context.Background(), calcRequirement); err != nil {
 		t.Fatal(err)
 	}
@@ -120,8 +126,9 @@ var problemWords = regexp.MustCompile(`失败|问题|无法|error|fail|cut off|�
 
 // runJob runs job on model until the society goes quiet and says how it
 // ended, with the texts of the messages user received.
-func runJob(t *testing.T, job suiteJob, model llm.Model) (outcome, []string) {
-	s := newSociety(t, as.Config{Model: model, Logger: quiet})
+func runJob(t testing.TB, job suiteJob, model llm.Model) (outcome, []string) {
+	s, closeSociety := openSociety(t, as.Config{Model: model, Logger: quiet})
+	defer closeSociety()
 	var got syncSlice[as.Message]
 	s.OnUserMessage(got.add)
 	done := job.submit(t, s)
@@ -147,15 +154,18 @@ func reportsProblem(text string) bool {
 
 var agentID = regexp.MustCompile(`agent-\d+`)
 
-// TestCompetentJobsComplete checks the script the suite relies on: with no
-// personality mixed in, each job completes.
+// TestCompetentJobsComplete checks the script the suite and the benchmark
+// rely on: with no personality mixed in, each job completes, whether the
+// script ends its turns with end_turn or without.
 func TestCompetentJobsComplete(t *testing.T) {
-	for _, job := range suiteJobs {
-		t.Run(job.name, func(t *testing.T) {
-			if got, msgs := runJob(t, job, jobModel()); got != completed {
-				t.Fatalf("the competent society: %s; user received %q", got, msgs)
-			}
-		})
+	for _, job := range append(suiteJobs, docsJob(0), docsJob(50)) {
+		for _, script := range []jobScript{{endTurn: true}, {}} {
+			t.Run(fmt.Sprintf("%s/end_turn=%v", job.name, script.endTurn), func(t *testing.T) {
+				if got, msgs := runJob(t, job, script.model()); got != completed {
+					t.Fatalf("the competent society: %s; user received %q", got, msgs)
+				}
+			})
+		}
 	}
 }
 
@@ -177,7 +187,7 @@ func TestMisbehavingModels(t *testing.T) {
 		"truncates":       "lead+workers",
 	}
 	var table strings.Builder
-	fmt.Fprintf(&table, "\n%-16s %-13s %-13s %s\n", "personality", "mixed into", "job", "outcome")
+	fmt.Fprintf(&table, "\n%-16s %-13s %-16s %s\n", "personality", "mixed into", "job", "outcome")
 	for _, p := range llmtest.Personalities() {
 		target, ok := targets[p.Name]
 		if !ok {
@@ -194,7 +204,7 @@ func TestMisbehavingModels(t *testing.T) {
 				if len(msgs) > 0 {
 					last = clipText(msgs[len(msgs)-1])
 				}
-				fmt.Fprintf(&table, "%-16s %-13s %-13s %s  (%d model calls; last to user: %q)\n", p.Name, target, job.name, got, competent.Calls(), last)
+				fmt.Fprintf(&table, "%-16s %-13s %-16s %s  (%d model calls; last to user: %q)\n", p.Name, target, job.name, got, competent.Calls(), last)
 				if got == stalled {
 					t.Errorf("%s in the %s: the society went quiet and user was told nothing; user received %d messages", p.Name, target, len(msgs))
 				}
