@@ -44,5 +44,7 @@ func (s *Society) Quiet() bool {
 			return false
 		}
 	}
-	return true
+	// A task that went quiet awaited by user is kept until it is reported
+	// (see quiet.go).
+	return len(s.tasks) == 0
 }

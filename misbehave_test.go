@@ -16,8 +16,11 @@ import (
 // The misbehaviour suite (issue 11 §4): each job, run by a competent
 // scripted society (jobModel) into which one of llmtest's personalities is
 // mixed, must end in one of two ways: the job completes, or user is told,
-// in a message naming the agent, what went wrong. A silent stall, where the
-// society goes quiet and user has neither, fails the test.
+// in a message naming the agent, what went wrong: by an agent, or by the
+// society's report of a task gone quiet (status quiet), which names the
+// agents whose last words reached nobody. A silent stall, where the society
+// goes quiet and user has neither, fails the test, and so does a quiet
+// report that names no agent.
 
 // outcome is how a job ended.
 type outcome string
@@ -25,7 +28,10 @@ type outcome string
 const (
 	completed outcome = "completes"
 	reported  outcome = "reported to user"
-	stalled   outcome = "SILENT STALL"
+	// quietUnnamed is a task gone quiet that the society reported to user
+	// without naming an agent: user knows it stopped, not who stopped it.
+	quietUnnamed outcome = "QUIET, NOBODY NAMED"
+	stalled      outcome = "SILENT STALL"
 )
 
 // suiteJob is a job of the suite.
@@ -132,25 +138,45 @@ func runJob(t testing.TB, job suiteJob, model llm.Model) (outcome, []string) {
 	var got syncSlice[as.Message]
 	s.OnUserMessage(got.add)
 	done := job.submit(t, s)
-	waitQuiet(t, s)
+	// A task that goes quiet with user unanswered is reported to user, by
+	// a report that may still be on its way when the society is otherwise
+	// quiet: wait for user to have been told something too. Only a society
+	// that stalls in silence makes the wait reach hangGuard.
+	if !poll(func() bool { return s.Quiet() && len(got.all()) > 0 }) {
+		waitQuiet(t, s)
+	}
 	var texts []string
 	for _, m := range got.all() {
 		texts = append(texts, m.Text())
 	}
 	switch {
-	case slices.ContainsFunc(got.all(), done):
+	case slices.ContainsFunc(got.all(), func(m as.Message) bool { return !isQuietReport(m) && done(m) }):
 		return completed, texts
-	case slices.ContainsFunc(texts, reportsProblem):
+	case slices.ContainsFunc(got.all(), reportsProblem):
 		return reported, texts
+	case slices.ContainsFunc(got.all(), isQuietReport):
+		return quietUnnamed, texts
 	}
 	return stalled, texts
 }
 
-// reportsProblem reports whether a message to user says what went wrong
-// and names an agent.
-func reportsProblem(text string) bool {
-	return agentID.MatchString(text) && problemWords.MatchString(text)
+// reportsProblem reports whether a message to user names an agent and
+// says what went wrong: an agent's report of a problem, or the society's
+// report of a task gone quiet that names the agents whose words reached
+// nobody.
+func reportsProblem(m as.Message) bool {
+	return agentID.MatchString(m.Text()) && (problemWords.MatchString(m.Text()) || isQuietReport(m))
 }
+
+// isQuietReport reports whether m is the society's report of a task gone
+// quiet without an answer.
+func isQuietReport(m as.Message) bool {
+	var p as.StatusReportPayload
+	return m.From == as.RootID && m.Type == as.StatusReport && m.Decode(&p) == nil && p.Status == as.StatusQuiet
+}
+
+// quietNamed finds the agents a quiet report names, with their roles.
+var quietNamed = regexp.MustCompile(`(?m)^- (agent-\d+（[^）]+）)`)
 
 var agentID = regexp.MustCompile(`agent-\d+`)
 
@@ -200,13 +226,29 @@ func TestMisbehavingModels(t *testing.T) {
 					return strings.Contains(target, "lead") && isLead(req) || strings.Contains(target, "workers") && job.worker(req)
 				}
 				got, msgs := runJob(t, job, llmtest.Mix(competent, p.Wrap(competent), affected))
-				last := ""
-				if len(msgs) > 0 {
-					last = clipText(msgs[len(msgs)-1])
+				how := ""
+				if got != completed {
+					how = "user told nothing"
 				}
-				fmt.Fprintf(&table, "%-16s %-13s %-16s %s  (%d model calls; last to user: %q)\n", p.Name, target, job.name, got, competent.Calls(), last)
-				if got == stalled {
-					t.Errorf("%s in the %s: the society went quiet and user was told nothing; user received %d messages", p.Name, target, len(msgs))
+				for _, m := range msgs {
+					if named := quietNamed.FindAllStringSubmatch(m, -1); strings.HasPrefix(m, "任务 ") {
+						how = "quiet report naming nobody"
+						for i, n := range named {
+							if i == 0 {
+								how = "quiet report naming"
+							}
+							how += " " + n[1]
+						}
+					} else if got == reported && reportsProblem(as.Message{Payload: as.Text(m)}) {
+						how = "an agent's report naming " + strings.Join(agentID.FindAllString(m, 3), " ")
+					}
+				}
+				fmt.Fprintf(&table, "%-16s %-13s %-16s %-16s %3d model calls  %s\n", p.Name, target, job.name, got, competent.Calls(), how)
+				switch got {
+				case stalled:
+					t.Errorf("%s in the %s: the society went quiet and user was told nothing; user received %q", p.Name, target, msgs)
+				case quietUnnamed:
+					t.Errorf("%s in the %s: user was told the task went quiet, but not which agent stopped it; user received %q", p.Name, target, msgs)
 				}
 			})
 		}
