@@ -76,13 +76,19 @@ func submitCalc(t testing.TB, s *as.Society) func(as.Message) bool {
 		t.Fatal(err)
 	}
 	return func(m as.Message) bool {
-		ref := jobRefRe.FindString(m.Text())
-		if ref == "" {
-			return false
-		}
-		_, data, err := s.GetArtifact(context.Background(), ref)
-		return err == nil && string(data) == calcPage
+		data, ok := referenced(s, m)
+		return ok && string(data) == calcPage
 	}
+}
+
+// referenced returns the content of the first artifact m refers to.
+func referenced(s *as.Society, m as.Message) ([]byte, bool) {
+	ref := jobRefRe.FindString(m.Text())
+	if ref == "" {
+		return nil, false
+	}
+	_, data, err := s.GetArtifact(context.Background(), ref)
+	return data, err == nil
 }
 
 // submitDocs stores 50 documents and submits the translation job, split in
@@ -105,12 +111,8 @@ func submitDocs(t testing.TB, s *as.Society, workers int) func(as.Message) bool 
 		t.Fatal(err)
 	}
 	return func(m as.Message) bool {
-		ref := jobRefRe.FindString(m.Text())
-		if ref == "" {
-			return false
-		}
-		_, report, err := s.GetArtifact(context.Background(), ref)
-		if err != nil {
+		report, ok := referenced(s, m)
+		if !ok {
 			return false
 		}
 		for i, in := range refs {
