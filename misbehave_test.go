@@ -133,41 +133,54 @@ func submitDocs(t testing.TB, s *as.Society, workers int) func(as.Message) bool 
 var problemWords = regexp.MustCompile(`失败|问题|无法|error|fail|cut off|截断`)
 
 // runJob runs job on model until the society goes quiet and says how it
-// ended, with the texts of the messages user received.
-func runJob(t testing.TB, job suiteJob, model llm.Model) (outcome, []string) {
+// ended, which agents the report to user named when it was reported, and
+// the texts of the messages user received.
+func runJob(t testing.TB, job suiteJob, model llm.Model) (got outcome, named, texts []string) {
 	s, closeSociety := openSociety(t, as.Config{Model: model, Logger: quiet})
 	defer closeSociety()
-	var got syncSlice[as.Message]
-	s.OnUserMessage(got.add)
+	var inbox syncSlice[as.Message]
+	s.OnUserMessage(inbox.add)
 	done := job.submit(t, s)
 	// A task that goes quiet with user unanswered is reported to user, by
 	// a report that may still be on its way when the society is otherwise
 	// quiet: wait for user to have been told something too. Only a society
 	// that stalls in silence makes the wait reach hangGuard.
-	if !poll(func() bool { return s.Quiet() && len(got.all()) > 0 }) {
+	if !poll(func() bool { return s.Quiet() && len(inbox.all()) > 0 }) {
 		waitQuiet(t, s)
 	}
-	var texts []string
-	for _, m := range got.all() {
+	msgs := inbox.all()
+	for _, m := range msgs {
 		texts = append(texts, m.Text())
 	}
-	switch {
-	case slices.ContainsFunc(got.all(), func(m as.Message) bool { return !isQuietReport(m) && done(m) }):
-		return completed, texts
-	case slices.ContainsFunc(got.all(), reportsProblem):
-		return reported, texts
-	case slices.ContainsFunc(got.all(), isQuietReport):
-		return quietUnnamed, texts
+	if slices.ContainsFunc(msgs, func(m as.Message) bool { return !isQuietReport(m) && done(m) }) {
+		return completed, nil, texts
 	}
-	return stalled, texts
+	got = stalled
+	for _, m := range msgs {
+		switch names := namedIn(m); {
+		case len(names) > 0:
+			return reported, names, texts
+		case isQuietReport(m):
+			got = quietUnnamed
+		}
+	}
+	return got, nil, texts
 }
 
-// reportsProblem reports whether a message to user names an agent and
-// says what went wrong: an agent's report of a problem, or the society's
-// report of a task gone quiet that names the agents whose words reached
-// nobody.
-func reportsProblem(m as.Message) bool {
-	return agentID.MatchString(m.Text()) && (problemWords.MatchString(m.Text()) || isQuietReport(m))
+// namedIn returns the agents a message to user names as the ones where
+// something went wrong: those a quiet report lists, or those an agent's
+// report of a problem mentions.
+func namedIn(m as.Message) []string {
+	var names []string
+	switch {
+	case isQuietReport(m):
+		for _, n := range quietNamed.FindAllStringSubmatch(m.Text(), -1) {
+			names = append(names, n[1])
+		}
+	case problemWords.MatchString(m.Text()):
+		names = slices.Compact(slices.Sorted(slices.Values(agentID.FindAllString(m.Text(), -1))))
+	}
+	return names
 }
 
 // isQuietReport reports whether m is the society's report of a task gone
@@ -177,10 +190,11 @@ func isQuietReport(m as.Message) bool {
 	return m.From == as.RootID && m.Type == as.StatusReport && m.Decode(&p) == nil && p.Status == as.StatusQuiet
 }
 
-// quietNamed finds the agents a quiet report names, with their roles.
-var quietNamed = regexp.MustCompile(`(?m)^- (agent-\d+（[^）]+）)`)
-
-var agentID = regexp.MustCompile(`agent-\d+`)
+var (
+	// quietNamed finds the agents a quiet report lists, with their roles.
+	quietNamed = regexp.MustCompile(`(?m)^- (agent-\d+（[^）]+）)`)
+	agentID    = regexp.MustCompile(`agent-\d+`)
+)
 
 // TestCompetentJobsComplete checks the script the suite and the benchmark
 // rely on: with no personality mixed in, each job completes, whether the
@@ -189,7 +203,7 @@ func TestCompetentJobsComplete(t *testing.T) {
 	for _, job := range append(suiteJobs, docsJob(0), docsJob(50)) {
 		for _, script := range []jobScript{{endTurn: true}, {}} {
 			t.Run(fmt.Sprintf("%s/end_turn=%v", job.name, script.endTurn), func(t *testing.T) {
-				if got, msgs := runJob(t, job, script.model()); got != completed {
+				if got, _, msgs := runJob(t, job, script.model()); got != completed {
 					t.Fatalf("the competent society: %s; user received %q", got, msgs)
 				}
 			})
@@ -199,7 +213,7 @@ func TestCompetentJobsComplete(t *testing.T) {
 
 // TestMisbehavingModels runs each job with each personality mixed into an
 // otherwise competent society, prints the outcome table and fails on a
-// silent stall.
+// silent stall or a quiet report that names no agent.
 func TestMisbehavingModels(t *testing.T) {
 	// Where each personality goes: into the lead when it concerns what a
 	// lead does, and into the workers (one translator in five) when it
@@ -227,23 +241,15 @@ func TestMisbehavingModels(t *testing.T) {
 				affected := func(req *llm.Request) bool {
 					return strings.Contains(target, "lead") && isLead(req) || strings.Contains(target, "workers") && job.worker(req)
 				}
-				got, msgs := runJob(t, job, llmtest.Mix(competent, p.Wrap(competent), affected))
+				got, named, msgs := runJob(t, job, llmtest.Mix(competent, p.Wrap(competent), affected))
 				how := ""
-				if got != completed {
+				switch got {
+				case reported:
+					how = "naming " + strings.Join(named, " ")
+				case quietUnnamed:
+					how = "a quiet report naming nobody"
+				case stalled:
 					how = "user told nothing"
-				}
-				for _, m := range msgs {
-					if named := quietNamed.FindAllStringSubmatch(m, -1); strings.HasPrefix(m, "任务 ") {
-						how = "quiet report naming nobody"
-						for i, n := range named {
-							if i == 0 {
-								how = "quiet report naming"
-							}
-							how += " " + n[1]
-						}
-					} else if got == reported && reportsProblem(as.Message{Payload: as.Text(m)}) {
-						how = "an agent's report naming " + strings.Join(agentID.FindAllString(m, 3), " ")
-					}
 				}
 				fmt.Fprintf(&table, "%-16s %-13s %-16s %-16s %3d model calls  %s\n", p.Name, target, job.name, got, competent.Calls(), how)
 				switch got {

@@ -59,7 +59,7 @@ func findLargestPrompt(b *testing.B, m *llmtest.Model) largestPrompt {
 // script says, checks that it completed, and returns the model.
 func runDocsJob(b *testing.B, workers int, script jobScript) *llmtest.Model {
 	model := script.model()
-	if got, msgs := runJob(b, docsJob(workers), model); got != completed {
+	if got, _, msgs := runJob(b, docsJob(workers), model); got != completed {
 		b.Fatalf("the job split among %d: %s; user received %q", workers, got, msgs)
 	}
 	return model
