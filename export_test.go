@@ -32,3 +32,29 @@ func FormatIn(lang Language, m Message, senderRole string) string {
 	}
 	return l.formatMessage(m, senderRole, true)
 }
+
+// Quiet reports whether nothing can happen in the society until the host
+// acts: no agent, user included, has a message queued or being handled,
+// and no pending request has a timeout that could still fire. A test that
+// waits for it waits for the society to finish what it can do, by
+// condition rather than by sleeping.
+func (s *Society) Quiet() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, a := range s.agents {
+		if b := a.box.Load(); b != nil && b.Busy() {
+			return false
+		}
+	}
+	if b := s.user.self.box.Load(); b != nil && b.Busy() {
+		return false
+	}
+	for _, r := range s.requests {
+		if r.status == StatusPending && r.timer != nil {
+			return false
+		}
+	}
+	// A task that went quiet awaited by user is kept until it is reported
+	// (see quiet.go).
+	return len(s.tasks) == 0
+}

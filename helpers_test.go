@@ -17,13 +17,16 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	as "agentsociety"
 	"agentsociety/llm"
@@ -33,6 +36,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/tiktoken-go/tokenizer"
 	"pgregory.net/rapid"
 )
 
@@ -74,6 +78,15 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	if !poll(cond) {
 		t.Fatalf("timed out after %v waiting for %s", hangGuard, what)
 	}
+}
+
+// waitQuiet waits until nothing can happen in s until the host acts (see
+// Society.Quiet), failing the test after hangGuard: a society that never
+// goes quiet is busy for ever, as agents that answer each other without end
+// would be.
+func waitQuiet(t testing.TB, s *as.Society) {
+	t.Helper()
+	waitFor(t, "the society to go quiet", s.Quiet)
 }
 
 // waitGoroutines waits until no more than base goroutines run, failing the
@@ -1067,4 +1080,737 @@ func callTools(t *testing.T, cfg as.Config, helper as.Behavior, calls ...toolCal
 	mu.Lock()
 	defer mu.Unlock()
 	return slices.Clone(results)
+}
+
+// ---------------------------------------------------------------------------
+// A competent scripted society for whole jobs.
+//
+// jobModel plays, through the built-in tools, every agent of the two jobs
+// the misbehaviour suite and the context benchmark run: seed 001's
+// calculator (root → lead → tester and developer) and a translation job of
+// 50 documents (root → lead → translators, each with a batch of documents;
+// the lead assembles the report). Like a real model, it decides each step
+// from the request alone: its role and brief, the message that opened the
+// turn, and what its tools returned. It never assumes an id, and it picks
+// up where it left off whatever happened in between, so that a model that
+// misbehaves at one step (see llmtest's personalities) does not derail it
+// at the next.
+
+// The two jobs' requirements. docsRequirement carries the documents'
+// references and the number of translators; both reach the lead in its
+// brief and are read back by the script.
+const calcRequirement = "请做一个计算器：静态网页，用 HTML + JavaScript 实现，支持加减乘除。"
+
+func docsRequirement(refs []string, workers int) string {
+	return fmt.Sprintf("请把以下 %d 篇英文文档译成中文，每篇一份译文工件，最后汇编成一份报告交给我。请分 %d 批交给译员（0 表示你自己做）。WORKERS=%d DOCS=%s",
+		len(refs), workers, workers, strings.Join(refs, ","))
+}
+
+// calcPage is the calculator page the developer stores.
+const calcPage = `<!doctype html>
+<html lang="zh"><head><meta charset="utf-8"><title>计算器</title></head>
+<body><input id="a" type="number"> <select id="op"><option>+</option><option>-</option><option>*</option><option>/</option></select>
+<input id="b" type="number"> <button id="eq">=</button> <output id="r"></output>
+<script>
+function calculate(a, op, b) {
+  switch (op) { case '+': return a + b; case '-': return a - b; case '*': return a * b; case '/': return b === 0 ? NaN : a / b; }
+}
+document.getElementById('eq').onclick = function () {
+  var r = calculate(+document.getElementById('a').value, document.getElementById('op').value, +document.getElementById('b').value);
+  document.getElementById('r').textContent = isFinite(r) ? String(r) : '错误';
+};
+</script></body></html>
+`
+
+// jobDoc returns document i (0-based) of the translation job: English text
+// of 1 to 3 KB, different for each i.
+func jobDoc(i int) string {
+	words := strings.Fields("the agents of a society share work through messages and artifacts while each one keeps only the context its task needs " +
+		"a lead splits the job into parts and every worker reports its result to the parent that assigned it " +
+		"documents are translated one by one and the report lists every translation with a short summary")
+	size := 1024 + (i*733)%2048
+	var b strings.Builder
+	fmt.Fprintf(&b, "Document %d.", i+1)
+	for w := i; b.Len() < size; w++ {
+		b.WriteByte(' ')
+		b.WriteString(words[(w*7+i)%len(words)])
+		if w%13 == 12 {
+			b.WriteByte('.')
+		}
+	}
+	return b.String()[:size]
+}
+
+// jobDict is the translators' dictionary.
+var jobDict = map[string]string{
+	"the": "该", "agents": "智能体", "of": "之", "a": "一", "society": "社会", "share": "分担", "work": "工作", "through": "经由",
+	"messages": "消息", "and": "与", "artifacts": "工件", "while": "而", "each": "每个", "one": "一个", "keeps": "保留", "only": "仅",
+	"context": "上下文", "its": "其", "task": "任务", "needs": "所需", "lead": "负责人", "splits": "拆分", "job": "工作", "into": "成",
+	"parts": "部分", "every": "每个", "worker": "工人", "reports": "汇报", "result": "结果", "to": "给", "parent": "父级", "that": "那",
+	"assigned": "分派", "it": "它", "documents": "文档", "are": "被", "translated": "翻译", "by": "按", "report": "报告",
+	"lists": "列出", "translation": "译文", "with": "附", "short": "简短", "summary": "摘要",
+}
+
+// jobTranslate translates a document with jobDict: 1 to 2 KB of Chinese.
+func jobTranslate(doc string) string {
+	var b strings.Builder
+	for _, w := range strings.Fields(doc) {
+		word, stop := strings.CutSuffix(w, ".")
+		if zh, ok := jobDict[word]; ok {
+			b.WriteString(zh)
+		} else {
+			b.WriteString(word)
+		}
+		if stop {
+			b.WriteString("。")
+		}
+	}
+	out := b.String()
+	for len(out) > 2048 {
+		_, size := utf8.DecodeLastRuneInString(out)
+		out = out[:len(out)-size]
+	}
+	return out
+}
+
+// jobSummary is the one-line summary of a translation.
+func jobSummary(translation string) string {
+	r := []rune(translation)
+	return string(r[:min(len(r), 16)])
+}
+
+var (
+	jobRoleRe     = regexp.MustCompile(`(?m)^- ID：[^；\n]+；岗位：([^；\n]+)`)
+	jobParentRe   = regexp.MustCompile(`(?m)^- 父级：([^（\s]+)`)
+	jobHintRe     = regexp.MustCompile(`send_message\(to='([^']+)'`)
+	jobTypeRe     = regexp.MustCompile(`(?m)^message_type: (\w+)$`)
+	jobRefRe      = regexp.MustCompile(`artifact:[A-Za-z0-9_-]+`)
+	jobDocsRe     = regexp.MustCompile(`DOCS=(\S+)`)
+	jobWorkersRe  = regexp.MustCompile(`WORKERS=(\d+)`)
+	jobTesterRe   = regexp.MustCompile(`TESTER=(\S+)`)
+	jobBatchRe    = regexp.MustCompile(`第 (\d+)/(\d+) 批`)
+	jobDoneRe     = regexp.MustCompile(`DONE (artifact:\S+) (artifact:\S+) (\S+)`)
+	jobChildrenRe = regexp.MustCompile(`(?m)^- 子级（(.+?)）：(.+)$`)
+	jobIDRangeRe  = regexp.MustCompile(`agent-(\d+)(?:\.\.agent-(\d+))?`)
+	jobReqIDRe    = regexp.MustCompile(`"request_id": "([^"]+)"`)
+	jobStatusRe   = regexp.MustCompile(`"status": "([^"]+)"`)
+)
+
+// jobCall is a tool call of the conversation with its result.
+type jobCall struct {
+	name   string
+	args   map[string]any
+	result map[string]any
+	ok     bool // the result is not an error
+}
+
+// jobTurn is what the script reads of a request.
+type jobTurn struct {
+	jobScript
+	req     *llm.Request
+	role    string // the agent's role; "root" for root
+	text    string // the system prompt and every message, in order
+	brief   string // the task_assignment that is the first message, or ""
+	opened  string // the delivered message that opened the turn
+	from    string // its sender: the id in its reply hint, or user
+	mtype   string // its message_type, "" for a general message
+	calls   []jobCall
+	last    []jobCall // the calls of the turn's last step
+	history []jobCall
+}
+
+func readJobTurn(req *llm.Request, script jobScript) *jobTurn {
+	t := &jobTurn{jobScript: script, req: req, role: firstMatch(jobRoleRe, req.System)}
+	if req.Agent == as.RootID {
+		t.role = as.RootID
+	}
+	var b strings.Builder
+	b.WriteString(req.System)
+	start, step := 0, -1
+	for i, m := range req.Messages {
+		b.WriteString("\n")
+		b.WriteString(m.Content)
+		for _, c := range m.ToolCalls {
+			b.WriteString("\n")
+			b.Write(c.Arguments)
+		}
+		switch m.Role {
+		case llm.RoleUser:
+			start = i
+			if t.brief == "" && firstMatch(jobTypeRe, m.Content) == string(as.TaskAssignment) {
+				t.brief = m.Content
+			}
+		case llm.RoleAssistant:
+			step = i
+		}
+	}
+	t.text = b.String()
+	if len(req.Messages) > 0 {
+		t.opened = req.Messages[start].Content
+		if strings.HasPrefix(t.opened, "【来自用户的消息】") {
+			t.from = as.UserID
+		}
+		if m := jobHintRe.FindAllStringSubmatch(t.opened, -1); m != nil {
+			t.from = m[len(m)-1][1]
+		}
+		t.mtype = firstMatch(jobTypeRe, t.opened)
+	}
+	pending := map[string]*jobCall{}
+	for i, m := range req.Messages {
+		for _, c := range m.ToolCalls {
+			jc := &jobCall{name: c.Name}
+			json.Unmarshal(c.Arguments, &jc.args)
+			pending[c.ID] = jc
+		}
+		if m.Role != llm.RoleTool || pending[m.ToolCallID] == nil {
+			continue
+		}
+		jc := pending[m.ToolCallID]
+		json.Unmarshal([]byte(m.Content), &jc.result)
+		_, failed := jc.result["error"]
+		jc.ok = !failed
+		t.history = append(t.history, *jc)
+		if i > start {
+			t.calls = append(t.calls, *jc)
+		}
+		if i > step && step > start {
+			t.last = append(t.last, *jc)
+		}
+	}
+	return t
+}
+
+func firstMatch(re *regexp.Regexp, s string) string {
+	if m := re.FindStringSubmatch(s); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// did returns the successful calls of tool name this turn.
+func (t *jobTurn) did(name string) []jobCall { return okCalls(t.calls, name) }
+
+// ever returns the successful calls of tool name in the whole history.
+func (t *jobTurn) ever(name string) []jobCall { return okCalls(t.history, name) }
+
+func okCalls(calls []jobCall, name string) []jobCall {
+	var out []jobCall
+	for _, c := range calls {
+		if c.ok && c.name == name {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// stuck returns the error of a tool that failed twice this turn: the
+// script does not try a third time.
+func (t *jobTurn) stuck() string {
+	failed := map[string]int{}
+	for _, c := range t.calls {
+		if !c.ok {
+			if failed[c.name]++; failed[c.name] == 2 {
+				return fmt.Sprint(c.name, ": ", c.result["message"])
+			}
+		}
+	}
+	return ""
+}
+
+// parent returns the agent's parent.
+func (t *jobTurn) parent() string { return firstMatch(jobParentRe, t.req.System) }
+
+// children returns the agent's children by role name, from the children
+// lines of its system prompt ("- 子级（translator）：已汇报 agent-2..agent-4；
+// 未汇报 agent-5") and from what it spawned in its history.
+func (t *jobTurn) children() map[string][]string {
+	out := map[string][]string{}
+	seen := map[string]bool{}
+	add := func(id, role string) {
+		if id != "" && !seen[id] {
+			seen[id] = true
+			out[role] = append(out[role], id)
+		}
+	}
+	for _, line := range jobChildrenRe.FindAllStringSubmatch(t.req.System, -1) {
+		for _, ids := range jobIDRangeRe.FindAllStringSubmatch(line[2], -1) {
+			lo, _ := strconv.Atoi(ids[1])
+			hi := lo
+			if ids[2] != "" {
+				hi, _ = strconv.Atoi(ids[2])
+			}
+			for n := lo; n <= hi; n++ {
+				add(fmt.Sprintf("agent-%d", n), line[1])
+			}
+		}
+	}
+	roles := map[string]string{}
+	for _, c := range t.ever("create_role") {
+		roles[str(c.result["roleId"])] = str(c.result["name"])
+	}
+	for _, c := range t.ever("spawn_agent") {
+		add(str(c.result["agentId"]), roles[str(c.result["roleId"])])
+	}
+	return out
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+// roleID returns the id of the role named name that create_role returned
+// this turn, or "".
+func (t *jobTurn) roleID(name string) string {
+	for _, c := range t.did("create_role") {
+		if str(c.result["name"]) == name {
+			return str(c.result["roleId"])
+		}
+	}
+	return ""
+}
+
+// sent reports whether the agent sent, this turn, a message to to.
+func (t *jobTurn) sent(to string) bool {
+	return slices.ContainsFunc(t.did("send_message"), func(c jobCall) bool { return c.args["to"] == to })
+}
+
+// end returns c as the call that ends its turn: with end_turn set, unless
+// the script does without it (then the turn takes one more model call,
+// which answers without a tool call).
+func (t *jobTurn) end(c llm.ToolCall) llm.ToolCall {
+	if !t.endTurn {
+		return c
+	}
+	var args map[string]any
+	if err := json.Unmarshal(c.Arguments, &args); err != nil {
+		panic(err)
+	}
+	args["end_turn"] = true
+	return jobToolCall(c.Name, args)
+}
+
+func jobCalls(calls ...llm.ToolCall) *llm.Response { return llmtest.Calls(calls...) }
+
+// jobToolCall is a call of tool name with args written as models write
+// JSON: "<" stays "<".
+func jobToolCall(name string, args any) llm.ToolCall {
+	return llm.ToolCall{Name: name, Arguments: json.RawMessage(wireJSON(args))}
+}
+
+func jobSend(to, text string) llm.ToolCall {
+	return jobToolCall("send_message", map[string]any{"to": to, "payload": map[string]string{"text": text}})
+}
+
+func jobReport(to, status, text string) llm.ToolCall {
+	return jobToolCall("send_message", map[string]any{"to": to, "message_type": as.StatusReport, "payload": map[string]string{"status": status, "text": text}})
+}
+
+// jobScript is how the competent script writes its calls.
+type jobScript struct {
+	// endTurn sets end_turn on the call that ends a turn with a send or a
+	// spawn, as the prompts ask. Without it such a turn takes one more model
+	// call, which only ends it: the benchmark counts the difference.
+	endTurn bool
+}
+
+// jobModel returns a new competent model for the jobs.
+func jobModel() *llmtest.Model { return jobScript{endTurn: true}.model() }
+
+// model returns a new competent model for the jobs that writes its calls
+// as j says.
+func (j jobScript) model() *llmtest.Model {
+	return llmtest.New(llmtest.Rule{Name: "competent", Reply: func(req *llm.Request) (*llm.Response, error) {
+		t := readJobTurn(req, j)
+		if why := t.stuck(); why != "" {
+			return llmtest.Say("无法完成这一步：" + why), nil
+		}
+		switch t.role {
+		case as.RootID:
+			return jobRoot(t), nil
+		case "lead":
+			if strings.Contains(t.brief, "DOCS=") {
+				return docsLead(t), nil
+			}
+			return calcLead(t), nil
+		case "developer":
+			return calcDeveloper(t), nil
+		case "tester":
+			return calcTester(t), nil
+		case "translator":
+			return translator(t), nil
+		}
+		return nil, fmt.Errorf("jobModel: agent %s has no role the script knows (%q)", req.Agent, t.role)
+	}})
+}
+
+// ---- root ----
+
+// jobRoot hands a requirement to a new lead, whose brief starts it, and
+// passes on to user any report that reaches root.
+func jobRoot(t *jobTurn) *llm.Response {
+	switch {
+	case t.from == as.UserID && len(t.did("spawn_agent")) == 0:
+		text, _ := strings.CutPrefix(t.opened, "【来自用户的消息】\n")
+		id := t.roleID("lead")
+		if id == "" {
+			return jobCalls(jobToolCall("create_role", map[string]string{"name": "lead",
+				"rolePrompt": "你是需求负责人：组建团队完成用户需求，把结果用 send_message 发给 user；无法完成时如实告诉 user 是谁、出了什么问题。"}))
+		}
+		var constraints []string
+		for word, c := range map[string]string{"HTML": "HTML + JavaScript", "静态": "静态网页，无后端", "译成中文": "译文为简体中文，每篇一份工件"} {
+			if strings.Contains(text, word) {
+				constraints = append(constraints, c)
+			}
+		}
+		slices.Sort(constraints)
+		return jobCalls(t.end(jobToolCall("spawn_agent", map[string]any{"roleId": id, "taskBrief": as.TaskBrief{
+			Objective: "交付用户的需求", Constraints: constraints, Inputs: text,
+			Outputs: "结果（工件引用）用 send_message 发给 user", CompletionCriteria: "用户收到满足全部约束的结果",
+		}})))
+	case t.mtype == string(as.StatusReport) && !t.sent(as.UserID):
+		return jobCalls(t.end(jobSend(as.UserID, "负责人 "+t.from+" 汇报："+t.opened)))
+	}
+	return llmtest.Say("")
+}
+
+// ---- the calculator ----
+
+// calcLead builds a tester and a developer, whose briefs start them, and
+// reports the developer's result to user.
+func calcLead(t *jobTurn) *llm.Response {
+	if t.mtype == string(as.StatusReport) && t.from != t.parent() {
+		switch ref := jobRefRe.FindString(t.opened); {
+		case t.sent(as.UserID):
+			return llmtest.Say("")
+		case ref != "" && firstMatch(jobStatusRe, t.opened) == string(as.StatusCompleted):
+			return jobCalls(t.end(jobReport(as.UserID, string(as.StatusCompleted), "您的计算器已完成并通过测试："+ref+"（静态网页，HTML + JavaScript）。")))
+		default:
+			return jobCalls(t.end(jobReport(as.UserID, string(as.StatusError), "计算器未能完成："+t.from+" 报告了问题："+t.opened)))
+		}
+	}
+	kids := t.children()
+	if len(kids["tester"]) > 0 && len(kids["developer"]) > 0 {
+		return llmtest.Say("")
+	}
+	tester, developer := t.roleID("tester"), t.roleID("developer")
+	if tester == "" || developer == "" {
+		return jobCalls(
+			jobToolCall("create_role", map[string]string{"name": "tester", "rolePrompt": "你是测试员：收到 collaboration_request 后读取工件、逐项检查约束，再用 collaboration_response 答复。"}),
+			jobToolCall("create_role", map[string]string{"name": "developer", "rolePrompt": "你是前端开发：实现页面并 put_artifact，请测试员测试，再用 status_report 向父级汇报。"}))
+	}
+	constraints := []string{"HTML + JavaScript", "静态网页，无后端"}
+	if len(kids["tester"]) == 0 {
+		return jobCalls(jobToolCall("spawn_agent", map[string]any{"roleId": tester, "taskBrief": as.TaskBrief{
+			Objective: "测试计算器页面", Constraints: constraints, Inputs: "开发者发来的工件引用",
+			Outputs: "collaboration_response：verdict pass|fail", CompletionCriteria: "每条约束都检查过",
+		}}))
+	}
+	return jobCalls(t.end(jobToolCall("spawn_agent", map[string]any{"roleId": developer, "taskBrief": as.TaskBrief{
+		Objective: "实现支持加减乘除的计算器网页", Constraints: constraints, Inputs: "TESTER=" + kids["tester"][0],
+		Outputs: "页面工件引用，测试通过后 status_report 给父级", CompletionCriteria: "测试员结论为 pass",
+		Collaborators: []as.Collaborator{{AgentID: kids["tester"][0], Role: "tester", Description: "写好后请它测试"}},
+	}})))
+}
+
+// calcDeveloper stores the page on its brief, asks the tester to test it,
+// and reports the verdict to its parent.
+func calcDeveloper(t *jobTurn) *llm.Response {
+	switch {
+	case t.mtype == string(as.CollaborationResponse) && !t.sent(t.parent()):
+		ref := jobRefRe.FindString(t.opened)
+		if firstMatch(jobStatusRe, t.opened) == string(as.StatusCompleted) && strings.Contains(t.opened, `"verdict": "pass"`) && ref != "" {
+			return jobCalls(t.end(jobReport(t.parent(), string(as.StatusCompleted), "计算器页面 "+ref+" 已通过测试。")))
+		}
+		return jobCalls(t.end(jobReport(t.parent(), string(as.StatusError), "测试未通过："+t.opened)))
+	case t.mtype == string(as.TaskAssignment) && len(t.did("send_message")) == 0:
+		puts := t.did("put_artifact")
+		if len(puts) == 0 {
+			return jobCalls(jobToolCall("put_artifact", map[string]string{"name": "calculator.html", "media_type": "text/html", "content": calcPage}))
+		}
+		ref := str(puts[0].result["ref"])
+		return jobCalls(t.end(jobToolCall("send_message", map[string]any{"to": firstMatch(jobTesterRe, t.brief),
+			"message_type": as.CollaborationRequest, "payload": map[string]string{"subtask_description": "测试计算器页面 " + ref, "context": ref}})))
+	}
+	return llmtest.Say("")
+}
+
+// calcTester tests the page a collaboration request names and answers it.
+func calcTester(t *jobTurn) *llm.Response {
+	if t.mtype != string(as.CollaborationRequest) || t.sent(t.from) {
+		return llmtest.Say("")
+	}
+	got := t.did("get_artifact")
+	if len(got) == 0 {
+		return jobCalls(jobToolCall("get_artifact", map[string]string{"ref": jobRefRe.FindString(t.opened)}))
+	}
+	verdict := "fail"
+	if page := str(got[0].result["content"]); strings.Contains(page, "<script>") && strings.Contains(page, "case '/'") {
+		verdict = "pass"
+	}
+	return jobCalls(t.end(jobToolCall("send_message", map[string]any{"to": t.from, "message_type": as.CollaborationResponse,
+		"payload": map[string]any{"request_id": firstMatch(jobReqIDRe, t.opened), "status": as.StatusCompleted,
+			"result_data": map[string]string{"artifact": str(got[0].result["ref"]), "verdict": verdict}}})))
+}
+
+// ---- the translation job ----
+
+// jobBatch is how many documents the script reads in one step: few enough
+// that a step's results stay within the default history budget, and enough
+// that the lead alone gets through 50 within a turn's model calls.
+const jobBatch = 5
+
+// translate is the translators' work, and the lead's when it works alone.
+// It reads the documents jobBatch at a time and stores each one's
+// translation in the next step, noting in the text of its reply a DONE
+// line for each translation stored: the text of a reply stays in the
+// history when a long turn's earlier tool results are elided, so the notes
+// are what the script remembers. It returns the next step's reply, or nil
+// and the DONE lines of docs, in order, once every translation is stored.
+func translate(t *jobTurn, docs []string) (*llm.Response, []string) {
+	done := map[string]string{} // document → DONE line
+	for _, m := range jobDoneRe.FindAllStringSubmatch(t.text, -1) {
+		done[m[1]] = m[0]
+	}
+	var notes []string
+	var calls []llm.ToolCall
+	reading := map[string]bool{}
+	for _, c := range t.last {
+		if !c.ok {
+			continue
+		}
+		switch c.name {
+		case "put_artifact":
+			if doc, ok := strings.CutPrefix(str(c.args["name"]), "译文-"); ok && done[doc] == "" {
+				done[doc] = "DONE " + doc + " " + str(c.result["ref"]) + " " + jobSummary(str(c.args["content"]))
+				notes = append(notes, done[doc])
+			}
+		case "get_artifact":
+			if doc := str(c.result["ref"]); done[doc] == "" {
+				reading[doc] = true
+				calls = append(calls, jobToolCall("put_artifact", map[string]string{"name": "译文-" + doc, "content": jobTranslate(str(c.result["content"]))}))
+			}
+		}
+	}
+	gets := 0
+	for _, d := range docs {
+		if done[d] == "" && !reading[d] && gets < jobBatch {
+			gets++
+			calls = append(calls, jobToolCall("get_artifact", map[string]string{"ref": d}))
+		}
+	}
+	if len(calls) > 0 {
+		resp := jobCalls(calls...)
+		resp.Message.Content = strings.Join(notes, "\n")
+		return resp, nil
+	}
+	var lines []string
+	for _, d := range docs {
+		lines = append(lines, done[d])
+	}
+	return nil, lines
+}
+
+// translator translates the batch its brief names and reports it.
+func translator(t *jobTurn) *llm.Response {
+	if t.mtype != string(as.TaskAssignment) || t.sent(t.parent()) {
+		return llmtest.Say("")
+	}
+	next, done := translate(t, strings.Split(firstMatch(jobDocsRe, t.brief), ","))
+	if next != nil {
+		return next
+	}
+	return jobCalls(t.end(jobReport(t.parent(), string(as.StatusCompleted), "本批译文：\n"+strings.Join(done, "\n"))))
+}
+
+// docsLead splits the documents among translators, whose briefs start
+// them, or translates them itself, then stores the report and sends it to
+// user.
+func docsLead(t *jobTurn) *llm.Response {
+	docs := strings.Split(firstMatch(jobDocsRe, t.brief), ",")
+	workers, _ := strconv.Atoi(firstMatch(jobWorkersRe, t.brief))
+	switch {
+	case t.sent(as.UserID) || slices.ContainsFunc(t.ever("send_message"), func(c jobCall) bool {
+		return c.args["to"] == as.UserID && strings.Contains(fmt.Sprint(c.args["payload"]), "翻译报告")
+	}):
+		return llmtest.Say("") // reported
+	case t.mtype == string(as.StatusReport) && firstMatch(jobStatusRe, t.opened) == string(as.StatusError) && t.from != t.parent():
+		return jobCalls(t.end(jobReport(as.UserID, string(as.StatusError), "翻译出了问题："+t.from+" 报告失败："+t.opened)))
+	}
+	// The report, once stored, goes to user.
+	for _, c := range t.last {
+		if c.ok && c.name == "put_artifact" && c.args["name"] == "翻译报告.md" {
+			return jobCalls(t.end(jobReport(as.UserID, string(as.StatusCompleted), fmt.Sprintf("翻译报告：%s（%d 篇，全部完成）", str(c.result["ref"]), len(docs)))))
+		}
+	}
+	// The DONE line of every document: the lead's own notes when it works
+	// alone, the translators' reports when it does not.
+	var done []string
+	if workers == 0 {
+		if t.mtype != string(as.TaskAssignment) {
+			return llmtest.Say("")
+		}
+		next, lines := translate(t, docs)
+		if next != nil {
+			return next
+		}
+		done = lines
+	} else {
+		if kids := t.children()["translator"]; len(kids) < workers {
+			return spawnTranslators(t, docs, workers, len(kids))
+		}
+		outputs := map[string]string{}
+		for _, m := range jobDoneRe.FindAllStringSubmatch(t.text, -1) {
+			outputs[m[1]] = m[0]
+		}
+		var known []string
+		for _, d := range docs {
+			if outputs[d] != "" {
+				known = append(known, outputs[d])
+			}
+		}
+		if len(known) < len(docs) {
+			// Waiting for reports, the lead notes what it has: the text of
+			// its reply stays in the history when older turns, the reports
+			// among them, are dropped to keep within the budget.
+			return llmtest.Say(fmt.Sprintf("已收到 %d/%d 篇：\n%s", len(known), len(docs), strings.Join(known, "\n")))
+		}
+		done = known
+	}
+	var b strings.Builder
+	b.WriteString("# 翻译报告\n")
+	for i, line := range done {
+		m := jobDoneRe.FindStringSubmatch(line)
+		fmt.Fprintf(&b, "%d. %s → %s：%s\n", i+1, m[1], m[2], m[3])
+	}
+	return jobCalls(jobToolCall("put_artifact", map[string]string{"name": "翻译报告.md", "content": b.String()}))
+}
+
+// spawnTranslators creates the translator role, then spawns the
+// translators from the one-th on, each with its batch in its brief.
+func spawnTranslators(t *jobTurn, docs []string, workers, from int) *llm.Response {
+	id := t.roleID("translator")
+	if id == "" {
+		return jobCalls(jobToolCall("create_role", map[string]string{"name": "translator",
+			"rolePrompt": "你是译员：读取委托书列出的文档，逐篇译成中文并各存一份工件，完成后用 status_report 向父级汇报每篇的 DONE 行。"}))
+	}
+	var calls []llm.ToolCall
+	for b := from; b < workers; b++ {
+		lo, hi := b*len(docs)/workers, (b+1)*len(docs)/workers
+		calls = append(calls, jobToolCall("spawn_agent", map[string]any{"roleId": id, "taskBrief": as.TaskBrief{
+			Objective: fmt.Sprintf("翻译第 %d/%d 批文档", b+1, workers), Constraints: []string{"译文为简体中文，每篇一份工件"},
+			Inputs: "DOCS=" + strings.Join(docs[lo:hi], ","), Outputs: "每篇一行：DONE <原文引用> <译文引用> <摘要>，用 status_report 发给父级",
+			CompletionCriteria: "每篇都有译文工件",
+		}}))
+	}
+	calls[len(calls)-1] = t.end(calls[len(calls)-1])
+	return jobCalls(calls...)
+}
+
+// ---------------------------------------------------------------------------
+// Prompts on the wire, in tokens.
+
+// o200kCodec is the tokenizer of OpenAI's current models, loaded once.
+var o200kCodec = sync.OnceValues(func() (tokenizer.Codec, error) { return tokenizer.Get(tokenizer.O200kBase) })
+
+// o200k returns the number of o200k tokens of s.
+func o200k(t testing.TB, s string) int {
+	t.Helper()
+	codec, err := o200kCodec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := codec.Count(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// wireFunction is a function as a chat completion request carries it: a
+// tool's schema, or a call's arguments.
+type wireFunction struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters,omitempty"`
+	Arguments   string          `json:"arguments,omitempty"`
+}
+
+type wireTool struct {
+	Type     string       `json:"type"`
+	Function wireFunction `json:"function"`
+}
+
+// wireJSON encodes v as a request body does: "<" stays "<".
+func wireJSON(v any) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		panic(err)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func toWireTools(tools []llm.Tool) []wireTool {
+	var out []wireTool
+	for _, t := range tools {
+		out = append(out, wireTool{"function", wireFunction{Name: t.Name, Description: t.Description, Parameters: t.Parameters}})
+	}
+	return out
+}
+
+// wireTools returns the tools field of an OpenAI-compatible chat
+// completion request that offers tools.
+func wireTools(tools []llm.Tool) string { return wireJSON(toWireTools(tools)) }
+
+// wireRequest returns req as an OpenAI-compatible chat completion request
+// carries it: the system prompt as the first message, tool calls as
+// function calls, and the tools' schemas.
+func wireRequest(req *llm.Request) string {
+	type toolCall struct {
+		ID       string       `json:"id"`
+		Type     string       `json:"type"`
+		Function wireFunction `json:"function"`
+	}
+	type message struct {
+		Role       string     `json:"role"`
+		Content    string     `json:"content"`
+		ToolCalls  []toolCall `json:"tool_calls,omitempty"`
+		ToolCallID string     `json:"tool_call_id,omitempty"`
+	}
+	var w struct {
+		Messages []message  `json:"messages"`
+		Tools    []wireTool `json:"tools,omitempty"`
+	}
+	w.Messages = append(w.Messages, message{Role: "system", Content: req.System})
+	for _, m := range req.Messages {
+		wm := message{Role: string(m.Role), Content: m.Content, ToolCallID: m.ToolCallID}
+		for _, c := range m.ToolCalls {
+			wm.ToolCalls = append(wm.ToolCalls, toolCall{ID: c.ID, Type: "function", Function: wireFunction{Name: c.Name, Arguments: string(c.Arguments)}})
+		}
+		w.Messages = append(w.Messages, wm)
+	}
+	w.Tools = toWireTools(req.Tools)
+	return wireJSON(w)
+}
+
+// syncSlice is a slice that goroutines append to, such as the messages an
+// OnUserMessage callback collects.
+type syncSlice[T any] struct {
+	mu    sync.Mutex
+	items []T
+}
+
+func (s *syncSlice[T]) add(v T) {
+	s.mu.Lock()
+	s.items = append(s.items, v)
+	s.mu.Unlock()
+}
+
+// all returns a copy of the items.
+func (s *syncSlice[T]) all() []T {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.items)
 }

@@ -10,8 +10,6 @@ import (
 	as "agentsociety"
 	"agentsociety/llm"
 	"agentsociety/llm/llmtest"
-
-	"github.com/tiktoken-go/tokenizer"
 )
 
 // maxOverheadTokens is the budget of a model call's fixed overhead: the
@@ -97,30 +95,7 @@ func orgPrompts(t *testing.T, lang as.Language, children int) (root, lead, worke
 // tool schemas as an OpenAI-compatible request sends them.
 func overhead(t testing.TB, req *llm.Request) (system, tools int) {
 	t.Helper()
-	enc, err := tokenizer.Get(tokenizer.O200kBase)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type function struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters"`
-	}
-	type tool struct {
-		Type     string   `json:"type"`
-		Function function `json:"function"`
-	}
-	var wire []tool
-	for _, tl := range req.Tools {
-		wire = append(wire, tool{"function", function{tl.Name, tl.Description, tl.Parameters}})
-	}
-	b, err := json.Marshal(wire)
-	if err != nil {
-		t.Fatal(err)
-	}
-	system, _ = enc.Count(req.System)
-	tools, _ = enc.Count(string(b))
-	return system, tools
+	return o200k(t, req.System), o200k(t, wireTools(req.Tools))
 }
 
 // TestPromptOverhead prints, in each language, for root, a lead with three

@@ -64,6 +64,14 @@ func (b *Box[T]) Stop() {
 	b.mu.Unlock()
 }
 
+// Busy reports whether the Box has a drainer: an item is queued, or the
+// last one taken is still being handled.
+func (b *Box[T]) Busy() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.draining
+}
+
 // Items returns a copy of the queued items, oldest first.
 func (b *Box[T]) Items() []T {
 	b.mu.Lock()

@@ -149,3 +149,22 @@ func TestBoxItemsCopiesTheQueue(t *testing.T) {
 		t.Fatalf("changing what Items returned changed the queue: Next = %d, want 1", v)
 	}
 }
+
+func TestBoxBusyWhileAnItemIsQueuedOrHandled(t *testing.T) {
+	var b Box[int]
+	if b.Busy() {
+		t.Fatal("a new Box is busy")
+	}
+	b.Push(1)
+	if !b.Busy() {
+		t.Fatal("a Box with an item queued is not busy")
+	}
+	b.Next()
+	if !b.Busy() {
+		t.Fatal("a Box whose last item is being handled is not busy")
+	}
+	b.Next()
+	if b.Busy() {
+		t.Fatal("a Box whose drainer found it empty is busy")
+	}
+}

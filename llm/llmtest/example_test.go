@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"agentsociety/llm"
 	"agentsociety/llm/llmtest"
@@ -111,4 +112,68 @@ func ExampleModel_FailNext() {
 	// attempt 1: llmtest: FailNext: llm: rate limited (retry: true)
 	// attempt 2: llmtest: FailNext: llm: rate limited (retry: true)
 	// attempt 3: done
+}
+
+// A personality wraps a competent model and makes one mistake real models
+// make. Here the competent script reports to its parent with send_message,
+// and the Prose personality writes the report as text instead, which
+// reaches nobody.
+func ExampleProse() {
+	competent := llmtest.New(llmtest.Rule{
+		Response: llmtest.Call("send_message", map[string]any{"to": "agent-1", "payload": map[string]string{"text": "done: artifact:a-1"}}),
+	})
+	m := llmtest.Prose(competent)
+	resp, err := m.Generate(context.Background(), &llm.Request{
+		Agent:    "agent-2",
+		Messages: []llm.Message{{Role: llm.RoleUser, Content: "Translate artifact:a-0 and report."}},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%d tool calls, text %q\n", len(resp.Message.ToolCalls), resp.Message.Content)
+	// Output:
+	// 0 tool calls, text "To agent-1: done: artifact:a-1"
+}
+
+// Mix puts a misbehaving model into some agents of a society only: here
+// agents whose system prompt names the role "worker" acknowledge every
+// message, and the others follow the script.
+func ExampleMix() {
+	competent := llmtest.New(llmtest.Rule{Response: llmtest.Say("noted")})
+	m := llmtest.Mix(competent, llmtest.Acknowledges(competent), func(req *llm.Request) bool {
+		return strings.Contains(req.System, "worker")
+	})
+	delivered := []llm.Message{{Role: llm.RoleUser, Content: "Status: done.\nTo reply, use send_message(to='agent-1', ...)"}}
+	for _, system := range []string{"You are a lead.", "You are a worker."} {
+		resp, err := m.Generate(context.Background(), &llm.Request{Agent: "agent-2", System: system, Messages: delivered})
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		if c := resp.Message.ToolCalls; len(c) > 0 {
+			fmt.Printf("%s %s %s\n", system, c[0].Name, c[0].Arguments)
+		} else {
+			fmt.Printf("%s %s\n", system, resp.Message.Content)
+		}
+	}
+	// Output:
+	// You are a lead. noted
+	// You are a worker. send_message {"payload":{"text":"收到，谢谢！"},"to":"agent-1"}
+}
+
+// Personalities lists every personality, for a suite that runs each.
+func ExamplePersonalities() {
+	for _, p := range llmtest.Personalities() {
+		fmt.Printf("%s: %s\n", p.Name, p.Does)
+	}
+	// Output:
+	// spawns-silently: ends its turn without a word as soon as a spawn succeeds, the rest of the turn undone
+	// polls: never sets end_turn, and polls (get_artifact, "any progress?") three times before ending its turn
+	// acknowledges: acknowledges every message and answers every status report
+	// prose: answers in prose instead of calling send_message, the final answer included
+	// wrong-keys: uses wrong argument keys and casing, and passes a brief as a JSON string
+	// pastes: pastes a 50 KB document into its messages instead of an artifact
+	// invents-ids: invents agent ids and request ids
+	// truncates: stops mid-answer (finish_reason: length) on every third reply
 }
