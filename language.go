@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io/fs"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 
@@ -106,6 +108,22 @@ func (l *language) dropped(n int) string { return expand(l.Strings.Dropped, "n",
 // failed with err.
 func (l *language) failureReport(m Message, err error) string {
 	return expand(l.Strings.FailureReport, "message", m.ID, "from", m.From, "error", firstLine(err.Error()))
+}
+
+// quietReport returns the text of the report that task went quiet: mute
+// names the agents whose last turn ended in words that reached nobody,
+// with those words; waiting, when nobody did, the agents that have not
+// reported.
+func (l *language) quietReport(task string, mute map[string]string, waiting []string, roleOf func(string) string) string {
+	var b strings.Builder
+	b.WriteString(expand(l.Strings.Quiet, "task", task))
+	for _, id := range slices.Sorted(maps.Keys(mute)) {
+		b.WriteString("\n" + expand(l.Strings.QuietMute, "id", id, "role", l.shownRole(roleOf(id)), "words", clip(mute[id], 300)))
+	}
+	for _, id := range waiting {
+		b.WriteString("\n" + expand(l.Strings.QuietWaiting, "id", id, "role", l.shownRole(roleOf(id))))
+	}
+	return b.String()
 }
 
 // parent returns how the runtime facts show a parent.

@@ -135,8 +135,12 @@ var problemWords = regexp.MustCompile(`失败|问题|无法|error|fail|cut off|�
 // runJob runs job on model until the society goes quiet and says how it
 // ended, which agents the report to user named when it was reported, and
 // the texts of the messages user received.
-func runJob(t testing.TB, job suiteJob, model llm.Model) (got outcome, named, texts []string) {
-	s, closeSociety := openSociety(t, as.Config{Model: model, Logger: quiet})
+func runJob(t testing.TB, job suiteJob, model llm.Model, historyBudget ...int) (got outcome, named, texts []string) {
+	cfg := as.Config{Model: model, Logger: quiet}
+	if len(historyBudget) > 0 {
+		cfg.HistoryBudget = historyBudget[0]
+	}
+	s, closeSociety := openSociety(t, cfg)
 	defer closeSociety()
 	var inbox syncSlice[as.Message]
 	s.OnUserMessage(inbox.add)

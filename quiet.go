@@ -1,10 +1,9 @@
 package agentsociety
 
 import (
+	"cmp"
 	"log/slog"
-	"maps"
 	"slices"
-	"strings"
 	"unicode/utf8"
 )
 
@@ -16,7 +15,9 @@ import (
 // agent ended its turn with words that reached nobody, or waits for a
 // report that will never come. The society tells the user then, with one
 // status_report from root (status "quiet") naming the agents whose last
-// turn ended in words that reached nobody, with those words. A task that
+// turn ended in words that reached nobody, with those words, or, when none
+// did, the agents the task waits for: its lead and those that have not
+// reported. A task that
 // no model-driven agent took part in is left alone: code does what it says.
 
 // StatusQuiet is the status of the report that tells user a task went
@@ -115,27 +116,49 @@ func (s *Society) reportQuiet(task string) {
 		s.mu.Unlock()
 		return
 	}
-	var b strings.Builder
-	b.WriteString("任务 " + task + " 停了下来：没有智能体在工作，你也还没有收到结果。")
+	var waiting []string
 	if len(t.mute) == 0 {
-		b.WriteString("没有智能体留下未发出的话；可以给负责人发消息询问进展。")
+		waiting = s.unreported(task)
 	}
-	for _, id := range slices.Sorted(maps.Keys(t.mute)) {
-		role := "unknown"
+	roleOf := func(id string) string {
 		if a := s.agents[id]; a != nil {
-			role = a.roleName
+			return a.roleName
 		}
-		b.WriteString("\n- " + id + "（" + role + "）的最后一轮以没有发给任何人的文字结束：" + clip(t.mute[id], 300))
+		return "unknown"
 	}
+	text := s.lang.quietReport(task, t.mute, waiting, roleOf)
 	t.awaiting, t.mute = false, nil
 	delete(s.tasks, task)
 	root := &Actor{s: s, a: s.agents[RootID], taskID: task}
 	s.mu.Unlock()
 	ctx := s.runCtx
 	s.log.LogAttrs(ctx, slog.LevelWarn, "task went quiet without an answer", slog.String("task", task))
-	if _, err := s.sendOwn(ctx, root, Outgoing{To: UserID, Type: StatusReport, Payload: StatusReportPayload{Status: StatusQuiet, Text: b.String()}}); err != nil {
+	if _, err := s.sendOwn(ctx, root, Outgoing{To: UserID, Type: StatusReport, Payload: StatusReportPayload{Status: StatusQuiet, Text: text}}); err != nil {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "telling the user of a quiet task failed", slog.String("task", task), slog.String("err", err.Error()))
 	}
+}
+
+// unreported returns the agents of task, root's child for it first, then
+// the others in the order they were made, that have not reported to their
+// parent: those the task waits for. Called with s.mu held.
+func (s *Society) unreported(task string) []string {
+	var out []string
+	if id, ok := s.rootKids[task]; ok {
+		if a := s.agents[id]; a != nil && a.info.Status == StatusActive {
+			out = append(out, id)
+		}
+	}
+	var rest []*agent
+	for _, a := range s.agents {
+		if a.info.TaskID == task && a.info.ParentID != RootID && a.info.ID != RootID && a.info.Status == StatusActive && !a.reported {
+			rest = append(rest, a)
+		}
+	}
+	slices.SortFunc(rest, func(x, y *agent) int { return cmp.Compare(x.order, y.order) })
+	for _, a := range rest {
+		out = append(out, a.info.ID)
+	}
+	return out
 }
 
 // clip returns s cut to at most n runes, marked … when cut.

@@ -15,7 +15,8 @@ import (
 // own, and, as the baseline, by the lead alone. Each sub-benchmark reports
 // the largest prompt any agent sent, as sent on the wire, in o200k tokens
 // (max-prompt-tokens), the largest prompt of the lead doing the whole job
-// alone in the same run (alone-prompt-tokens), and their ratio, which seed
+// alone, with a history that holds it all, in the same run
+// (alone-prompt-tokens), and their ratio, which seed
 // 002 §2.4 wants at most 1/5; and the model calls of the job (model-calls)
 // beside those of the same job run, in the same benchmark, by a script that
 // never sets end_turn (calls-without-end_turn).
@@ -56,10 +57,16 @@ func findLargestPrompt(b *testing.B, m *llmtest.Model) largestPrompt {
 
 // runDocsJob runs the translation job split among workers translators (0:
 // the lead alone) on a fresh competent model that writes its calls as
-// script says, checks that it completed, and returns the model.
+// script says, checks that it completed, and returns the model. The lead
+// alone is given the history it needs to hold the whole job (no trimming):
+// the baseline is what one agent must read to do the job by itself.
 func runDocsJob(b *testing.B, workers int, script jobScript) *llmtest.Model {
 	model := script.model()
-	if got, _, msgs := runJob(b, docsJob(workers), model); got != completed {
+	var budget []int
+	if workers == 0 {
+		budget = []int{1 << 30}
+	}
+	if got, _, msgs := runJob(b, docsJob(workers), model, budget...); got != completed {
 		b.Fatalf("the job split among %d: %s; user received %q", workers, got, msgs)
 	}
 	return model

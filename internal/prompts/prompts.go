@@ -65,6 +65,15 @@ type Strings struct {
 	// FailureReport is the text of the status_report that says a turn
 	// failed: {message}, {from}, {error}.
 	FailureReport string `json:"failure_report"`
+	// Quiet opens the report to user of a task that went quiet without an
+	// answer: {task}.
+	Quiet string `json:"quiet"`
+	// QuietMute names an agent whose last turn ended in words that reached
+	// nobody: {id}, {role}, {words}.
+	QuietMute string `json:"quiet_mute"`
+	// QuietWaiting names an agent of the task that has not reported to its
+	// parent: {id}, {role}.
+	QuietWaiting string `json:"quiet_waiting"`
 	// Tools are the built-in tools' texts, by tool name. A host's
 	// strings.json replaces a tool's entry whole.
 	Tools map[string]ToolText `json:"tools"`
@@ -98,6 +107,9 @@ func (s *Strings) placeholders() []struct {
 		{"elided_result", s.ElidedResult, nil},
 		{"handoff", s.Handoff, nil},
 		{"failure_report", s.FailureReport, []string{"message", "from", "error"}},
+		{"quiet", s.Quiet, []string{"task"}},
+		{"quiet_mute", s.QuietMute, []string{"id", "role", "words"}},
+		{"quiet_waiting", s.QuietWaiting, []string{"id", "role"}},
 	}
 }
 
