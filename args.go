@@ -30,11 +30,13 @@ func decodeArgs(tool string, args json.RawMessage, v any) error {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(args, &obj) == nil {
 		delete(obj, endTurnKey)
-		unwrapObjects(obj, t)
+		unwrapped := unwrapObjects(obj, t)
 		if key, near := unknownKey(obj, t, ""); key != "" {
 			return &Error{Code: ErrInvalidArgument, Message: unknownKeyProblem(tool, key, near, t)}
 		}
-		args, _ = json.Marshal(obj) // a map of raw values always encodes
+		if unwrapped {
+			args, _ = json.Marshal(obj) // a map of raw values always encodes
+		}
 	}
 	return decodeLenient(tool, args, v)
 }
@@ -94,8 +96,8 @@ func structType(t reflect.Type) reflect.Type {
 }
 
 // unwrapObjects replaces, in obj, a string holding a JSON object where t
-// declares a struct by that object.
-func unwrapObjects(obj map[string]json.RawMessage, t reflect.Type) {
+// declares a struct by that object, and reports whether it replaced any.
+func unwrapObjects(obj map[string]json.RawMessage, t reflect.Type) (replaced bool) {
 	_, types := jsonFields(t)
 	for k, raw := range obj {
 		if ft, ok := types[k]; !ok || structType(ft) == nil || len(raw) == 0 || raw[0] != '"' {
@@ -104,8 +106,10 @@ func unwrapObjects(obj map[string]json.RawMessage, t reflect.Type) {
 		var text string
 		if json.Unmarshal(raw, &text) == nil && isJSONObject([]byte(text)) {
 			obj[k] = json.RawMessage(text)
+			replaced = true
 		}
 	}
+	return replaced
 }
 
 // unknownKey returns the first key, in sorted order and depth first, that
