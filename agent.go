@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -46,11 +47,6 @@ type Agent struct {
 	CreatedAt time.Time
 }
 
-func (a Agent) clone() Agent {
-	a.Brief = a.Brief.clone()
-	return a
-}
-
 // Behavior drives an agent: the society calls HandleMessage once for each
 // message delivered to the agent, one at a time, in arrival order.
 //
@@ -76,19 +72,28 @@ func (f BehaviorFunc) HandleMessage(ctx context.Context, self *Actor, m Message)
 
 // agent is the society's private state of an agent.
 type agent struct {
-	info     Agent
+	info Agent // info.Brief is always nil: the brief is kept as JSON, in brief
+	// brief is the agent's task brief as JSON, nil for root and user: the
+	// very bytes of its store record, which the society never modifies
+	// (see store.Store), so that a million idle agents do not hold their
+	// briefs twice. Agent and Agents decode it.
+	brief    json.RawMessage
 	order    uint64 // creation order, for listing
-	roleName string
-	spec     *InterfaceSpec // the role's, shared, never modified
+	role     *Role  // shared, never modified; for root and user, a stand-in named after them
 	depth    int
 	behavior Behavior
 	box      atomic.Pointer[mailbox.Box[Message]] // nil until the first message: idle agents need none
 	mind     *mind                                // a model-driven agent's history, from its first turn
-	handoff  string                               // the id of the handoff message of an agent being terminated
 	spawnKey string                               // the spawn that made it (see turn), or ""
 	reported bool                                 // it has sent its parent a status_report; guarded by s.mu
 	reports  int32                                // how many of its children have reported; guarded by s.mu
 }
+
+// roleName returns the name of a's role.
+func (a *agent) roleName() string { return a.role.Name }
+
+// spec returns the interface spec of a's role; nil when it has none.
+func (a *agent) spec() *InterfaceSpec { return a.role.InterfaceSpec }
 
 // Actor is a handle through which code acts as one agent: what it sends, the
 // roles it creates and the agents it spawns are that agent's, under the rules
@@ -132,7 +137,7 @@ func (x *Actor) TaskID() string { return x.taskID }
 func (x *Actor) Agent() Agent {
 	x.s.mu.Lock()
 	defer x.s.mu.Unlock()
-	return x.a.info.clone()
+	return x.a.snapshot()
 }
 
 // WithTask returns a handle for the same agent working on taskID.
@@ -245,40 +250,44 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 			return refuse(&Error{Code: ErrInvalidTaskBrief, Message: "collaborators[" + itoa(i) + "] needs an agentId", MissingFields: []string{"collaborators.agentId"}})
 		}
 	}
+	// Encoded once, outside the lock: the child keeps these bytes and its
+	// store record carries them.
+	brief, jerr := json.Marshal(spec.Brief)
+	if jerr != nil {
+		return refuse(&Error{Code: ErrInvalidTaskBrief, Message: "the brief does not encode", Err: jerr})
+	}
 	// Every spawn of a turn that gets this far counts, whatever answers it,
 	// so that the n-th spawn of a turn handled again is the n-th before.
 	key := x.turn.spawnKey()
 
 	var assignment *pendingSend
+	var id string // the new child's, drawn once: apply may check again after a wait
 	if err := s.apply(ctx, func() (*change, *Error) {
-		c, found, e := s.checkSpawn(x, spec, key)
+		c, found, e := s.checkSpawn(x, spec, key, brief, &id)
 		if e != nil {
 			return nil, e
 		}
 		if found {
-			child, reused = c.info.clone(), true
+			child, reused = c.snapshot(), true
 			return nil, nil
 		}
-		entries := s.birthContacts(x.a, c, c.info.CreatedAt)
-		rec, e := agentRecord(c, c.info.Status)
-		if e != nil {
-			return nil, &Error{Code: ErrInvalidTaskBrief, Message: "the brief does not encode", Err: e.Err}
-		}
+		adds := s.birthContacts(x.a, c, spec.Brief, c.info.CreatedAt)
 		ch := &change{
 			claims: []string{by},
 			agents: 1,
-			record: store.Change{Agents: []store.Agent{rec}, Contacts: contactRecords(entries)},
+			record: store.Change{Agents: []store.Agent{agentRecord(c, c.info.Status)}, Contacts: adds.recs},
 			commit: func() {
 				s.addAgent(c)
 				s.progressed(by)
-				for _, e := range entries {
-					s.contacts.Add(e.owner, e.c)
-				}
-				child = c.info.clone()
+				s.contacts.addAll(adds)
+				// What the spawn was given, rather than the brief decoded
+				// again from the child's JSON.
+				child = c.info
+				child.Brief = spec.Brief.clone()
 			},
 		}
 		if s.modelDriven(c) {
-			s.assign(ch, x.a, c, rec.Brief)
+			s.assign(ch, x.a, c, c.brief)
 			assignment = ch.send
 		}
 		return ch, nil
@@ -319,9 +328,10 @@ func (s *Society) assign(ch *change, parent, c *agent, brief json.RawMessage) {
 
 // checkSpawn checks a spawn by x against the organisation. It returns the
 // existing child, with reused true, when the spawn was made before (key) or
-// root already has a child for the task; else the new child. Called with
-// s.mu held.
-func (s *Society) checkSpawn(x *Actor, spec SpawnSpec, key string) (*agent, bool, *Error) {
+// root already has a child for the task; else the new child, whose brief is
+// brief, spec.Brief's JSON, and whose id is *id, drawn if *id is empty.
+// Called with s.mu held.
+func (s *Society) checkSpawn(x *Actor, spec SpawnSpec, key string, brief json.RawMessage, id *string) (*agent, bool, *Error) {
 	by := x.a.info.ID
 	if x.a.info.Status == StatusTerminated {
 		return nil, false, terminatedError(x.a, x.a)
@@ -365,53 +375,69 @@ func (s *Society) checkSpawn(x *Actor, spec SpawnSpec, key string) (*agent, bool
 	if x.a.depth+1 > s.cfg.MaxDepth {
 		return nil, false, newError(ErrMaxDepth, "a child here would be deeper than the maximum depth of "+itoa(s.cfg.MaxDepth))
 	}
+	if *id == "" {
+		*id = s.agentIDs.Next()
+	}
 	return &agent{
 		info: Agent{
-			ID:        s.agentIDs.Next(),
+			ID:        *id,
 			RoleID:    role.ID,
 			ParentID:  by,
 			TaskID:    x.taskID,
-			Brief:     spec.Brief.clone(),
 			Status:    StatusActive,
 			CreatedAt: time.Now(),
 		},
-		roleName: role.Name,
-		spec:     role.InterfaceSpec,
+		brief:    brief,
+		role:     role,
 		depth:    x.a.depth + 1,
 		behavior: spec.Behavior,
 		spawnKey: key,
 	}, false, nil
 }
 
-// ownedContact is a contact entry with its owner.
-type ownedContact struct {
-	owner string
-	c     Contact
+// contactAdds are the contact entries a change adds: their store records,
+// and for each the role its contact shows (its name and interface spec),
+// which the owner's registry entry shares.
+type contactAdds struct {
+	recs  []store.ContactEntry
+	roles []*Role
 }
 
+// add adds owner's entry for agent a, from source at the time at, and
+// returns its record for the caller to complete before the next add.
+func (c *contactAdds) add(owner string, a *agent, source ContactSource, at time.Time) *store.Contact {
+	c.recs = append(c.recs, store.ContactEntry{Owner: owner, Contact: store.Contact{
+		ID: a.info.ID, Role: a.roleName(), InterfaceSpec: marshalSpec(a.spec()), Source: string(source), AddedAt: at,
+	}})
+	c.roles = append(c.roles, a.role)
+	return &c.recs[len(c.recs)-1].Contact
+}
+
+// reset empties c, keeping its room.
+func (c *contactAdds) reset() { c.recs, c.roles = c.recs[:0], c.roles[:0] }
+
 // birthContacts returns the entries a spawn adds: the parent to the child,
-// the child to the parent, and the brief's collaborators to the child.
-// Called with s.mu held.
-func (s *Society) birthContacts(parent, child *agent, now time.Time) []ownedContact {
+// the child to the parent, and the collaborators of the child's brief to
+// the child. Called with s.mu held.
+func (s *Society) birthContacts(parent, child *agent, brief *TaskBrief, now time.Time) contactAdds {
 	id := child.info.ID
-	out := []ownedContact{
-		{id, Contact{ID: parent.info.ID, Role: parent.roleName, InterfaceSpec: parent.spec, Source: SourceParent, AddedAt: now}},
-		{parent.info.ID, Contact{ID: id, Role: child.roleName, InterfaceSpec: child.spec, Source: SourceChild, AddedAt: now}},
-	}
-	seen := map[string]bool{parent.info.ID: true}
-	for _, col := range child.info.Brief.Collaborators {
-		if seen[col.AgentID] {
-			continue
+	n := 2 + len(brief.Collaborators)
+	adds := contactAdds{recs: make([]store.ContactEntry, 0, n), roles: make([]*Role, 0, n)}
+	adds.add(id, parent, SourceParent, now)
+	adds.add(parent.info.ID, child, SourceChild, now)
+	for _, col := range brief.Collaborators {
+		if slices.ContainsFunc(adds.recs, func(e store.ContactEntry) bool { return e.Owner == id && e.Contact.ID == col.AgentID }) {
+			continue // the parent, or named twice: a brief names few
 		}
-		seen[col.AgentID] = true
 		target := s.agents[col.AgentID]
-		spec := col.InterfaceSpec
-		if spec == nil {
-			spec = target.spec
+		rec := adds.add(id, target, SourcePreset, now)
+		rec.Note = col.Description
+		if col.InterfaceSpec != nil { // the caller's: the entry keeps a copy
+			rec.InterfaceSpec = marshalSpec(col.InterfaceSpec)
+			adds.roles[len(adds.roles)-1] = &Role{Name: target.roleName(), InterfaceSpec: col.InterfaceSpec.clone()}
 		}
-		out = append(out, ownedContact{id, Contact{ID: col.AgentID, Role: target.roleName, InterfaceSpec: spec, Source: SourcePreset, Note: col.Description, AddedAt: now}})
 	}
-	return out
+	return adds
 }
 
 // addAgent records a new agent in memory. Called with s.mu held.
@@ -430,6 +456,26 @@ func (s *Society) addAgent(c *agent) {
 	if c.info.ParentID == RootID {
 		s.rootKids[c.info.TaskID] = c.info.ID
 	}
+}
+
+// snapshot returns a's description for a caller to keep, its brief decoded.
+// Called with s.mu held, or on an agent no other goroutine can change.
+func (a *agent) snapshot() Agent {
+	out := a.info
+	out.Brief = a.taskBrief()
+	return out
+}
+
+// taskBrief decodes a's brief: nil for root and user. It needs no lock, as
+// a's brief never changes.
+func (a *agent) taskBrief() *TaskBrief {
+	if a.brief == nil {
+		return nil
+	}
+	var b TaskBrief
+	// The society encoded it, or checked that it decodes when restoring it.
+	_ = json.Unmarshal(a.brief, &b)
+	return &b
 }
 
 // inbox returns a's mailbox, making it on first use.

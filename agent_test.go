@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -520,9 +522,10 @@ func TestStateMachine_Organisation(t *testing.T) {
 
 // The idle-agent benchmarks spawn agents under spawnParents parents (root's
 // children on as many tasks), on a society that holds up to spawnScale of
-// them.
+// them; BenchmarkSpawnIdle/million holds spawnMillion.
 const (
 	spawnScale   = 100_000
+	spawnMillion = 1_000_000
 	spawnParents = 8
 )
 
@@ -532,32 +535,76 @@ const (
 // Run with -memprofilerate=1 for exact numbers.
 var spawnHeapProfile = flag.String("spawnheapprofile", "", "write a heap profile of spawnScale idle agents to this file")
 
-// spawnSociety starts a society for spawnScale idle agents and returns it
-// with spawnParents parents and the role each may spawn on.
-func spawnSociety(b *testing.B) (*as.Society, []*as.Actor, []string) {
-	s, err := as.New(context.Background(), as.Config{Logger: quiet, MaxAgents: 200_000})
+// idleSociety starts a society for up to maxAgents idle agents, on the
+// default store, and returns it with spawnParents parents and the role each
+// may spawn on. It reports errors rather than failing a test, for
+// spawnChild, which runs outside one.
+func idleSociety(maxAgents int) (*as.Society, []*as.Actor, []string, error) {
+	ctx := context.Background()
+	s, err := as.New(ctx, as.Config{Logger: quiet, MaxAgents: maxAgents})
 	if err != nil {
-		b.Fatal(err)
+		return nil, nil, nil, err
+	}
+	root, err := s.Actor(as.RootID)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	parents := make([]*as.Actor, spawnParents)
 	roles := make([]string, spawnParents)
 	for i := range spawnParents {
-		parents[i], roles[i] = hostLead(b, s, "idle-"+strconv.Itoa(i), "idle")
+		root := root.WithTask("idle-" + strconv.Itoa(i))
+		lead, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "lead", Prompt: "lead the task"})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		a, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: lead.ID, Brief: validBrief()})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		if parents[i], err = s.Actor(a.ID); err != nil {
+			return nil, nil, nil, err
+		}
+		role, _, err := parents[i].CreateRole(ctx, as.RoleSpec{Name: "idle", Prompt: "do the work"})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		roles[i] = role.ID
+	}
+	return s, parents, roles, nil
+}
+
+// spawnSociety is idleSociety for a benchmark.
+func spawnSociety(b *testing.B, maxAgents int) (*as.Society, []*as.Actor, []string) {
+	s, parents, roles, err := idleSociety(maxAgents)
+	if err != nil {
+		b.Fatal(err)
 	}
 	return s, parents, roles
 }
 
+// spawnIdle spawns n agents with brief, in turn under each of parents.
+func spawnIdle(parents []*as.Actor, roles []string, brief *as.TaskBrief, n int) error {
+	ctx := context.Background()
+	for i := range n {
+		p := i % len(parents)
+		if _, _, err := parents[p].SpawnAgent(ctx, as.SpawnSpec{RoleID: roles[p], Brief: brief}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// idleBrief is the small brief the idle-agent benchmarks give every agent.
+func idleBrief() *as.TaskBrief { return validBrief(minimal) }
+
 // BenchmarkSpawnIdle measures spawning idle agents: "spawn" is the time per
 // spawn on a society filled with up to spawnScale agents (a new society
 // every spawnScale spawns); "heap" spawns spawnScale agents per iteration
-// and reports the live heap each one adds.
+// and reports the live heap each one adds, and "million" does the same
+// with spawnMillion agents and reports the whole heap they live in.
 func BenchmarkSpawnIdle(b *testing.B) {
 	ctx := context.Background()
-	brief := validBrief(minimal)
-	briefJSON, err := json.Marshal(brief)
-	if err != nil {
-		b.Fatal(err)
-	}
+	brief := idleBrief()
 
 	b.Run("spawn", func(b *testing.B) {
 		b.ReportAllocs()
@@ -570,7 +617,7 @@ func BenchmarkSpawnIdle(b *testing.B) {
 				if s != nil {
 					closeSociety(b, s)
 				}
-				s, parents, roles = spawnSociety(b)
+				s, parents, roles = spawnSociety(b, 2*spawnScale)
 				b.StartTimer()
 			}
 			p := i % spawnParents
@@ -582,69 +629,186 @@ func BenchmarkSpawnIdle(b *testing.B) {
 		closeSociety(b, s)
 	})
 
-	b.Run("heap", func(b *testing.B) {
-		var perAgent, goroutines, spawnNs float64
-		for range b.N {
-			b.StopTimer()
-			s, parents, roles := spawnSociety(b)
-			var before, after runtime.MemStats
-			runtime.GC()
-			runtime.ReadMemStats(&before)
-			g0 := runtime.NumGoroutine()
-			b.StartTimer()
-			t0 := time.Now()
-			for i := range spawnScale {
-				p := i % spawnParents
-				if _, _, err := parents[p].SpawnAgent(ctx, as.SpawnSpec{RoleID: roles[p], Brief: brief}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			spawnNs = float64(time.Since(t0).Nanoseconds()) / spawnScale
-			b.StopTimer()
-			runtime.GC()
-			runtime.ReadMemStats(&after)
-			goroutines = float64(runtime.NumGoroutine() - g0)
-			perAgent = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / spawnScale
-			if *spawnHeapProfile != "" {
-				writeHeapProfile(b, *spawnHeapProfile)
-			}
-			if n := len(s.Agents()); n != spawnScale+spawnParents {
-				b.Fatalf("%d agents, want %d", n, spawnScale+spawnParents)
-			}
-			closeSociety(b, s)
+	b.Run("heap", func(b *testing.B) { idleHeap(b, brief, spawnScale, *spawnHeapProfile) })
+	b.Run("million", func(b *testing.B) { idleHeap(b, brief, spawnMillion, "") })
+}
+
+// idleHeap spawns n idle agents with brief on a new society per iteration
+// and reports the live heap: B/agent is what each agent adds, the brief
+// included; heap-MiB is the whole live heap of the process with the
+// agents alive, beside heap-before-MiB, the same with the society and its
+// parents only. brief-json-B is the size of the brief's JSON and B/brief
+// the heap keeping one costs (see briefHeap), so that B/agent-briefs-aside
+// is what the society adds of its own. It writes a heap profile to profile,
+// if named.
+func idleHeap(b *testing.B, brief *as.TaskBrief, n int, profile string) {
+	briefJSON, err := json.Marshal(brief)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var perAgent, goroutines, heapMiB, beforeMiB float64
+	cpu := startCPU(b)
+	var spawnTime time.Duration
+	for range b.N {
+		b.StopTimer()
+		s, parents, roles := spawnSociety(b, n+spawnParents)
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		g0 := runtime.NumGoroutine()
+		b.StartTimer()
+		t0 := time.Now()
+		if err := spawnIdle(parents, roles, brief, n); err != nil {
+			b.Fatal(err)
 		}
-		perBrief := briefHeap(brief)
-		b.ReportMetric(perAgent, "B/agent")
-		b.ReportMetric(perBrief, "B/brief")
-		b.ReportMetric(perAgent-perBrief, "B/agent-briefs-aside")
-		b.ReportMetric(float64(len(briefJSON)), "brief-json-B")
-		b.ReportMetric(spawnNs, "ns/spawn")
-		b.ReportMetric(goroutines, "goroutines")
-	})
+		spawnTime += time.Since(t0)
+		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		goroutines = float64(runtime.NumGoroutine() - g0)
+		perAgent = (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / float64(n)
+		heapMiB = float64(after.HeapAlloc) / (1 << 20)
+		beforeMiB = float64(before.HeapAlloc) / (1 << 20)
+		if profile != "" {
+			writeHeapProfile(b, profile)
+		}
+		if got := len(s.Agents()); got != n+spawnParents {
+			b.Fatalf("%d agents, want %d", got, n+spawnParents)
+		}
+		closeSociety(b, s)
+		b.StartTimer()
+	}
+	cpu.report()
+	perBrief := briefHeap(brief)
+	b.ReportMetric(perAgent, "B/agent")
+	b.ReportMetric(perBrief, "B/brief")
+	b.ReportMetric(perAgent-perBrief, "B/agent-briefs-aside")
+	b.ReportMetric(float64(len(briefJSON)), "brief-json-B")
+	b.ReportMetric(heapMiB, "heap-MiB")
+	b.ReportMetric(beforeMiB, "heap-before-MiB")
+	b.ReportMetric(float64(spawnTime.Nanoseconds())/float64(b.N*n), "ns/spawn")
+	b.ReportMetric(goroutines, "goroutines")
 }
 
 // briefHeap returns the live heap that keeping one brief costs a society:
-// the copy the society keeps (the struct and its slices) and the store's
-// JSON copy, measured over spawnScale of them as BenchmarkSpawnIdle measures
-// agents, so that the two can be subtracted.
+// its JSON, which the society and its store share, measured over spawnScale
+// of them as BenchmarkSpawnIdle measures agents, so that the two can be
+// subtracted.
 func briefHeap(brief *as.TaskBrief) float64 {
-	kept := make([]*as.TaskBrief, spawnScale)
 	encoded := make([][]byte, spawnScale)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	for i := range kept {
-		c := *brief
-		c.Constraints = append(make([]string, 0, len(brief.Constraints)), brief.Constraints...)
-		kept[i] = &c
-		j, _ := json.Marshal(brief)
-		encoded[i] = append([]byte(nil), j...)
+	for i := range encoded {
+		encoded[i], _ = json.Marshal(brief)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
-	runtime.KeepAlive(kept)
 	runtime.KeepAlive(encoded)
-	return (float64(after.HeapAlloc) - float64(before.HeapAlloc) - float64(2*spawnScale*8)) / spawnScale
+	return (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / spawnScale
+}
+
+// spawnChildEnv, set in the environment of the test binary, makes it a
+// child of BenchmarkSpawnFresh: TestMain runs spawnChild with its value
+// instead of the tests.
+const spawnChildEnv = "AGENTSOCIETY_SPAWN_CHILD"
+
+// BenchmarkSpawnFresh measures spawnScale spawns in a fresh process, where
+// the heap starts small and every byte a spawn keeps is new memory: the
+// benchmark runs the test binary again as a child (see spawnChildEnv) that
+// starts a society, spawns, and prints the wall and CPU time of the spawns
+// alone. Its same-run baselines: "baseline" is a fresh child that, on the
+// same society, instead allocates spawnScale plain agent-sized records
+// under new ids in a map; "warm" is the same spawns in this process, warm
+// from the runs before.
+func BenchmarkSpawnFresh(b *testing.B) {
+	var fresh, base, warm childTimes
+	brief := idleBrief()
+	for range b.N {
+		fresh.add(runSpawnChild(b, "spawn"))
+		base.add(runSpawnChild(b, "baseline"))
+
+		s, parents, roles := spawnSociety(b, spawnScale+spawnParents)
+		cpu0, t0 := processCPU(b), time.Now()
+		if err := spawnIdle(parents, roles, brief, spawnScale); err != nil {
+			b.Fatal(err)
+		}
+		warm.add(childTimes{wall: time.Since(t0), cpu: processCPU(b) - cpu0})
+		closeSociety(b, s)
+	}
+	n := float64(b.N)
+	b.ReportMetric(float64(fresh.wall)/n, "fresh-ns/100k")
+	b.ReportMetric(float64(fresh.cpu)/n, "fresh-cpu-ns/100k")
+	b.ReportMetric(float64(base.wall)/n, "baseline-ns/100k")
+	b.ReportMetric(float64(base.cpu)/n, "baseline-cpu-ns/100k")
+	b.ReportMetric(float64(warm.wall)/n, "warm-ns/100k")
+	b.ReportMetric(float64(warm.cpu)/n, "warm-cpu-ns/100k")
+}
+
+// childTimes is the wall and CPU time of a run.
+type childTimes struct{ wall, cpu time.Duration }
+
+func (t *childTimes) add(u childTimes) { t.wall += u.wall; t.cpu += u.cpu }
+
+// runSpawnChild runs the test binary as a child doing what, and returns
+// the times it printed.
+func runSpawnChild(b *testing.B, what string) childTimes {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), spawnChildEnv+"="+what)
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("child %s: %v\n%s", what, err, out)
+	}
+	var wall, cpu int64
+	if _, err := fmt.Sscan(string(out), &wall, &cpu); err != nil {
+		b.Fatalf("child %s printed %q: %v", what, out, err)
+	}
+	return childTimes{time.Duration(wall), time.Duration(cpu)}
+}
+
+// spawnChild is BenchmarkSpawnFresh's child: it starts a society with
+// spawnParents parents, then does what ("spawn": spawnScale spawns;
+// "baseline": spawnScale plain records) and prints the wall and CPU time
+// that took, in nanoseconds. It returns the process's exit code.
+func spawnChild(what string) int {
+	s, parents, roles, err := idleSociety(spawnScale + spawnParents)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	brief := idleBrief()
+	var ru0 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	t0 := time.Now()
+	switch what {
+	case "spawn":
+		err = spawnIdle(parents, roles, brief, spawnScale)
+	case "baseline":
+		type record struct {
+			id, role, parent, task string
+			brief                  *as.TaskBrief
+			rest                   [12]uint64
+		}
+		kept := make(map[string]*record)
+		for i := range spawnScale {
+			id := "agent-" + strconv.Itoa(i+spawnParents+1)
+			kept[id] = &record{id: id, role: roles[i%spawnParents], parent: parents[i%spawnParents].ID(), task: "idle", brief: brief}
+		}
+		runtime.KeepAlive(kept)
+	default:
+		err = fmt.Errorf("unknown child %q", what)
+	}
+	wall := time.Since(t0)
+	var ru1 syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	cpu := time.Duration(ru1.Utime.Nano() + ru1.Stime.Nano() - ru0.Utime.Nano() - ru0.Stime.Nano())
+	fmt.Println(wall.Nanoseconds(), cpu.Nanoseconds())
+	s.Close(context.Background())
+	return 0
 }
 
 func writeHeapProfile(b *testing.B, name string) {

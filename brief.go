@@ -1,6 +1,7 @@
 package agentsociety
 
 import (
+	"slices"
 	"strings"
 )
 
@@ -102,6 +103,14 @@ func (s *InterfaceSpec) clone() *InterfaceSpec {
 	c := *s
 	c.Examples = cloneStrings(s.Examples)
 	return &c
+}
+
+// equal reports whether s and t describe the same interface.
+func (s *InterfaceSpec) equal(t *InterfaceSpec) bool {
+	if s == nil || t == nil {
+		return s == t
+	}
+	return s.Services == t.Services && s.InputFormat == t.InputFormat && s.OutputFormat == t.OutputFormat && slices.Equal(s.Examples, t.Examples)
 }
 
 // cloneStrings copies s, keeping nil and empty apart.

@@ -52,7 +52,7 @@ type pendingSend struct {
 	change   change
 	msg      Message
 	to       *agent
-	contacts []ownedContact
+	contacts contactAdds
 	asks     []introKey
 	answers  []introKey
 	request  *request // a new request, or nil
@@ -137,12 +137,12 @@ func (s *Society) accepting(p *pendingSend) *change {
 	s.number(p)
 	p.change = change{send: p}
 	c := &p.change
-	if !s.volatile || len(p.contacts) > 0 || p.request != nil || p.answered != nil {
+	if !s.volatile || len(p.contacts.recs) > 0 || p.request != nil || p.answered != nil {
 		p.record(&c.record, !s.volatile)
 	}
-	for _, e := range p.contacts {
-		if e.owner != p.msg.To { // an introduction forwarded to its requester
-			c.claims = append(c.claims, e.owner)
+	for _, e := range p.contacts.recs {
+		if e.Owner != p.msg.To { // an introduction forwarded to its requester
+			c.claims = append(c.claims, e.Owner)
 		}
 	}
 	if p.request != nil {
@@ -165,8 +165,8 @@ func (p *pendingSend) record(ch *store.Change, withMessage bool) {
 	if withMessage {
 		ch.Accepted = []store.Message{messageRecord(&p.msg)}
 	}
-	if len(p.contacts) > 0 {
-		ch.Contacts = contactRecords(p.contacts)
+	if len(p.contacts.recs) > 0 {
+		ch.Contacts = p.contacts.recs
 	}
 	if r := p.request; r != nil {
 		ch.Requests = append(ch.Requests, r.record())
@@ -185,9 +185,7 @@ func (p *pendingSend) record(ch *store.Change, withMessage bool) {
 func (s *Society) commitSend(p *pendingSend) {
 	s.sentToTask(&p.msg)
 	s.commitLoop(p)
-	for _, e := range p.contacts {
-		s.contacts.Add(e.owner, e.c)
-	}
+	s.contacts.addAll(p.contacts)
 	for _, k := range p.answers {
 		s.intros.remove(k)
 	}
@@ -231,7 +229,8 @@ func (s *Society) logMessage(ctx context.Context, what string, m *Message) {
 // what accepting it changes. It only reads the organisation, and may run
 // again on the same p; called with s.mu held.
 func (s *Society) prepare(p *pendingSend, from *agent, f fields) *Error {
-	p.contacts, p.request, p.answered = p.contacts[:0], nil, nil
+	p.contacts.reset()
+	p.request, p.answered = nil, nil
 	p.asks, p.answers = p.asks[:0], p.answers[:0]
 	m, by := &p.msg, from.info.ID
 	to := s.agents[m.To]
@@ -253,7 +252,7 @@ func (s *Society) prepare(p *pendingSend, from *agent, f fields) *Error {
 	}
 	p.to = to
 	if !s.contacts.knows(m.To, by) {
-		p.contacts = append(p.contacts, firstContact(from, m))
+		p.contacts.add(m.To, from, SourceFirstMessage, m.SentAt) // the sender is new to the receiver
 	}
 	if typed(m.Type) {
 		if err := s.prepareTyped(p, f); err != nil {
@@ -280,11 +279,6 @@ func terminatedError(from, to *agent) *Error {
 		a = from
 	}
 	return &Error{Code: ErrAgentTerminated, Message: a.info.ID + " is " + string(a.info.Status) + " and takes no messages", AgentID: a.info.ID}
-}
-
-// firstContact is the entry a first message from from adds to its receiver.
-func firstContact(from *agent, m *Message) ownedContact {
-	return ownedContact{m.To, Contact{ID: from.info.ID, Role: from.roleName, InterfaceSpec: from.spec, Source: SourceFirstMessage, AddedAt: m.SentAt}}
 }
 
 // prepareTyped does prepare's work for the message types whose acceptance
@@ -385,18 +379,16 @@ func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *
 		}
 		p.answers = append(p.answers, introKey{p.msg.To, by})
 	}
-	f.set("target_role", target.roleName)
-	if target.spec != nil {
-		f.set("target_interface_spec", target.spec)
+	f.set("target_role", target.roleName())
+	if spec := target.spec(); spec != nil {
+		f.set("target_interface_spec", spec)
 	} else {
 		delete(f, "target_interface_spec")
 	}
 	p.msg.Payload = f.encode()
 	if !known {
-		p.contacts = append(p.contacts, ownedContact{beneficiary, Contact{
-			ID: id, Role: target.roleName, InterfaceSpec: target.spec, Source: SourceIntroduction,
-			IntroducedBy: by, Note: f.text("advice"), AddedAt: now,
-		}})
+		rec := p.contacts.add(beneficiary, target, SourceIntroduction, now)
+		rec.IntroducedBy, rec.Note = by, f.text("advice")
 	}
 	return nil
 }

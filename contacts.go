@@ -1,8 +1,11 @@
 package agentsociety
 
 import (
+	"slices"
 	"sync"
 	"time"
+
+	"agentsociety/internal/index"
 )
 
 // ContactSource says how an agent came to know a contact.
@@ -70,48 +73,79 @@ func (p ContactPolicy) String() string {
 // registry ready to use.
 type ContactRegistry struct {
 	mu     sync.RWMutex
-	owners map[string]*contactList
+	owners map[string]*index.List[contactEntry]
 }
 
-// contactList keeps entries in the order added. Most agents know a handful
-// of contacts, so a slice scan is the fastest lookup and the smallest idle
-// footprint; a parent with many children gets an index once it passes
-// indexAfter entries.
-type contactList struct {
-	entries []contactEntry
-	index   map[string]int
-}
-
-// contactEntry is a Contact as the registry keeps it: a society of many
-// idle agents holds two per agent, so the rarely set fields live behind a
-// pointer (88 bytes, not 112).
+// contactEntry is a Contact as the registry keeps it. A society of many
+// idle agents holds two per agent, so the contact's role is shared with
+// the contact itself, the source is a number, the time is Unix
+// nanoseconds, and the rarely set fields live behind a pointer: 48 bytes,
+// not 112.
 type contactEntry struct {
-	id, role string
-	spec     *InterfaceSpec
-	source   ContactSource
-	more     *contactMore // nil unless IntroducedBy or Note is set
-	addedAt  time.Time
+	id      string
+	role    *Role        // the contact's role name and interface spec; never modified
+	more    *contactMore // nil unless IntroducedBy, Note, or an unusual Source or AddedAt is set
+	addedAt int64        // Unix nanoseconds, unless more.far
+	source  uint8        // an index into sources, or 0 when more.source holds it
 }
 
-type contactMore struct{ introducedBy, note string }
+type contactMore struct {
+	introducedBy, note string
+	source             ContactSource // when contactEntry.source is 0
+	far                bool          // AddedAt is addedAt, not contactEntry.addedAt
+	addedAt            time.Time
+}
 
-func newEntry(c Contact) contactEntry {
-	e := contactEntry{id: c.ID, role: c.Role, spec: c.InterfaceSpec.clone(), source: c.Source, addedAt: c.AddedAt}
-	if c.IntroducedBy != "" || c.Note != "" {
-		e.more = &contactMore{c.IntroducedBy, c.Note}
+// sources are the sources an entry numbers; 0 is "see contactMore".
+var sources = [...]ContactSource{1: SourceSystem, SourceParent, SourceChild, SourcePreset, SourceIntroduction, SourceFirstMessage}
+
+// newEntry returns the entry for contact id, whose role (its name and
+// interface spec) is role, never modified, with the rest of a Contact.
+func newEntry(id string, role *Role, source ContactSource, introducedBy, note string, addedAt time.Time) contactEntry {
+	e := contactEntry{id: id, role: role}
+	var more contactMore
+	if i := slices.Index(sources[1:], source); i >= 0 && source != "" {
+		e.source = uint8(i + 1)
+	} else {
+		more.source = source
+	}
+	// Unix nanoseconds hold the years 1678 to 2261; the zero time is not
+	// among them.
+	if addedAt.After(minNano) && addedAt.Before(maxNano) {
+		e.addedAt = addedAt.UnixNano()
+	} else {
+		more.far, more.addedAt = true, addedAt
+	}
+	more.introducedBy, more.note = introducedBy, note
+	if more != (contactMore{}) {
+		e.more = &more
 	}
 	return e
 }
 
+// minNano and maxNano bound, a little within, the times Unix nanoseconds
+// hold.
+var (
+	minNano = time.Date(1679, 1, 1, 0, 0, 0, 0, time.UTC)
+	maxNano = time.Date(2261, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// Key returns the contact's id, by which its owner's list finds it.
+func (e contactEntry) Key() string { return e.id }
+
 func (e *contactEntry) contact() Contact {
-	c := Contact{ID: e.id, Role: e.role, InterfaceSpec: e.spec.clone(), Source: e.source, AddedAt: e.addedAt}
-	if e.more != nil {
-		c.IntroducedBy, c.Note = e.more.introducedBy, e.more.note
+	c := Contact{ID: e.id, Role: e.role.Name, InterfaceSpec: e.role.InterfaceSpec.clone(), Source: sources[e.source], AddedAt: time.Unix(0, e.addedAt)}
+	if m := e.more; m != nil {
+		c.IntroducedBy, c.Note = m.introducedBy, m.note
+		if e.source == 0 {
+			c.Source = m.source
+		}
+		if m.far {
+			c.AddedAt = m.addedAt
+		}
 	}
 	return c
 }
-
-const indexAfter = 16
 
 // NewContactRegistry returns an empty registry.
 func NewContactRegistry() *ContactRegistry { return &ContactRegistry{} }
@@ -119,28 +153,36 @@ func NewContactRegistry() *ContactRegistry { return &ContactRegistry{} }
 // Add records c in owner's registry and reports whether it was new. If owner
 // already knows c.ID, the registry is unchanged and Add returns false.
 func (r *ContactRegistry) Add(owner string, c Contact) bool {
+	role := &Role{Name: c.Role, InterfaceSpec: c.InterfaceSpec.clone()}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.add(owner, newEntry(c.ID, role, c.Source, c.IntroducedBy, c.Note, c.AddedAt))
+}
+
+// addAll adds the society's entries, each sharing its role. Called with
+// s.mu held, like knows.
+func (r *ContactRegistry) addAll(adds contactAdds) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for i := range adds.recs {
+		owner, c := adds.recs[i].Owner, &adds.recs[i].Contact
+		r.add(owner, newEntry(c.ID, adds.roles[i], ContactSource(c.Source), c.IntroducedBy, c.Note, c.AddedAt))
+	}
+}
+
+func (r *ContactRegistry) add(owner string, e contactEntry) bool {
 	if r.owners == nil {
-		r.owners = make(map[string]*contactList)
+		r.owners = make(map[string]*index.List[contactEntry])
 	}
 	l := r.owners[owner]
 	if l == nil {
-		l = &contactList{}
+		l = new(index.List[contactEntry])
 		r.owners[owner] = l
 	}
-	if l.find(c.ID) >= 0 {
+	if l.Find(e.id) >= 0 {
 		return false
 	}
-	l.entries = append(l.entries, newEntry(c))
-	if l.index != nil {
-		l.index[c.ID] = len(l.entries) - 1
-	} else if len(l.entries) > indexAfter {
-		l.index = make(map[string]int, len(l.entries))
-		for i, e := range l.entries {
-			l.index[e.id] = i
-		}
-	}
+	l.Append(e)
 	return true
 }
 
@@ -148,9 +190,10 @@ func (r *ContactRegistry) Add(owner string, c Contact) bool {
 func (r *ContactRegistry) Get(owner, id string) (Contact, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	l := r.owners[owner]
-	if i := l.find(id); i >= 0 {
-		return l.entries[i].contact(), true
+	if l := r.owners[owner]; l != nil {
+		if i := l.Find(id); i >= 0 {
+			return l.At(i).contact(), true
+		}
 	}
 	return Contact{}, false
 }
@@ -160,7 +203,7 @@ func (r *ContactRegistry) Get(owner, id string) (Contact, bool) {
 func (r *ContactRegistry) IsKnown(from, to string) bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	return r.owners[from].find(to) >= 0
+	return r.knows(from, to)
 }
 
 // count returns how many contacts owner has.
@@ -168,7 +211,7 @@ func (r *ContactRegistry) count(owner string) int {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if l := r.owners[owner]; l != nil {
-		return len(l.entries)
+		return l.Len()
 	}
 	return 0
 }
@@ -176,7 +219,8 @@ func (r *ContactRegistry) count(owner string) int {
 // knows is IsKnown for a caller that already excludes writers: the society
 // calls it with its own lock held, under which every Add happens.
 func (r *ContactRegistry) knows(from, to string) bool {
-	return r.owners[from].find(to) >= 0
+	l := r.owners[from]
+	return l != nil && l.Find(to) >= 0
 }
 
 // forget drops owner's registry: the society forgot owner (see
@@ -195,29 +239,11 @@ func (r *ContactRegistry) List(owner string) []Contact {
 	if l == nil {
 		return nil
 	}
-	out := make([]Contact, len(l.entries))
-	for i := range l.entries {
-		out[i] = l.entries[i].contact()
+	out := make([]Contact, 0, l.Len())
+	for e := range l.All {
+		out = append(out, e.contact())
 	}
 	return out
-}
-
-func (l *contactList) find(id string) int {
-	if l == nil {
-		return -1
-	}
-	if l.index != nil {
-		if i, ok := l.index[id]; ok {
-			return i
-		}
-		return -1
-	}
-	for i := range l.entries {
-		if l.entries[i].id == id {
-			return i
-		}
-	}
-	return -1
 }
 
 // introKey names an introduction request: requester asked asked to

@@ -85,7 +85,7 @@ func (s *Society) deliver(a *agent, m Message) {
 	ctx := s.runCtx
 	s.logMessage(ctx, "message delivered", &m)
 	s.mu.Lock()
-	status, handoff := a.info.Status, a.handoff
+	status, handoff := a.info.Status, s.handoffs[a.info.ID]
 	s.mu.Unlock()
 	var err error
 	if status == StatusTerminated {

@@ -74,7 +74,7 @@ func (s *Society) roleNameOf(id string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if a := s.agents[id]; a != nil {
-		return a.roleName
+		return a.roleName()
 	}
 	return "unknown"
 }

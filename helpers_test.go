@@ -40,6 +40,15 @@ import (
 	"pgregory.net/rapid"
 )
 
+// TestMain runs the tests, or, in a child of BenchmarkSpawnFresh (see
+// spawnChildEnv), the child's work instead.
+func TestMain(m *testing.M) {
+	if what := os.Getenv(spawnChildEnv); what != "" {
+		os.Exit(spawnChild(what))
+	}
+	os.Exit(m.Run())
+}
+
 // ---------------------------------------------------------------------------
 // Waiting.
 

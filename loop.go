@@ -71,7 +71,7 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		mem.brief = content // the brief as view pins it
 	}
 	mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleUser, Content: content})
-	tools := s.toolsFor(a.roleName)
+	tools := s.toolsFor(a.roleName())
 	// A turn is mute when it ends in words and none of its calls told
 	// anyone anything: the society watches for tasks that stall so (see
 	// quiet.go).
@@ -209,7 +209,7 @@ func (s *Society) systemPrompt(a *agent) (string, error) {
 	contacts := s.contacts.List(a.info.ID)
 	// Role names are agents' words: shown as a source line shows them.
 	l := s.lang
-	f := prompts.Facts{ID: a.info.ID, Role: l.shownRole(a.roleName), TaskID: a.info.TaskID,
+	f := prompts.Facts{ID: a.info.ID, Role: l.shownRole(a.roleName()), TaskID: a.info.TaskID,
 		MaxSteps: s.cfg.MaxSteps, Assigned: a.info.ID != RootID}
 	var rolePrompt string
 	type group struct{ reported, waiting []string }
@@ -220,7 +220,7 @@ func (s *Society) systemPrompt(a *agent) (string, error) {
 		rolePrompt = r.Prompt
 	}
 	if p := s.agents[a.info.ParentID]; p != nil {
-		f.Parent = l.parent(p.info.ID, p.roleName)
+		f.Parent = l.parent(p.info.ID, p.roleName())
 		f.ReportTo = p.info.ID
 		if p.info.ID == RootID {
 			f.ReportTo = UserID
@@ -356,7 +356,7 @@ func (s *Society) trimHistory(ctx context.Context, agentID string, mem *mind) {
 // fits or only the last step is whole: one long turn cannot grow without
 // bound. The history itself is not changed.
 func (s *Society) view(a *agent, mem *mind) []llm.Message {
-	if mem.brief == "" && a.info.ID != RootID && a.info.Brief != nil {
+	if mem.brief == "" && a.info.ID != RootID && a.brief != nil {
 		mem.brief = s.briefMessage(a)
 	}
 	out := make([]llm.Message, 0, len(mem.msgs)+2)
@@ -419,11 +419,7 @@ const elidedArgs = `{"elided":true}`
 // briefMessage returns a's brief as its first message presents it: the
 // task_assignment from its parent.
 func (s *Society) briefMessage(a *agent) string {
-	brief, err := json.Marshal(a.info.Brief)
-	if err != nil {
-		return ""
-	}
-	return s.Format(Message{From: a.info.ParentID, To: a.info.ID, Type: TaskAssignment, Payload: brief})
+	return s.Format(Message{From: a.info.ParentID, To: a.info.ID, Type: TaskAssignment, Payload: a.brief})
 }
 
 // nextTurn returns the index of the first delivered message after from that

@@ -122,7 +122,7 @@ func (s *Society) reportQuiet(task string) {
 	}
 	roleOf := func(id string) string {
 		if a := s.agents[id]; a != nil {
-			return a.roleName
+			return a.roleName()
 		}
 		return "unknown"
 	}

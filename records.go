@@ -24,49 +24,41 @@ func roleFromRecord(r store.Role) (*Role, error) {
 	return &Role{ID: r.ID, Name: r.Name, Prompt: r.Prompt, InterfaceSpec: spec, CreatedBy: r.CreatedBy, CreatedAt: r.CreatedAt}, nil
 }
 
-// agentRecord returns a's store record with the given status.
-func agentRecord(a *agent, status AgentStatus) (store.Agent, *Error) {
+// agentRecord returns a's store record with the given status. The record
+// carries a's brief itself: neither side modifies it (see store.Store).
+func agentRecord(a *agent, status AgentStatus) store.Agent {
 	i := &a.info
-	brief, err := json.Marshal(i.Brief)
-	if err != nil {
-		return store.Agent{}, &Error{Code: ErrStore, Message: "the agent's record does not encode", Err: err}
-	}
-	return store.Agent{ID: i.ID, RoleID: i.RoleID, ParentID: i.ParentID, TaskID: i.TaskID, Brief: brief, Status: string(status), CreatedAt: i.CreatedAt, SpawnKey: a.spawnKey}, nil
+	return store.Agent{ID: i.ID, RoleID: i.RoleID, ParentID: i.ParentID, TaskID: i.TaskID, Brief: a.brief, Status: string(status), CreatedAt: i.CreatedAt, SpawnKey: a.spawnKey}
 }
 
 // agentFromRecord returns the agent r records, as a child of parent on role.
+// The agent keeps r's brief, once it is known to decode.
 func agentFromRecord(r store.Agent, role *Role, parent *agent) (*agent, error) {
 	var brief TaskBrief
 	if err := json.Unmarshal(r.Brief, &brief); err != nil {
 		return nil, fmt.Errorf("agent %s: brief: %w", r.ID, err)
 	}
 	return &agent{
-		info:     Agent{ID: r.ID, RoleID: r.RoleID, ParentID: r.ParentID, TaskID: r.TaskID, Brief: &brief, Status: AgentStatus(r.Status), CreatedAt: r.CreatedAt},
-		roleName: role.Name,
-		spec:     role.InterfaceSpec,
+		info:     Agent{ID: r.ID, RoleID: r.RoleID, ParentID: r.ParentID, TaskID: r.TaskID, Status: AgentStatus(r.Status), CreatedAt: r.CreatedAt},
+		brief:    r.Brief,
+		role:     role,
 		depth:    parent.depth + 1,
 		spawnKey: r.SpawnKey,
 	}, nil
 }
 
-func contactRecords(entries []ownedContact) []store.ContactEntry {
-	out := make([]store.ContactEntry, len(entries))
-	for i, e := range entries {
-		c := e.c
-		out[i] = store.ContactEntry{Owner: e.owner, Contact: store.Contact{
-			ID: c.ID, Role: c.Role, InterfaceSpec: marshalSpec(c.InterfaceSpec), Source: string(c.Source),
-			IntroducedBy: c.IntroducedBy, Note: c.Note, AddedAt: c.AddedAt,
-		}}
-	}
-	return out
-}
-
-func contactFromRecord(owner string, c store.Contact) (Contact, error) {
+// contactRole returns the role that owner's contact record c shows: its
+// agent's, if c shows that role's name and interface spec, for the entry to
+// share, else one of c's own.
+func contactRole(owner string, c store.Contact, agents map[string]*agent) (*Role, error) {
 	spec, err := unmarshalSpec(c.InterfaceSpec)
 	if err != nil {
-		return Contact{}, fmt.Errorf("contact %s of %s: %w", c.ID, owner, err)
+		return nil, fmt.Errorf("contact %s of %s: %w", c.ID, owner, err)
 	}
-	return Contact{ID: c.ID, Role: c.Role, InterfaceSpec: spec, Source: ContactSource(c.Source), IntroducedBy: c.IntroducedBy, Note: c.Note, AddedAt: c.AddedAt}, nil
+	if a := agents[c.ID]; a != nil && a.roleName() == c.Role && a.spec().equal(spec) {
+		return a.role, nil
+	}
+	return &Role{Name: c.Role, InterfaceSpec: spec}, nil
 }
 
 func (r *request) record() store.Request {

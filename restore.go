@@ -26,7 +26,7 @@ func (s *Society) restore(ctx context.Context) error {
 	// Host code runs with no lock held; no drainer runs yet.
 	if s.cfg.RestoreBehavior != nil {
 		for _, a := range restored {
-			a.behavior = s.cfg.RestoreBehavior(a.info.clone(), s.roles[a.info.RoleID].clone())
+			a.behavior = s.cfg.RestoreBehavior(a.snapshot(), s.roles[a.info.RoleID].clone())
 		}
 	}
 	// An agent that was terminating when the society stopped and whose
@@ -37,7 +37,7 @@ func (s *Society) restore(ctx context.Context) error {
 	var ended []*agent
 	for _, a := range restored {
 		switch {
-		case a.info.Status == StatusTerminating && a.handoff == "":
+		case a.info.Status == StatusTerminating && s.handoffs[a.info.ID] == "":
 			if err := s.finishTermination(ctx, a); err != nil {
 				return fmt.Errorf("agentsociety: ending %s, whose termination was under way: %w", a.info.ID, err)
 			}
@@ -88,13 +88,15 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 		restored = append(restored, a)
 	}
 	for owner, list := range st.Contacts {
-		for _, rec := range list {
-			c, err := contactFromRecord(owner, rec)
+		adds := contactAdds{recs: make([]store.ContactEntry, len(list)), roles: make([]*Role, len(list))}
+		for i, rec := range list {
+			role, err := contactRole(owner, rec, s.agents)
 			if err != nil {
 				return nil, nil, err
 			}
-			s.contacts.Add(owner, c)
+			adds.recs[i], adds.roles[i] = store.ContactEntry{Owner: owner, Contact: rec}, role
 		}
+		s.contacts.addAll(adds)
 	}
 	for _, rec := range st.Requests {
 		r := requestFromRecord(rec)
@@ -128,7 +130,7 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 		}
 		m := messageFromRecord(r)
 		if a.info.Status == StatusTerminating && isHandoff(m) {
-			a.handoff = m.ID // its termination goes on after it
+			s.handoffs[a.info.ID] = m.ID // its termination goes on after it
 		}
 		if a != s.user.self {
 			s.busier(m.TaskID)

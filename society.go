@@ -214,6 +214,7 @@ type Society struct {
 
 	roleTools sync.Map          // role name -> []llm.Tool, the tools its agents see (see toolsFor)
 	spawnKeys map[string]string // spawn key -> child (see turn)
+	handoffs  map[string]string // agent being terminated -> its handoff message
 	requests  map[string]*request
 	intros    introductions
 	state     map[stateKey]StateValue
@@ -331,6 +332,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		tasks:      make(map[string]*activity),
 		loops:      newLoops(),
 		spawnKeys:  make(map[string]string),
+		handoffs:   make(map[string]string),
 		requests:   make(map[string]*request),
 		claims:     make(map[string]chan struct{}),
 		state:      make(map[stateKey]StateValue),
@@ -345,8 +347,8 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
 
 	now := time.Now()
-	s.agents[RootID] = &agent{info: Agent{ID: RootID, Status: StatusActive, CreatedAt: now}, roleName: RootID, behavior: cfg.Root}
-	s.user.self = &agent{info: Agent{ID: UserID, Status: StatusActive, CreatedAt: now}, roleName: UserID, behavior: s.user}
+	s.agents[RootID] = &agent{info: Agent{ID: RootID, Status: StatusActive, CreatedAt: now}, role: &Role{Name: RootID}, behavior: cfg.Root}
+	s.user.self = &agent{info: Agent{ID: UserID, Status: StatusActive, CreatedAt: now}, role: &Role{Name: UserID}, behavior: s.user}
 	s.agents[UserID] = s.user.self
 	s.contacts.Add(RootID, Contact{ID: UserID, Role: UserID, Source: SourceSystem, AddedAt: now})
 	s.contacts.Add(UserID, Contact{ID: RootID, Role: RootID, Source: SourceSystem, AddedAt: now})
@@ -453,7 +455,7 @@ func (s *Society) Agent(id string) (Agent, bool) {
 	if a == nil {
 		return Agent{}, false
 	}
-	return a.info.clone(), true
+	return a.snapshot(), true
 }
 
 // Agents returns every agent other than root and user, oldest first,
@@ -467,7 +469,7 @@ func (s *Society) Agents() []Agent {
 	list := make([]ordered, 0, len(s.agents))
 	for _, a := range s.agents {
 		if a.info.ID != RootID && a.info.ID != UserID {
-			list = append(list, ordered{a.order, a.info.clone()})
+			list = append(list, ordered{a.order, a.snapshot()})
 		}
 	}
 	s.mu.Unlock()

@@ -62,10 +62,7 @@ func (s *Society) terminate(ctx context.Context, by *agent, id string) error {
 		case by != nil && !s.isAncestor(by.info.ID, a):
 			return nil, &Error{Code: ErrNotAncestor, Message: "an agent may terminate only its own descendants; " + id + " is not one of " + by.info.ID + "'s", AgentID: id}
 		}
-		rec, err := agentRecord(a, StatusTerminating)
-		if err != nil {
-			return nil, err
-		}
+		rec := agentRecord(a, StatusTerminating)
 		payload, _ := marshal(map[string]any{"text": s.lang.Strings.Handoff, "handoff": true})
 		p := &pendingSend{msg: Message{From: from.info.ID, To: id, TaskID: a.info.TaskID, Type: General, Payload: payload, SentAt: time.Now()}, to: a}
 		c := s.accepting(p) // claims a, the receiver
@@ -74,7 +71,7 @@ func (s *Society) terminate(ctx context.Context, by *agent, id string) error {
 		c.commit = func() {
 			// Before the handoff is queued, so that it is the last
 			// message a gets.
-			a.info.Status, a.handoff = StatusTerminating, p.msg.ID
+			a.info.Status, s.handoffs[id] = StatusTerminating, p.msg.ID
 		}
 		return c, nil
 	}); err != nil {
@@ -122,17 +119,14 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) *Error {
 		list := s.subtree(a)
 		c := &change{}
 		for _, e := range list {
-			rec, err := agentRecord(e, StatusTerminated)
-			if err != nil {
-				return nil, err
-			}
 			c.claims = append(c.claims, e.info.ID)
-			c.record.Agents = append(c.record.Agents, rec)
+			c.record.Agents = append(c.record.Agents, agentRecord(e, StatusTerminated))
 		}
 		c.commit = func() {
 			ended = list
 			for _, e := range list {
 				e.info.Status = StatusTerminated
+				delete(s.handoffs, e.info.ID)
 				s.retireAgent(e)
 				s.live--
 				if e.info.ParentID == RootID && s.rootKids[e.info.TaskID] == e.info.ID {

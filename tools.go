@@ -182,7 +182,7 @@ func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (res
 	var run func(context.Context, *Actor, json.RawMessage) (any, error)
 	if b := builtinNamed(call.Name); b != nil {
 		run = b.run
-	} else if t := s.hostTool(call.Name, x.a.roleName); t != nil {
+	} else if t := s.hostTool(call.Name, x.a.roleName()); t != nil {
 		run = t.Handler
 	} else {
 		return encodeResult(nil, &Error{Code: ErrUnknownTool, Message: "there is no tool " + strconvQuote(call.Name)}), false

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"agentsociety/internal/index"
 )
 
 // Memory is a [Store] that keeps everything in the process's memory.
@@ -22,25 +24,24 @@ import (
 // A Memory is [Volatile]: a society records in it the messages it routes
 // only when it closes.
 //
+// A Memory keeps the raw JSON of roles, agents and contacts by reference
+// and returns those very slices from Load, as [Store] allows: they are
+// immutable. Everything else it copies.
+//
 // The zero value is not usable; call [NewMemory].
 type Memory struct {
 	mu sync.Mutex
 
-	// Registries replace by id yet must list in first-insertion order, so
-	// each is a slice plus an index into it.
-	roles      []Role
-	roleIdx    map[string]int
-	agents     []Agent
-	agentIdx   map[string]int
-	requests   []Request
-	requestIdx map[string]int
-
-	// A society may hold many idle agents with a few contacts each, so
-	// contacts are a plain slice per owner scanned linearly on replace,
-	// rather than a map per owner. An owner with many contacts (a parent of
-	// thousands) gets an index, or each spawn would scan its whole list.
-	contacts map[string][]memContact
-	wide     map[string]map[string]int // owner -> contact id -> index, past wideAfter entries
+	// Registries replace by id yet list in first-insertion order. A list
+	// of a million agents grows in chunks, never copying the others.
+	roles    index.List[memRole]
+	agents   index.List[memAgent]
+	requests index.List[memRequest]
+	// contacts holds the registries of owners that have no agent record
+	// (root, user, or an agent whose record comes later); an agent's own
+	// registry is kept in its record, which saves a map entry per agent.
+	contacts map[string]*index.List[memContact]
+	kinds    map[kindKey]*memKind // the kinds of contacts without a spec
 
 	pending map[string]Message // accepted and not finished, by id
 
@@ -64,25 +65,42 @@ type memArtifact struct {
 	data []byte
 }
 
+// memAgent is an agent's record with the agent's contact registry.
+type memAgent struct {
+	Agent
+	contacts index.List[memContact]
+}
+
+// Key returns the agent's id, by which Memory.agents finds it.
+func (a memAgent) Key() string { return a.ID }
+
+// memRole and memRequest are records as index.List keeps them.
+type (
+	memRole    struct{ Role }
+	memRequest struct{ Request }
+)
+
+func (r memRole) Key() string    { return r.ID }
+func (r memRequest) Key() string { return r.ID }
+
 // NewMemory returns an empty in-memory store.
 func NewMemory() *Memory {
 	return &Memory{
-		roleIdx:    make(map[string]int),
-		agentIdx:   make(map[string]int),
-		requestIdx: make(map[string]int),
-		contacts:   make(map[string][]memContact),
-		wide:       make(map[string]map[string]int),
-		pending:    make(map[string]Message),
-		artifacts:  make(map[string]memArtifact),
-		histories:  make(map[string]*memHistory),
-		states:     make(map[string]map[string]StateEntry),
+		contacts:  make(map[string]*index.List[memContact]),
+		kinds:     make(map[kindKey]*memKind),
+		pending:   make(map[string]Message),
+		artifacts: make(map[string]memArtifact),
+		histories: make(map[string]*memHistory),
+		states:    make(map[string]map[string]StateEntry),
 	}
 }
 
 // Volatile reports true: a Memory's contents are lost with the process.
 func (m *Memory) Volatile() bool { return true }
 
-// Load returns a deep copy of the store's state, so callers may mutate it.
+// Load returns a copy of the store's state that callers may mutate, save
+// for the raw JSON of roles, agents and contacts, which is shared (see
+// [Store]).
 func (m *Memory) Load(ctx context.Context) (State, error) {
 	if err := ctx.Err(); err != nil {
 		return State{}, err
@@ -91,30 +109,22 @@ func (m *Memory) Load(ctx context.Context) (State, error) {
 	defer m.mu.Unlock()
 
 	var s State
-	if len(m.roles) > 0 {
-		s.Roles = make([]Role, len(m.roles))
-		for i, r := range m.roles {
-			s.Roles[i] = cloneRole(r)
-		}
-	}
-	if len(m.agents) > 0 {
-		s.Agents = make([]Agent, len(m.agents))
-		for i, a := range m.agents {
-			s.Agents[i] = cloneAgent(a)
-		}
-	}
-	if len(m.contacts) > 0 {
-		s.Contacts = make(map[string][]Contact, len(m.contacts))
-		for owner, cs := range m.contacts {
-			out := make([]Contact, len(cs))
-			for i, c := range cs {
-				out[i] = c.contact()
+	s.Roles = list(&m.roles, func(r *memRole) Role { return r.Role })
+	s.Agents = list(&m.agents, func(a *memAgent) Agent { return a.Agent })
+	s.Requests = list(&m.requests, func(r *memRequest) Request { return r.Request })
+	addContacts := func(owner string, l *index.List[memContact]) {
+		if cs := list(l, (*memContact).contact); cs != nil {
+			if s.Contacts == nil {
+				s.Contacts = make(map[string][]Contact)
 			}
-			s.Contacts[owner] = out
+			s.Contacts[owner] = cs
 		}
 	}
-	if len(m.requests) > 0 {
-		s.Requests = slices.Clone(m.requests) // Request holds no slices.
+	for a := range m.agents.All {
+		addContacts(a.ID, &a.contacts)
+	}
+	for owner, l := range m.contacts {
+		addContacts(owner, l)
 	}
 	for id, h := range m.histories {
 		s.Histories = append(s.Histories, History{AgentID: id, Summary: h.summary, Messages: appendRaws(nil, h.msgs), Dropped: h.dropped})
@@ -139,7 +149,8 @@ func (m *Memory) Load(ctx context.Context) (State, error) {
 	return s, nil
 }
 
-// Apply records c atomically, copying everything it keeps.
+// Apply records c atomically, copying everything it keeps except the raw
+// JSON of roles, agents and contacts (see [Store]).
 func (m *Memory) Apply(ctx context.Context, c Change) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -161,33 +172,25 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 	}
 
 	for _, r := range c.Roles {
-		r = cloneRole(r)
-		if i, ok := m.roleIdx[r.ID]; ok {
-			m.roles[i] = r
-		} else {
-			m.roleIdx[r.ID] = len(m.roles)
-			m.roles = append(m.roles, r)
-		}
+		put(&m.roles, memRole{r})
 	}
 	for _, a := range c.Agents {
-		a = cloneAgent(a)
-		if i, ok := m.agentIdx[a.ID]; ok {
-			m.agents[i] = a
-		} else {
-			m.agentIdx[a.ID] = len(m.agents)
-			m.agents = append(m.agents, a)
+		if i := m.agents.Find(a.ID); i >= 0 {
+			m.agents.At(i).Agent = a
+			continue
 		}
+		rec := memAgent{Agent: a}
+		if l := m.contacts[a.ID]; l != nil { // contacts came first
+			rec.contacts = *l
+			delete(m.contacts, a.ID)
+		}
+		m.agents.Append(rec)
 	}
 	for _, e := range c.Contacts {
-		m.putContact(e.Owner, newMemContact(e.Contact))
+		m.putContact(e.Owner, m.newMemContact(e.Contact))
 	}
 	for _, r := range c.Requests {
-		if i, ok := m.requestIdx[r.ID]; ok {
-			m.requests[i] = r
-		} else {
-			m.requestIdx[r.ID] = len(m.requests)
-			m.requests = append(m.requests, r)
-		}
+		put(&m.requests, memRequest{r})
 	}
 	for _, h := range c.Histories {
 		m.histories[h.AgentID] = &memHistory{summary: h.Summary, msgs: appendRaws(nil, h.Messages), dropped: h.Dropped}
@@ -212,31 +215,35 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 // putContact adds c to owner's registry, replacing in place an entry with
 // the same contact id so the registry keeps the order contacts were added.
 func (m *Memory) putContact(owner string, c memContact) {
-	cs := m.contacts[owner]
-	if idx, ok := m.wide[owner]; ok {
-		if i, ok := idx[c.id]; ok {
-			cs[i] = c
-			return
-		}
-		idx[c.id] = len(cs)
-		m.contacts[owner] = append(cs, c)
+	var l *index.List[memContact]
+	if i := m.agents.Find(owner); i >= 0 {
+		l = &m.agents.At(i).contacts
+	} else if l = m.contacts[owner]; l == nil {
+		l = new(index.List[memContact])
+		m.contacts[owner] = l
+	}
+	put(l, c)
+}
+
+// put replaces the record in l with v's key, or appends v.
+func put[T index.Keyed](l *index.List[T], v T) {
+	if i := l.Find(v.Key()); i >= 0 {
+		*l.At(i) = v
 		return
 	}
-	for i := range cs {
-		if cs[i].id == c.id {
-			cs[i] = c
-			return
-		}
+	l.Append(v)
+}
+
+// list returns l's records in order, as out makes each; nil if none.
+func list[T index.Keyed, U any](l *index.List[T], out func(*T) U) []U {
+	if l.Len() == 0 {
+		return nil
 	}
-	cs = append(cs, c)
-	m.contacts[owner] = cs
-	if len(cs) > wideAfter {
-		idx := make(map[string]int, len(cs))
-		for i, c := range cs {
-			idx[c.id] = i
-		}
-		m.wide[owner] = idx
+	s := make([]U, 0, l.Len())
+	for r := range l.All {
+		s = append(s, out(r))
 	}
+	return s
 }
 
 // appendHistory applies a to the history of a.AgentID, starting one if
@@ -295,9 +302,6 @@ func (m *Memory) putState(e StateEntry) {
 	keys[e.Key] = e
 }
 
-// wideAfter is the number of contacts past which an owner's are indexed.
-const wideAfter = 16
-
 // PutArtifact stores a copy of a and data; an existing id is refused so that
 // artifacts stay immutable.
 func (m *Memory) PutArtifact(ctx context.Context, a Artifact, data []byte) error {
@@ -340,27 +344,28 @@ func cloneBytes(b []byte) []byte {
 
 func cloneRaw(b json.RawMessage) json.RawMessage { return cloneBytes(b) }
 
-func cloneRole(r Role) Role {
-	r.InterfaceSpec = cloneRaw(r.InterfaceSpec)
-	return r
-}
-
-func cloneAgent(a Agent) Agent {
-	a.Brief = cloneRaw(a.Brief)
-	return a
-}
-
 // memContact is a Contact as Memory keeps it. A society of many idle
-// agents holds two per agent, so the fields most entries leave empty live
-// behind one pointer and the time as Unix nanoseconds: 64 bytes, not 128.
+// agents holds two per agent, so what many entries have in common is
+// shared, the fields most entries leave empty live behind one pointer, and
+// the time is Unix nanoseconds: 40 bytes, not 128.
 type memContact struct {
-	id, role, source string
-	more             *memContactMore // nil unless one of its fields is set
-	addedAt          int64           // Unix nanoseconds, or farTime
+	id      string
+	kind    *memKind
+	more    *memContactMore // nil unless one of its fields is set
+	addedAt int64           // Unix nanoseconds, or farTime
 }
+
+// memKind is the contact's role and interface spec and the entry's source.
+// Kinds without a spec are shared: Memory.kinds keeps one of each.
+type memKind struct {
+	role, source string
+	spec         json.RawMessage
+}
+
+// kindKey is a memKind without a spec, as Memory.kinds keys it.
+type kindKey struct{ role, source string }
 
 type memContactMore struct {
-	spec               json.RawMessage
 	introducedBy, note string
 	addedAt            time.Time // when memContact.addedAt is farTime
 }
@@ -369,14 +374,20 @@ type memContactMore struct {
 // time, years before 1678 or after 2261): it is kept in memContactMore.
 const farTime = math.MinInt64
 
-func newMemContact(c Contact) memContact {
-	mc := memContact{id: c.ID, role: c.Role, source: c.Source, addedAt: farTime}
+func (m *Memory) newMemContact(c Contact) memContact {
+	mc := memContact{id: c.ID, addedAt: farTime}
+	if len(c.InterfaceSpec) > 0 {
+		mc.kind = &memKind{role: c.Role, source: c.Source, spec: c.InterfaceSpec}
+	} else if mc.kind = m.kinds[kindKey{c.Role, c.Source}]; mc.kind == nil {
+		mc.kind = &memKind{role: c.Role, source: c.Source}
+		m.kinds[kindKey{c.Role, c.Source}] = mc.kind
+	}
 	far := c.AddedAt.Year() < 1678 || c.AddedAt.Year() > 2261
 	if !far {
 		mc.addedAt = c.AddedAt.UnixNano()
 	}
-	if far || len(c.InterfaceSpec) > 0 || c.IntroducedBy != "" || c.Note != "" {
-		mc.more = &memContactMore{spec: cloneRaw(c.InterfaceSpec), introducedBy: c.IntroducedBy, note: c.Note}
+	if far || c.IntroducedBy != "" || c.Note != "" {
+		mc.more = &memContactMore{introducedBy: c.IntroducedBy, note: c.Note}
 		if far {
 			mc.more.addedAt = c.AddedAt
 		}
@@ -384,14 +395,16 @@ func newMemContact(c Contact) memContact {
 	return mc
 }
 
-// contact returns a copy the caller may keep and change.
-func (c memContact) contact() Contact {
-	out := Contact{ID: c.id, Role: c.role, Source: c.source}
+// Key returns the contact's id, by which its owner's registry finds it.
+func (c memContact) Key() string { return c.id }
+
+// contact returns c as a record, its raw JSON shared (see Store).
+func (c *memContact) contact() Contact {
+	out := Contact{ID: c.id, Role: c.kind.role, Source: c.kind.source, InterfaceSpec: c.kind.spec}
 	if c.addedAt != farTime {
 		out.AddedAt = time.Unix(0, c.addedAt)
 	}
 	if c.more != nil {
-		out.InterfaceSpec = cloneRaw(c.more.spec)
 		out.IntroducedBy, out.Note = c.more.introducedBy, c.more.note
 		if c.addedAt == farTime {
 			out.AddedAt = c.more.addedAt

@@ -36,6 +36,14 @@ var ErrExists = errors.New("store: already exists")
 // so a Store is a write-behind record, not a cache the society reads from on
 // every operation. Implementations must copy what they are given and what they
 // return: callers may reuse their slices and maps.
+//
+// The one exception is the raw JSON of the organisation's records:
+// Role.InterfaceSpec, Agent.Brief and Contact.InterfaceSpec. Those bytes are
+// immutable: a caller never modifies them once it has passed them to Apply,
+// nor those it got from Load, and neither does a store. A store may
+// therefore keep the very slices it is given and return them from Load, and
+// the society keeps the slices it passes and loads, so that each agent's
+// brief is held once, however many idle agents there are.
 type Store interface {
 	// Load returns everything the store holds except artifact contents.
 	// An empty store returns a zero State and no error.

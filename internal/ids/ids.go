@@ -22,9 +22,7 @@ type Sequence struct {
 func NewSequence(prefix string) *Sequence { return &Sequence{prefix: prefix + "-"} }
 
 // Next returns the next id.
-func (s *Sequence) Next() string {
-	return s.prefix + strconv.FormatUint(s.n.Add(1), 10)
-}
+func (s *Sequence) Next() string { return numbered(s.prefix, s.n.Add(1)) }
 
 // Observe makes sure later ids come after id, if id is one of this
 // sequence's; it lets a society reopened on a store go on where it stopped.
@@ -65,8 +63,10 @@ func NewEpoch(prefix string) Epoch {
 }
 
 // ID returns the id of number n. It allocates once.
-func (e Epoch) ID(n uint64) string {
+func (e Epoch) ID(n uint64) string { return numbered(e.prefix, n) }
+
+// numbered returns prefix followed by n, allocating once.
+func numbered(prefix string, n uint64) string {
 	var buf [48]byte
-	b := append(buf[:0], e.prefix...)
-	return string(strconv.AppendUint(b, n, 10))
+	return string(strconv.AppendUint(append(buf[:0], prefix...), n, 10))
 }

@@ -447,6 +447,10 @@ func scribble(b []byte) {
 	}
 }
 
+// testCopyIn and testCopyOut change what was given to Apply and what Load
+// returned, and check that the store kept its own. They leave alone the raw
+// JSON of roles, agents and contacts, which no one modifies (see
+// store.Store), so a store may share it.
 func testCopyIn(t *testing.T, s store.Store) {
 	c := store.Change{
 		Roles:          []store.Role{role("r1", "writer")},
@@ -463,9 +467,6 @@ func testCopyIn(t *testing.T, s store.Store) {
 		t.Fatalf("PutArtifact: %v", err)
 	}
 
-	scribble(c.Roles[0].InterfaceSpec)
-	scribble(c.Agents[0].Brief)
-	scribble(c.Contacts[0].Contact.InterfaceSpec)
 	scribble(c.Accepted[0].Payload)
 	scribble(c.Histories[0].Messages[0])
 	scribble(c.HistoryAppends[0].Messages[0])
@@ -506,9 +507,6 @@ func testCopyOut(t *testing.T, s store.Store) {
 	scribble(got.Histories[0].Messages[0])
 	got.Histories[0].Messages[1] = msgs("changed")[0]
 	got.Histories[0].Messages = append(got.Histories[0].Messages, msgs("added")...)
-	scribble(got.Roles[0].InterfaceSpec)
-	scribble(got.Agents[0].Brief)
-	scribble(got.Contacts["a1"][0].InterfaceSpec)
 	scribble(got.Pending[0].Payload)
 	got.Roles[0].Name = "changed"
 	got.Agents[0].Status = "changed"
