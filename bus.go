@@ -51,6 +51,7 @@ func (x *Actor) SendText(ctx context.Context, to, text string) (Message, error) 
 type pendingSend struct {
 	change   change
 	msg      Message
+	from     *agent // set by prepare; nil for the society's own messages
 	to       *agent
 	contacts contactAdds
 	asks     []introKey
@@ -250,7 +251,7 @@ func (s *Society) prepare(p *pendingSend, from *agent, f fields) *Error {
 		return &Error{Code: ErrMailboxFull, Message: m.To + "'s mailbox is full (" + itoa(s.cfg.MaxQueued) +
 			" messages waiting); nothing was sent. Do not resend at once: send again after " + m.To + " has caught up, for example once it has answered you.", AgentID: m.To}
 	}
-	p.to = to
+	p.from, p.to = from, to
 	if !s.contacts.knows(m.To, by) {
 		p.contacts.add(m.To, from, SourceFirstMessage, m.SentAt) // the sender is new to the receiver
 	}

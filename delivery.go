@@ -61,6 +61,14 @@ func (s *Society) run(f func()) {
 // society closes.
 func (s *Society) drain(a *agent) {
 	box := a.inbox()
+	var done idleTask
+	defer func() {
+		if done.set {
+			s.mu.Lock()
+			s.idler(done.task)
+			s.mu.Unlock()
+		}
+	}()
 	for !s.closed.Load() {
 		if box.Len() == 0 {
 			// Let the agents just sent to run first: an answer that
@@ -71,9 +79,17 @@ func (s *Society) drain(a *agent) {
 		if !ok {
 			return
 		}
-		s.deliver(a, m)
+		s.deliver(a, m, &done)
 	}
 	box.Stop()
+}
+
+// idleTask is the task of the message a drainer handled last, whose end
+// is counted (see idler) when the drainer next takes s.mu: with the next
+// message's, or as it stops. A delivery then takes the lock once.
+type idleTask struct {
+	task string
+	set  bool
 }
 
 // deliver hands m to a's behaviour and records that its handling ended,
@@ -81,10 +97,14 @@ func (s *Society) drain(a *agent) {
 // message is handled again from the history before it. The user endpoint
 // records the end of its messages itself, when the host has them (see
 // userEndpoint).
-func (s *Society) deliver(a *agent, m Message) {
+func (s *Society) deliver(a *agent, m Message, done *idleTask) {
 	ctx := s.runCtx
 	s.logMessage(ctx, "message delivered", &m)
 	s.mu.Lock()
+	if done.set {
+		s.idler(done.task)
+		done.set = false
+	}
 	status, handoff := a.info.Status, s.handoffs[a.info.ID]
 	s.mu.Unlock()
 	var err error
@@ -107,9 +127,7 @@ func (s *Society) deliver(a *agent, m Message) {
 		}
 	}
 	if a != s.user.self {
-		s.mu.Lock()
-		s.idler(m.TaskID)
-		s.mu.Unlock()
+		*done = idleTask{m.TaskID, true}
 	}
 }
 

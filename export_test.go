@@ -56,5 +56,10 @@ func (s *Society) Quiet() bool {
 	}
 	// A task that went quiet awaited by user is kept until it is reported
 	// (see quiet.go).
-	return len(s.tasks) == 0
+	for _, t := range s.tasks {
+		if t.busy > 0 || t.awaiting && t.modelled {
+			return false
+		}
+	}
+	return true
 }

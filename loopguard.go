@@ -89,9 +89,7 @@ func (l *loops) pairEpoch(k pairKey) uint64 { return l.progress[k.a] + l.progres
 // model-driven agent sends another agent. Code does what it says, and
 // the society's own messages and user's conversation are not loops.
 func (s *Society) guarded(p *pendingSend) bool {
-	m := &p.msg
-	from := s.agents[m.From]
-	return !s.cfg.LoopGuard.Off && !p.own && m.To != UserID && from != nil && s.modelDriven(from)
+	return !s.cfg.LoopGuard.Off && !p.own && p.from != nil && p.msg.To != UserID && s.modelDriven(p.from)
 }
 
 // checkLoop refuses p's message if it would carry on a loop. It reads the

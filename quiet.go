@@ -25,8 +25,8 @@ import (
 const StatusQuiet = "quiet"
 
 // activity is what the society follows of a task's work, to see it go
-// quiet. Guarded by s.mu; a task has one only while it is busy, or quiet
-// and about to be reported.
+// quiet. Guarded by s.mu; a task has one while it is busy or about to be
+// reported, and, up to keptQuietTasks, while it is quiet.
 type activity struct {
 	busy     int               // its messages queued or being handled (not user's), and its request timers armed
 	awaiting bool              // user wrote to it, and nothing of it reached user since
@@ -62,8 +62,16 @@ func (s *Society) idler(task string) {
 		s.goFunc(func() { s.reportQuiet(task) })
 		return
 	}
-	delete(s.tasks, task) // a task of code only: nothing to watch while it is quiet
+	// Nothing to watch while the task is quiet. Its entry is kept for the
+	// next message, so that a busy task does not make and drop one per
+	// message, unless the society holds many.
+	if len(s.tasks) > keptQuietTasks {
+		delete(s.tasks, task)
+	}
 }
+
+// keptQuietTasks is how many quiet tasks' entries idler keeps.
+const keptQuietTasks = 1024
 
 // reachesNobody reports whether a call of the built-in tool name, when it
 // succeeds, tells no other agent or person anything.
