@@ -207,10 +207,16 @@ func (s *Society) commitSend(p *pendingSend) {
 			return
 		}
 	}
-	if p.msg.Type == StatusReport {
-		if from := s.agents[p.msg.From]; from != nil && from.info.ParentID == p.msg.To && !from.reported {
+	// A report the agent wrote itself, to its parent (to user, for a
+	// lead, which reports for root), marks it reported in its parent's
+	// prompt; the society's reports on its behalf do not.
+	if p.msg.Type == StatusReport && !p.own {
+		if from := s.agents[p.msg.From]; from != nil && !from.reported &&
+			(from.info.ParentID == p.msg.To || from.info.ParentID == RootID && p.msg.To == UserID) {
 			from.reported = true
-			p.to.reports++
+			if parent := s.agents[from.info.ParentID]; parent != nil {
+				parent.reports++
+			}
 		}
 	}
 	p.start = s.enqueue(p.to, p.msg)

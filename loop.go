@@ -45,6 +45,8 @@ type mind struct {
 	// brief is the agent's first message, its task_assignment, as the
 	// model reads it: pinned at the start of the history ("" for root).
 	brief string
+	// view is the buffer of the messages view sends, reused call to call.
+	view []llm.Message
 
 	// system caches the system prompt: only the agent's contacts and its
 	// children's reports change it, and both only grow, so their numbers
@@ -359,8 +361,18 @@ func (s *Society) view(a *agent, mem *mind) []llm.Message {
 	if mem.brief == "" && a.info.ID != RootID && a.brief != nil {
 		mem.brief = s.briefMessage(a)
 	}
-	out := make([]llm.Message, 0, len(mem.msgs)+2)
 	pinned := mem.brief != "" && (len(mem.msgs) == 0 || mem.msgs[0].Content != mem.brief)
+	size := len(mem.summary) + mem.size
+	for _, m := range mem.msgs[mem.sized:] {
+		size += messageSize(m)
+	}
+	if !pinned && mem.summary == "" && mem.dropped == 0 && size <= s.cfg.HistoryBudget {
+		return mem.msgs // nothing to add or elide
+	}
+	// A buffer the mind keeps, since a model keeps no request after
+	// Generate returns (see llm.Model): a long history is copied for each
+	// call, not allocated again.
+	out := mem.view[:0]
 	if pinned {
 		out = append(out, llm.Message{Role: llm.RoleUser, Content: mem.brief})
 	}
@@ -372,10 +384,7 @@ func (s *Society) view(a *agent, mem *mind) []llm.Message {
 	}
 	head := len(out)
 	out = append(out, mem.msgs...)
-	size := len(mem.summary) + mem.size
-	for _, m := range mem.msgs[mem.sized:] {
-		size += messageSize(m)
-	}
+	mem.view = out
 	if size <= s.cfg.HistoryBudget {
 		return out
 	}

@@ -1497,7 +1497,12 @@ func benchTurns(b *testing.B, st store.Store, turns int) (wall, cpu float64) {
 	turnBytes := len(as.FormatMessage(as.Message{From: as.UserID, Type: as.General, Payload: payload}, "")) + len(reply)
 
 	calls := make(chan int, 1)
+	briefs := make(chan struct{}, 2)
 	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if len(req.Messages) == 1 && strings.Contains(req.Messages[0].Content, "message_type: task_assignment") {
+			briefs <- struct{}{} // the lead's and the worker's briefs: turns before the benchmark's
+			return llmtest.Say(""), nil
+		}
 		calls <- len(req.Messages)
 		return llmtest.Say(reply), nil
 	})
@@ -1516,6 +1521,8 @@ func benchTurns(b *testing.B, st store.Store, turns int) (wall, cpu float64) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	recv(b, briefs, "the lead's brief's turn")
+	recv(b, briefs, "the worker's brief's turn")
 	turn := func() int {
 		if _, err := s.SendTextToAgent(ctx, a.ID, text, ""); err != nil {
 			b.Fatal(err)

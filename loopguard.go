@@ -2,6 +2,8 @@ package agentsociety
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"hash/maphash"
 	"log/slog"
 )
@@ -13,11 +15,13 @@ import (
 //     with no progress by either (no artifact stored, agent spawned, state
 //     set or collaboration outcome);
 //   - repeats: an agent sends a receiver the payload it sent it the last
-//     LoopGuard.Repeats times;
+//     LoopGuard.Repeats times, with no progress by either since;
 //   - a delegation cycle: a collaboration_request to an agent that, through
 //     requests still open, is already waiting on the requester.
 //
-// The refusal is a tool error the model can act on. If the sender goes on,
+// Progress is a completed collaboration outcome, not a rejection: two
+// agents asking and refusing each other go in circles too. The refusal is
+// a tool error the model can act on. If the sender goes on,
 // its second refusal for the pattern tells the agents' parent (user, for a
 // lead) with a status_report, once until the pattern is broken. Only
 // model-driven agents' messages to agents are watched: not user's
@@ -108,7 +112,7 @@ func (s *Society) checkLoop(p *pendingSend, f fields) *Error {
 				". Do not ask an agent that is waiting on you; do the work yourself or answer the request you were given.")
 		}
 	}
-	if t := l.repeats[pairKey{m.From, m.To}]; t != nil && t.hash == l.hash(m) && t.n >= s.cfg.LoopGuard.Repeats {
+	if t := l.repeats[pairKey{m.From, m.To}]; t != nil && t.hash == l.hash(m) && t.epoch == l.pairEpoch(pairOf(m.From, m.To)) && t.n >= s.cfg.LoopGuard.Repeats {
 		return loopError(m.To, "you sent "+m.To+" this same message "+itoa(t.n)+" times in a row. Do not send it again: wait for an answer, or report what blocks you to your parent.")
 	}
 	k := pairOf(m.From, m.To)
@@ -126,8 +130,8 @@ func loopError(agentID, msg string) *Error {
 // s.mu held.
 func (s *Society) commitLoop(p *pendingSend) {
 	m, l := &p.msg, &s.loops
-	if m.Type == CollaborationResponse { // an outcome, the society's too
-		s.progressed(m.From)
+	if m.Type == CollaborationResponse && p.status == StatusCompleted {
+		s.progressed(m.From) // an outcome: the work moved on
 		s.progressed(m.To)
 		return
 	}
@@ -141,8 +145,8 @@ func (s *Society) commitLoop(p *pendingSend) {
 		r = &talk{}
 		l.repeats[rk] = r
 	}
-	if r.hash != h {
-		*r = talk{hash: h}
+	if e := l.pairEpoch(pairOf(m.From, m.To)); r.hash != h || r.epoch != e {
+		*r = talk{hash: h, epoch: e}
 	}
 	r.n++
 	k := pairOf(m.From, m.To)
@@ -160,11 +164,21 @@ func (s *Society) commitLoop(p *pendingSend) {
 	t.last = m.From
 }
 
+// hash sums what m says: its type and payload, a collaboration request's
+// without the request_id the society gives each one.
 func (l *loops) hash(m *Message) uint64 {
 	var h maphash.Hash
 	h.SetSeed(l.seed)
 	h.WriteString(string(m.Type))
-	h.Write(m.Payload)
+	payload := []byte(m.Payload)
+	if m.Type == CollaborationRequest {
+		var f fields
+		if json.Unmarshal(payload, &f) == nil {
+			delete(f, "request_id")
+			payload = f.encode() // json.Marshal sorts the keys
+		}
+	}
+	h.Write(payload)
 	return h.Sum64()
 }
 
@@ -238,7 +252,7 @@ func (s *Society) loopRefused(ctx context.Context, x *Actor, to string, e *Error
 	}
 	text := "loop_detected: " + x.a.info.ID + " keeps messaging " + to + ": " + e.Message
 	s.log.LogAttrs(ctx, slog.LevelWarn, "loop detected", slog.String("agent", x.a.info.ID), slog.String("to", to), slog.String("detail", e.Message))
-	if _, err := s.sendOwn(ctx, x, Outgoing{To: parent, Type: StatusReport, Payload: StatusReportPayload{Status: string(ErrLoopDetected), Text: text}}); err != nil {
+	if _, err := s.sendOwn(ctx, x, Outgoing{To: parent, Type: StatusReport, Payload: StatusReportPayload{Status: string(ErrLoopDetected), Text: text}}); err != nil && !errors.Is(err, ErrClosed) {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "reporting a loop failed", slog.String("agent", x.a.info.ID), slog.String("err", err.Error()))
 	}
 }

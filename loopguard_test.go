@@ -93,15 +93,20 @@ func TestLoopGuard_RepeatsAndCycles(t *testing.T) {
 		t.Run(fmt.Sprint("off=", off), func(t *testing.T) {
 			cfg := as.Config{LoopGuard: as.LoopGuard{Off: off, Repeats: 2}}
 			same := `{"to":"agent-2","payload":{"text":"status?"}}`
+			// Each request gets its own request_id: still the same ask.
+			ask := `{"to":"agent-2","message_type":"collaboration_request","payload":{"subtask_description":"do it"}}`
 			results := callTools(t, cfg, newInbox().behavior(),
 				toolCall{"send_message", same},
 				toolCall{"send_message", same},
 				toolCall{"send_message", same},
 				toolCall{"send_message", `{"to":"agent-2","payload":{"text":"something else"}}`},
+				toolCall{"send_message", ask},
+				toolCall{"send_message", ask},
+				toolCall{"send_message", ask},
 			)
-			want := []string{`"status":"sent"`, `"status":"sent"`, `"error":"loop_detected"`, `"status":"sent"`}
+			want := []string{`"status":"sent"`, `"status":"sent"`, `"error":"loop_detected"`, `"status":"sent"`, `"status":"pending"`, `"status":"pending"`, `"error":"loop_detected"`}
 			if off {
-				want[2] = `"status":"sent"`
+				want[2], want[6] = `"status":"sent"`, `"status":"pending"`
 			}
 			for i, r := range results {
 				if !strings.Contains(r, want[i]) {

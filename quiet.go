@@ -2,6 +2,7 @@ package agentsociety
 
 import (
 	"cmp"
+	"errors"
 	"log/slog"
 	"slices"
 	"unicode/utf8"
@@ -95,7 +96,7 @@ func (s *Society) noteTurn(task, agentID string, mute bool, words string) {
 		if t.mute == nil {
 			t.mute = map[string]string{}
 		}
-		t.mute[agentID] = words
+		t.mute[agentID] = clip(words, 300)
 	case t.mute != nil:
 		delete(t.mute, agentID)
 	}
@@ -141,7 +142,7 @@ func (s *Society) reportQuiet(task string) {
 	s.mu.Unlock()
 	ctx := s.runCtx
 	s.log.LogAttrs(ctx, slog.LevelWarn, "task went quiet without an answer", slog.String("task", task))
-	if _, err := s.sendOwn(ctx, root, Outgoing{To: UserID, Type: StatusReport, Payload: StatusReportPayload{Status: StatusQuiet, Text: text}}); err != nil {
+	if _, err := s.sendOwn(ctx, root, Outgoing{To: UserID, Type: StatusReport, Payload: StatusReportPayload{Status: StatusQuiet, Text: text}}); err != nil && !errors.Is(err, ErrClosed) {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "telling the user of a quiet task failed", slog.String("task", task), slog.String("err", err.Error()))
 	}
 }

@@ -392,7 +392,10 @@ func artifactSlice(data []byte, offset, limit int64) (page []byte, start, next i
 	for text && offset > 0 && !utf8.RuneStart(data[offset]) {
 		offset-- // the start of the character offset falls in
 	}
-	end := min(n, offset+limit)
+	end := n
+	if limit < n-offset { // offset+limit may not fit in an int64
+		end = offset + limit
+	}
 	if end < n && text {
 		for end > offset && !utf8.RuneStart(data[end]) {
 			end--

@@ -800,7 +800,8 @@ func TestGetArtifactPages(t *testing.T) {
 	ctx := context.Background()
 	text := strings.Repeat("汉", 4000) // 12,000 bytes
 	var ref string
-	args := []string{`{"ref":"%s"}`, `{"ref":"%s","offset":8190}`, `{"ref":"%s","offset":10,"limit":2}`, `{"ref":"%s","offset":-1}`}
+	args := []string{`{"ref":"%s"}`, `{"ref":"%s","offset":8190}`, `{"ref":"%s","offset":10,"limit":2}`, `{"ref":"%s","offset":-1}`,
+		`{"ref":"%s","offset":1,"limit":9223372036854775807}`}
 	results := make(chan string, len(args))
 	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
 		if r := lastToolResult(req); r != "" {
@@ -848,5 +849,8 @@ func TestGetArtifactPages(t *testing.T) {
 	}
 	if pages[3].Error != string(as.ErrInvalidArgument) {
 		t.Errorf("a negative offset gave %+v", pages[3])
+	}
+	if p := pages[4]; p.Error != "" || p.Truncated || len(p.Content) != 12000 {
+		t.Errorf("the largest limit gave %+v, want the whole text from its first character", p)
 	}
 }
