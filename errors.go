@@ -78,6 +78,9 @@ const (
 	// a loop: two agents talking with no progress, a payload sent again and
 	// again, or a delegation cycle (see LoopGuard).
 	ErrLoopDetected Code = "loop_detected"
+	// ErrBudgetExhausted: the task's budget ran out (see Budget): no more
+	// model calls are made for it.
+	ErrBudgetExhausted Code = "budget_exhausted"
 	// ErrClosed: the society is closed.
 	ErrClosed Code = "society_closed"
 	// ErrStore: the store failed; the operation took no effect (see Unwrap).

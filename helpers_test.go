@@ -82,7 +82,7 @@ func poll(cond func() bool) bool {
 }
 
 // waitFor waits until cond holds, failing the test after hangGuard.
-func waitFor(t testing.TB, what string, cond func() bool) {
+func waitFor(t rapid.TB, what string, cond func() bool) {
 	t.Helper()
 	if !poll(cond) {
 		t.Fatalf("timed out after %v waiting for %s", hangGuard, what)

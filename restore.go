@@ -115,7 +115,9 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 		}
 	}
 	for _, e := range st.States {
-		s.putState(stateFromRecord(e))
+		if !s.restoreLedger(e) {
+			s.putState(stateFromRecord(e))
+		}
 	}
 	for _, r := range st.Pending {
 		s.seq = max(s.seq, r.Seq) // new messages come after all of them

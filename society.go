@@ -81,6 +81,10 @@ type Config struct {
 	// refusing one would leave its request unsettled. Zero means
 	// DefaultMaxQueued; a negative value means no cap.
 	MaxQueued int
+	// TaskBudget is every task's budget unless SubmitRequirement's
+	// WithBudget or SetBudget gives it another (see Budget). The zero
+	// value is unlimited.
+	TaskBudget Budget
 	// LoopGuard refuses messages that carry on a loop between agents; the
 	// zero value is on, with the defaults (see LoopGuard).
 	LoopGuard LoopGuard
@@ -210,6 +214,7 @@ type Society struct {
 	agents    map[string]*agent
 	rootKids  map[string]string    // taskID -> root's child
 	tasks     map[string]*activity // the tasks busy or awaited (see quiet.go)
+	ledgers   map[string]*ledger   // by task (see budget.go)
 	loops     loops                // the loop guard's state (see loopguard.go)
 
 	roleTools sync.Map          // role name -> []llm.Tool, the tools its agents see (see toolsFor)
@@ -302,6 +307,9 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	if cfg.HistoryBudget <= 0 {
 		cfg.HistoryBudget = DefaultHistoryBudget
 	}
+	if err := cfg.TaskBudget.check(); err != nil {
+		return nil, fmt.Errorf("agentsociety: Config.TaskBudget: %w", err)
+	}
 	if cfg.LoopGuard.Rounds <= 0 {
 		cfg.LoopGuard.Rounds = DefaultLoopRounds
 	}
@@ -331,6 +339,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		rootKids:   make(map[string]string),
 		tasks:      make(map[string]*activity),
 		loops:      newLoops(),
+		ledgers:    make(map[string]*ledger),
 		spawnKeys:  make(map[string]string),
 		handoffs:   make(map[string]string),
 		requests:   make(map[string]*request),

@@ -15,15 +15,30 @@ import (
 
 // SubmitRequirement submits a requirement in natural language: it makes a
 // new task id and sends text from user to root on that task.
-func (s *Society) SubmitRequirement(ctx context.Context, text string) (taskID string, err error) {
+func (s *Society) SubmitRequirement(ctx context.Context, text string, opts ...RequirementOption) (taskID string, err error) {
 	if blank(text) {
 		return "", s.refuse("submit_requirement", UserID, &Error{Code: ErrInvalidArgument, Message: "the requirement is empty", MissingFields: []string{"text"}})
 	}
 	taskID = ids.Random("task")
+	for _, opt := range opts {
+		if err := opt(ctx, s, taskID); err != nil {
+			return "", err
+		}
+	}
 	if _, err := s.userActor().WithTask(taskID).SendText(ctx, RootID, text); err != nil {
 		return "", err
 	}
 	return taskID, nil
+}
+
+// A RequirementOption sets up a task before its requirement is sent.
+type RequirementOption func(ctx context.Context, s *Society, taskID string) error
+
+// WithBudget gives the task its own budget instead of Config.TaskBudget
+// (see Budget). A negative field is refused with ErrInvalidArgument, and
+// nothing is sent.
+func WithBudget(b Budget) RequirementOption {
+	return func(ctx context.Context, s *Society, taskID string) error { return s.SetBudget(ctx, taskID, b) }
 }
 
 // SendTextToAgent sends text from user to agent agentID. An empty taskID

@@ -1,0 +1,151 @@
+package agentsociety_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	as "agentsociety"
+	"agentsociety/llm"
+	"agentsociety/store"
+
+	"pgregory.net/rapid"
+)
+
+// busyModel is a model that never stops calling console_print, each call
+// reporting 100 input and 10 output tokens.
+func busyModel() llm.Model {
+	return llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		resp := call(fmt.Sprint("c", len(req.Messages)), "console_print", `{"text":"working"}`)
+		resp.Usage = llm.Usage{InputTokens: 100, OutputTokens: 10}
+		return resp, nil
+	})
+}
+
+// TestBudget_RunsOutThenRaised: a task that may make 3 model calls makes 3,
+// then its turn ends without a fourth; user is told once, by root, what ran
+// out and what was spent; raised, the task goes on with the next message.
+func TestBudget_RunsOutThenRaised(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{Model: busyModel(), MaxSteps: 50, TaskBudget: as.Budget{ModelCalls: 3}})
+	inbox := userInbox(s)
+	task, err := s.SubmitRequirement(ctx, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := recv(t, inbox, "the budget report")
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || m.From != as.RootID || p.Status != as.StatusBudgetExhausted || !strings.Contains(p.Text, "model calls") || !strings.Contains(p.Text, "3 model calls, 300 input tokens, 30 output tokens") {
+		t.Fatalf("user got %+v (%s)", m, m.Payload)
+	}
+	waitQuiet(t, s)
+	if u, ok := s.Usage(task); !ok || u.ModelCalls != 3 || u.InputTokens != 300 || u.OutputTokens != 30 || u.Budget.ModelCalls != 3 {
+		t.Fatalf("Usage = %+v, %v", u, ok)
+	}
+	if err := s.SetBudget(ctx, task, as.Budget{ModelCalls: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SendTextToAgent(ctx, as.RootID, "go on", task); err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, inbox, "the second budget report"); !strings.Contains(m.Text(), "5 model calls") {
+		t.Fatalf("user got %+v (%s)", m, m.Payload)
+	}
+	waitQuiet(t, s)
+	if u, _ := s.Usage(task); u.ModelCalls != 5 {
+		t.Fatalf("after raising the budget to 5, %d calls", u.ModelCalls)
+	}
+}
+
+// TestBudget_SurvivesReopening: a reopened society keeps a task's budget
+// and spending: it does not grant the task a fresh budget.
+func TestBudget_SurvivesReopening(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	cfg := as.Config{Model: busyModel(), MaxSteps: 50, Store: st, Logger: quiet}
+	s, err := as.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := userInbox(s)
+	task, err := s.SubmitRequirement(ctx, "work", as.WithBudget(as.Budget{ModelCalls: 2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, inbox, "the budget report")
+	waitQuiet(t, s)
+	before, _ := s.Usage(task)
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newSociety(t, cfg)
+	inbox2 := userInbox(s2)
+	if after, ok := s2.Usage(task); !ok || after != before {
+		t.Fatalf("after reopening Usage = %+v, %v; before %+v", after, ok, before)
+	}
+	if _, err := s2.SendTextToAgent(ctx, as.RootID, "more", task); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, inbox2, "the budget report after reopening")
+	waitQuiet(t, s2)
+	if after, _ := s2.Usage(task); after.ModelCalls != 2 {
+		t.Fatalf("after reopening the task made %d calls in all, with a budget of 2", after.ModelCalls)
+	}
+}
+
+// TestBudget_BadBudgetsAreRefused: a negative budget is refused, never
+// taken for unlimited.
+func TestBudget_BadBudgetsAreRefused(t *testing.T) {
+	if _, err := as.New(context.Background(), as.Config{TaskBudget: as.Budget{InputTokens: -1}}); err == nil {
+		t.Error("New took a negative TaskBudget")
+	}
+	s := newSociety(t, as.Config{})
+	_, err := s.SubmitRequirement(context.Background(), "x", as.WithBudget(as.Budget{ModelCalls: -5}))
+	if !errors.Is(err, as.ErrInvalidArgument) {
+		t.Errorf("SubmitRequirement with a negative budget: %v", err)
+	}
+	wantCode(t, s.SetBudget(context.Background(), "t", as.Budget{OutputTokens: -1}), as.ErrInvalidArgument)
+}
+
+// TestProperty_BudgetIsNeverExceeded: however many agents of a task call
+// the model at once, the task makes at most its budget of model calls, and
+// its input tokens exceed their budget by less than one call per agent.
+func TestProperty_BudgetIsNeverExceeded(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		agents := rapid.IntRange(1, 6).Draw(rt, "agents")
+		calls := rapid.Int64Range(1, 12).Draw(rt, "model calls")
+		tokens := rapid.Int64Range(50, 2000).Draw(rt, "input tokens")
+		ctx := context.Background()
+		s, closeSociety := openSociety(rt, as.Config{Model: busyModel(), MaxSteps: 20, MaxModelCalls: agents, Root: noop,
+			TaskBudget: as.Budget{ModelCalls: calls, InputTokens: tokens}})
+		defer closeSociety()
+		root := actorOf(rt, s, as.RootID).WithTask("t")
+		role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "worker"})
+		var wg sync.WaitGroup
+		lead, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: noop})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		leadActor := actorOf(rt, s, lead.ID)
+		wrole, _, _ := leadActor.CreateRole(ctx, as.RoleSpec{Name: "w"})
+		for range agents {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				leadActor.SpawnAgent(ctx, as.SpawnSpec{RoleID: wrole.ID, Brief: validBrief()}) // its brief starts its calls
+			}()
+		}
+		wg.Wait()
+		waitFor(rt, "the workers to stop", s.Quiet)
+		u, _ := s.Usage("t")
+		if u.ModelCalls > calls {
+			rt.Fatalf("%d model calls with a budget of %d", u.ModelCalls, calls)
+		}
+		if u.InputTokens >= tokens+int64(agents)*100 {
+			rt.Fatalf("%d input tokens with a budget of %d and %d agents of 100 tokens a call", u.InputTokens, tokens, agents)
+		}
+	})
+}
