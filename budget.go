@@ -26,7 +26,9 @@ import (
 // out and what was spent. Society.SetBudget raises a budget; the agents go
 // on with the next message they are sent.
 //
-// Budgets and spending are recorded in the store and survive a restart.
+// A limited budget and its spending are recorded in the store, with each
+// call, and survive a restart; a task without one is only counted in
+// memory, for Society.Usage.
 type Budget struct {
 	InputTokens  int64 `json:"input_tokens,omitempty"`
 	OutputTokens int64 `json:"output_tokens,omitempty"`
@@ -178,6 +180,18 @@ func (s *Society) charge(task string, req *llm.Request) (release func(*llm.Respo
 		unreserve := func() {
 			l.reserved.ModelCalls--
 			l.reserved.InputTokens -= estimate
+		}
+		s.mu.Lock()
+		limited := l.budget != Budget{}
+		if !limited { // nothing to enforce, so nothing to record
+			l.spent.ModelCalls++
+			l.spent.InputTokens += in
+			l.spent.OutputTokens += out
+			unreserve()
+		}
+		s.mu.Unlock()
+		if !limited {
+			return
 		}
 		// Recorded and committed as one change on the ledger's key, so
 		// that the store keeps the spending in the order it grew; the
