@@ -284,3 +284,39 @@ func ExampleNew_fileStore() {
 	// agent-2: role developer (role-1), parent root, task task-2
 	// calc.html by agent-1: <html>1 + 1 = 2</html>
 }
+
+// A task with a budget of three model calls, driven by a model that never
+// stops working: the fourth call is not made, and user is told once.
+func ExampleWithBudget() {
+	ctx := context.Background()
+	busy := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		resp := llmtest.Call("console_print", map[string]string{"text": "still working"})
+		resp.Usage = llm.Usage{InputTokens: 1000, OutputTokens: 20}
+		return resp, nil
+	})
+	s, err := as.New(ctx, as.Config{Model: busy, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close(ctx)
+
+	task, err := s.SubmitRequirement(ctx, "work on it", as.WithBudget(as.Budget{ModelCalls: 3}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	m, err := s.WaitForUserMessage(ctx, func(m as.Message) bool { return m.TaskID == task })
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var report as.StatusReportPayload
+	m.Decode(&report)
+	u, _ := s.Usage(task)
+	fmt.Println(report.Status)
+	fmt.Printf("%d calls, %d input tokens, %d output tokens\n", u.ModelCalls, u.InputTokens, u.OutputTokens)
+	// Output:
+	// budget_exhausted
+	// 3 calls, 3000 input tokens, 60 output tokens
+}
