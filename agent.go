@@ -216,6 +216,13 @@ type SpawnSpec struct {
 	ParentID string
 	// Behavior drives the new agent. Nil means the society's Config.DefaultBehavior.
 	Behavior Behavior
+	// Budget, if not nil, is the child's own budget: a share of what the
+	// parent has left, which the child and its descendants may not exceed
+	// (see Budget). What they spend is charged to the parent's budget and
+	// the task's as well. A field larger than what the parent has left is
+	// refused with ErrBudgetTooLarge; a zero field is no limit of the
+	// child's own. Nil means the child draws on its parent's.
+	Budget *Budget
 }
 
 // SpawnAgent creates an agent on one of the spawning agent's own roles, as its
@@ -245,6 +252,11 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 	if err := spec.Brief.Validate(); err != nil {
 		return refuse(err.(*Error))
 	}
+	if spec.Budget != nil {
+		if err := spec.Budget.check(); err != nil {
+			return refuse(err)
+		}
+	}
 	for i, c := range spec.Brief.Collaborators {
 		if blank(c.AgentID) {
 			return refuse(&Error{Code: ErrInvalidTaskBrief, Message: "collaborators[" + itoa(i) + "] needs an agentId", MissingFields: []string{"collaborators.agentId"}})
@@ -271,6 +283,11 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 			child, reused = c.snapshot(), true
 			return nil, nil
 		}
+		if spec.Budget != nil {
+			if e := s.checkShare(x.a, x.taskID, *spec.Budget); e != nil {
+				return nil, e
+			}
+		}
 		adds := s.birthContacts(x.a, c, spec.Brief, c.info.CreatedAt)
 		ch := &change{
 			claims: []string{by},
@@ -284,7 +301,14 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 				// again from the child's JSON.
 				child = c.info
 				child.Brief = spec.Brief.clone()
+				if spec.Budget != nil {
+					key := "agent:" + c.info.ID
+					s.ledgers[key] = &ledger{key: key, budget: *spec.Budget}
+				}
 			},
+		}
+		if spec.Budget != nil {
+			ch.record.States = []store.StateEntry{ledgerEntry("agent:"+c.info.ID, *spec.Budget, Usage{})}
 		}
 		if s.modelDriven(c) {
 			s.assign(ch, x.a, c, c.brief)

@@ -65,12 +65,14 @@ func (b Budget) check() *Error {
 	return nil
 }
 
-// ledger is a task's budget and spending. Guarded by s.mu.
+// ledger is the budget and spending of a task, or of an agent given a
+// budget of its own (a share of its parent's). Guarded by s.mu.
 type ledger struct {
+	key      string // "task:<id>" or "agent:<id>"
 	budget   Budget
 	spent    Usage // Budget unused
 	reserved Usage // charged for calls in flight, not yet settled
-	told     bool  // user was told the budget ran out (since the society opened)
+	told     bool  // the budget's running out was reported (since the society opened)
 }
 
 // exhausted names what of l's budget ran out, counting what is reserved,
@@ -90,7 +92,24 @@ func (l *ledger) exhausted() string {
 	return strings.Join(out, ", ")
 }
 
-// The store keeps a task's ledger as a state entry under this scope.
+// left is what remains of l's budget, a field per limited one (-1 for an
+// unlimited one).
+func (l *ledger) left() Budget {
+	rem := func(limit, used int64) int64 {
+		if limit == 0 {
+			return -1
+		}
+		return max(limit-used, 0)
+	}
+	return Budget{
+		InputTokens:  rem(l.budget.InputTokens, l.spent.InputTokens+l.reserved.InputTokens),
+		OutputTokens: rem(l.budget.OutputTokens, l.spent.OutputTokens),
+		ModelCalls:   rem(l.budget.ModelCalls, l.spent.ModelCalls+l.reserved.ModelCalls),
+	}
+}
+
+// The store keeps a ledger as a state entry under this scope prefix and
+// its key.
 const (
 	budgetScope = "budget:"
 	budgetKey   = "ledger"
@@ -102,21 +121,21 @@ type ledgerRecord struct {
 	Spent  Usage  `json:"spent"`
 }
 
-func (s *Society) ledgerEntry(task string, l *ledger) store.StateEntry {
-	v, _ := json.Marshal(ledgerRecord{Budget: l.budget, Spent: Usage{InputTokens: l.spent.InputTokens, OutputTokens: l.spent.OutputTokens, ModelCalls: l.spent.ModelCalls}})
-	return store.StateEntry{Scope: budgetScope + task, Key: budgetKey, Value: v, Writer: RootID, UpdatedAt: time.Now()}
+func ledgerEntry(key string, budget Budget, spent Usage) store.StateEntry {
+	v, _ := json.Marshal(ledgerRecord{Budget: budget, Spent: Usage{InputTokens: spent.InputTokens, OutputTokens: spent.OutputTokens, ModelCalls: spent.ModelCalls}})
+	return store.StateEntry{Scope: budgetScope + key, Key: budgetKey, Value: v, Writer: RootID, UpdatedAt: time.Now()}
 }
 
 // restoreLedger takes back a ledger the store kept, reporting whether e is
 // one. Called with s.mu held, while the society opens.
 func (s *Society) restoreLedger(e store.StateEntry) bool {
-	task, ok := strings.CutPrefix(e.Scope, budgetScope)
+	key, ok := strings.CutPrefix(e.Scope, budgetScope)
 	if !ok || e.Key != budgetKey {
 		return false
 	}
 	var r ledgerRecord
 	if json.Unmarshal(e.Value, &r) == nil {
-		s.ledgers[task] = &ledger{budget: r.Budget, spent: r.Spent}
+		s.ledgers[key] = &ledger{key: key, budget: r.Budget, spent: r.Spent}
 	}
 	return true
 }
@@ -124,12 +143,84 @@ func (s *Society) restoreLedger(e store.StateEntry) bool {
 // ledgerOf returns task's ledger, starting one with the default budget.
 // Called with s.mu held.
 func (s *Society) ledgerOf(task string) *ledger {
-	l := s.ledgers[task]
+	key := "task:" + task
+	l := s.ledgers[key]
 	if l == nil {
-		l = &ledger{budget: s.cfg.TaskBudget}
-		s.ledgers[task] = l
+		l = &ledger{key: key, budget: s.cfg.TaskBudget}
+		s.ledgers[key] = l
 	}
 	return l
+}
+
+// ledgersOf returns the ledgers a call by a on task is charged to: the
+// task's, then a's own and each of its ancestors' that have one. Called
+// with s.mu held.
+func (s *Society) ledgersOf(a *agent, task string) []*ledger {
+	path := []*ledger{s.ledgerOf(task)}
+	for x := a; x != nil && x.info.ID != RootID; x = s.agents[x.info.ParentID] {
+		if l := s.ledgers["agent:"+x.info.ID]; l != nil {
+			path = append(path, l)
+		}
+	}
+	return path
+}
+
+// remaining returns what a may still spend on task: for each field, the
+// least that any of its ledgers has left (-1 when none limits it). Called
+// with s.mu held.
+func (s *Society) remaining(a *agent, task string) Budget {
+	out := Budget{-1, -1, -1}
+	least := func(cur, v int64) int64 {
+		if v < 0 || (cur >= 0 && cur <= v) {
+			return cur
+		}
+		return v
+	}
+	for _, l := range s.ledgersOf(a, task) {
+		left := l.left()
+		out.InputTokens = least(out.InputTokens, left.InputTokens)
+		out.OutputTokens = least(out.OutputTokens, left.OutputTokens)
+		out.ModelCalls = least(out.ModelCalls, left.ModelCalls)
+	}
+	return out
+}
+
+// checkShare refuses a child's budget that is negative, or larger in a
+// field than what its parent has left there. Called with s.mu held.
+func (s *Society) checkShare(parent *agent, task string, b Budget) *Error {
+	if err := b.check(); err != nil {
+		return err
+	}
+	// A zero field is no limit of the child's own: it draws on the
+	// parent's, which stays enforced; only a number above what is left is
+	// refused.
+	left := s.remaining(parent, task)
+	var over []string
+	if left.ModelCalls >= 0 && b.ModelCalls > left.ModelCalls {
+		over = append(over, "model_calls")
+	}
+	if left.InputTokens >= 0 && b.InputTokens > left.InputTokens {
+		over = append(over, "input_tokens")
+	}
+	if left.OutputTokens >= 0 && b.OutputTokens > left.OutputTokens {
+		over = append(over, "output_tokens")
+	}
+	if len(over) == 0 {
+		return nil
+	}
+	return &Error{Code: ErrBudgetTooLarge, MissingFields: over, Message: "the budget asks for more than you have left (" + strings.Join(over, ", ") +
+		"); you have left: " + leftText(left) + ". Ask for less, or leave the field out to share yours."}
+}
+
+// leftText says what a Budget of remainders holds, for a model.
+func leftText(left Budget) string {
+	field := func(name string, v int64) string {
+		if v < 0 {
+			return name + " unlimited"
+		}
+		return name + " " + itoa(int(v))
+	}
+	return field("model_calls", left.ModelCalls) + ", " + field("input_tokens", left.InputTokens) + ", " + field("output_tokens", left.OutputTokens)
 }
 
 // estimateTokens is how many input tokens a request is likely to count,
@@ -146,28 +237,29 @@ func estimateTokens(req *llm.Request) int64 {
 	return int64(n/3 + 1)
 }
 
-// charge reserves a model call for task before it is made, or refuses it
-// with ErrBudgetExhausted if the task's budget ran out; release settles it.
-func (s *Society) charge(task string, req *llm.Request) (release func(*llm.Response), err *Error) {
-	if task == "" {
-		return func(*llm.Response) {}, nil
-	}
+// charge reserves a model call by a on task, on every ledger it is charged
+// to, before it is made, or refuses it with ErrBudgetExhausted if one of
+// them ran out; settle settles it.
+func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*llm.Response), err *Error) {
 	estimate := estimateTokens(req)
 	s.mu.Lock()
-	l := s.ledgerOf(task)
-	if what := l.exhausted(); what != "" {
-		tell := !l.told
-		l.told = true
-		spent := l.spent
-		budget := l.budget
-		s.mu.Unlock()
-		if tell {
-			s.tellExhausted(task, what, spent, budget)
+	path := s.ledgersOf(a, task)
+	for _, l := range path {
+		if what := l.exhausted(); what != "" {
+			tell := !l.told
+			l.told = true
+			spent := l.spent
+			s.mu.Unlock()
+			if tell {
+				s.tellExhausted(l.key, what, spent)
+			}
+			return nil, &Error{Code: ErrBudgetExhausted, Message: "the budget of " + l.key + " ran out (" + what + "): no more model calls"}
 		}
-		return nil, &Error{Code: ErrBudgetExhausted, Message: "the task's budget ran out (" + what + "): no more model calls"}
 	}
-	l.reserved.ModelCalls++
-	l.reserved.InputTokens += estimate
+	for _, l := range path {
+		l.reserved.ModelCalls++
+		l.reserved.InputTokens += estimate
+	}
 	s.mu.Unlock()
 	return func(resp *llm.Response) {
 		in, out := estimate, int64(0)
@@ -177,71 +269,113 @@ func (s *Society) charge(task string, req *llm.Request) (release func(*llm.Respo
 		if resp != nil {
 			out = int64(resp.Usage.OutputTokens)
 		}
-		unreserve := func() {
+		// Each ledger's reservation holds until its spending replaces it.
+		spend := func(l *ledger) {
 			l.reserved.ModelCalls--
 			l.reserved.InputTokens -= estimate
-		}
-		s.mu.Lock()
-		limited := l.budget != Budget{}
-		if !limited { // nothing to enforce, so nothing to record
 			l.spent.ModelCalls++
 			l.spent.InputTokens += in
 			l.spent.OutputTokens += out
-			unreserve()
+		}
+		var limited []*ledger
+		s.mu.Lock()
+		for _, l := range path {
+			if l.budget != (Budget{}) {
+				limited = append(limited, l)
+			} else {
+				spend(l) // nothing to enforce, so nothing to record
+			}
 		}
 		s.mu.Unlock()
-		if !limited {
+		if len(limited) == 0 {
 			return
 		}
-		// Recorded and committed as one change on the ledger's key, so
-		// that the store keeps the spending in the order it grew; the
-		// reservation holds until the spending replaces it.
+		// Recorded and committed as one change on the ledgers' keys, so
+		// that the store keeps the spending in the order it grew.
 		err := s.apply(s.runCtx, func() (*change, *Error) {
-			next := *l
-			next.spent.ModelCalls++
-			next.spent.InputTokens += in
-			next.spent.OutputTokens += out
-			return &change{
-				claims: []string{claimState(budgetScope+task, budgetKey)},
-				record: store.Change{States: []store.StateEntry{s.ledgerEntry(task, &next)}},
-				commit: func() { l.spent = next.spent; unreserve() },
-			}, nil
+			c := &change{commit: func() {
+				for _, l := range limited {
+					spend(l)
+				}
+			}}
+			for _, l := range limited {
+				next := l.spent
+				next.ModelCalls++
+				next.InputTokens += in
+				next.OutputTokens += out
+				c.claims = append(c.claims, claimState(budgetScope+l.key, budgetKey))
+				c.record.States = append(c.record.States, ledgerEntry(l.key, l.budget, next))
+			}
+			return c, nil
 		})
 		if err != nil {
 			s.mu.Lock()
-			unreserve()
+			for _, l := range limited {
+				l.reserved.ModelCalls--
+				l.reserved.InputTokens -= estimate
+			}
 			s.mu.Unlock()
-		}
-		if err != nil && !errors.Is(err, ErrClosed) {
-			s.log.LogAttrs(s.runCtx, slog.LevelError, "recording a task's spending failed", slog.String("task", task), slog.String("err", err.Error()))
+			if !errors.Is(err, ErrClosed) {
+				s.log.LogAttrs(s.runCtx, slog.LevelError, "recording spending failed", slog.String("task", task), slog.String("err", err.Error()))
+			}
 		}
 	}, nil
 }
 
-// tellExhausted tells user, once, that task's budget ran out.
-func (s *Society) tellExhausted(task, what string, spent Usage, budget Budget) {
+// tellExhausted tells, once, that the budget of ledger key ran out: user
+// for a task's; for an agent's, its parent (user, for a lead), from the
+// agent.
+func (s *Society) tellExhausted(key, what string, spent Usage) {
 	ctx := s.runCtx
+	kind, id, _ := strings.Cut(key, ":")
 	s.mu.Lock()
-	root := &Actor{s: s, a: s.agents[RootID], taskID: task}
+	from, task, to := s.agents[RootID], id, UserID
+	if kind == "agent" {
+		if a := s.agents[id]; a != nil {
+			from, task, to = a, a.info.TaskID, a.info.ParentID
+			if to == RootID {
+				to = UserID
+			}
+		}
+	}
 	s.mu.Unlock()
-	text := "task " + task + " ran out of its budget (" + what + "); its agents make no more model calls. Spent: " +
-		itoa(int(spent.ModelCalls)) + " model calls, " + itoa(int(spent.InputTokens)) + " input tokens, " + itoa(int(spent.OutputTokens)) +
-		" output tokens. Raise the budget with SetBudget and send the lead a message to go on."
-	s.log.LogAttrs(ctx, slog.LevelWarn, "task budget exhausted", slog.String("task", task), slog.String("what", what))
-	if _, err := s.sendOwn(ctx, root, Outgoing{To: UserID, Type: StatusReport, Payload: StatusReportPayload{Status: StatusBudgetExhausted, Text: text}}); err != nil && !errors.Is(err, ErrClosed) {
-		s.log.LogAttrs(ctx, slog.LevelWarn, "telling the user of an exhausted budget failed", slog.String("task", task), slog.String("err", err.Error()))
+	if from == nil {
+		return
+	}
+	subject := "task " + id
+	if kind == "agent" {
+		subject = id
+	}
+	text := subject + " ran out of its budget (" + what + ") and makes no more model calls. Spent: " +
+		itoa(int(spent.ModelCalls)) + " model calls, " + itoa(int(spent.InputTokens)) + " input tokens, " + itoa(int(spent.OutputTokens)) + " output tokens."
+	if kind == "task" {
+		text += " Raise the budget with SetBudget and send the lead a message to go on."
+	}
+	s.log.LogAttrs(ctx, slog.LevelWarn, "budget exhausted", slog.String("budget", key), slog.String("what", what))
+	if _, err := s.sendOwn(ctx, &Actor{s: s, a: from, taskID: task}, Outgoing{To: to, Type: StatusReport, Payload: StatusReportPayload{Status: StatusBudgetExhausted, Text: text}}); err != nil && !errors.Is(err, ErrClosed) {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "reporting an exhausted budget failed", slog.String("budget", key), slog.String("err", err.Error()))
 	}
 }
 
 // Usage returns what task has spent on the model, and its budget. ok is
 // false for a task that has made no model call and has no budget of its
 // own.
-func (s *Society) Usage(taskID string) (u Usage, ok bool) {
+func (s *Society) Usage(taskID string) (u Usage, ok bool) { return s.usage("task:" + taskID) }
+
+// AgentUsage returns what agent id and its descendants have spent on the
+// model since it was given a budget of its own (see SpawnSpec.Budget), and
+// that budget. ok is false for an agent without one.
+func (s *Society) AgentUsage(id string) (u Usage, ok bool) { return s.usage("agent:" + id) }
+
+func (s *Society) usage(key string) (u Usage, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.ledgers[taskID]
+	l := s.ledgers[key]
 	if l == nil {
-		return Usage{Budget: s.cfg.TaskBudget}, false
+		if strings.HasPrefix(key, "task:") {
+			return Usage{Budget: s.cfg.TaskBudget}, false
+		}
+		return Usage{}, false
 	}
 	u = l.spent
 	u.Budget = l.budget
@@ -257,11 +391,9 @@ func (s *Society) SetBudget(ctx context.Context, taskID string, b Budget) error 
 	}
 	if err := s.apply(ctx, func() (*change, *Error) {
 		l := s.ledgerOf(taskID)
-		next := *l
-		next.budget, next.told = b, false
 		return &change{
-			claims: []string{claimState(budgetScope+taskID, budgetKey)},
-			record: store.Change{States: []store.StateEntry{s.ledgerEntry(taskID, &next)}},
+			claims: []string{claimState(budgetScope+l.key, budgetKey)},
+			record: store.Change{States: []store.StateEntry{ledgerEntry(l.key, b, l.spent)}},
 			commit: func() { l.budget, l.told = b, false },
 		}, nil
 	}); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -112,7 +113,8 @@ func TestBudget_BadBudgetsAreRefused(t *testing.T) {
 
 // TestProperty_BudgetIsNeverExceeded: however many agents of a task call
 // the model at once, the task makes at most its budget of model calls, and
-// its input tokens exceed their budget by less than one call per agent.
+// its input tokens exceed their budget by less than one call per agent; a
+// worker given a share of its own never exceeds it.
 func TestProperty_BudgetIsNeverExceeded(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		agents := rapid.IntRange(1, 6).Draw(rt, "agents")
@@ -124,18 +126,33 @@ func TestProperty_BudgetIsNeverExceeded(t *testing.T) {
 		defer closeSociety()
 		root := actorOf(rt, s, as.RootID).WithTask("t")
 		role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "worker"})
-		var wg sync.WaitGroup
 		lead, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: noop})
 		if err != nil {
 			rt.Fatal(err)
 		}
 		leadActor := actorOf(rt, s, lead.ID)
 		wrole, _, _ := leadActor.CreateRole(ctx, as.RoleSpec{Name: "w"})
-		for range agents {
+		var wg sync.WaitGroup
+		// Some workers get a share of their own, drawn before any spends.
+		shares := make([]int64, agents)
+		for i := range shares {
+			shares[i] = rapid.Int64Range(0, calls).Draw(rt, "share") // 0: none of its own
+		}
+		ids := make([]string, agents)
+		for i := range agents {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				leadActor.SpawnAgent(ctx, as.SpawnSpec{RoleID: wrole.ID, Brief: validBrief()}) // its brief starts its calls
+				spec := as.SpawnSpec{RoleID: wrole.ID, Brief: validBrief()} // its brief starts its calls
+				if shares[i] > 0 {
+					spec.Budget = &as.Budget{ModelCalls: shares[i]}
+				}
+				w, _, err := leadActor.SpawnAgent(ctx, spec)
+				if err == nil {
+					ids[i] = w.ID
+				} else if !errors.Is(err, as.ErrBudgetTooLarge) {
+					rt.Errorf("spawn: %v", err)
+				}
 			}()
 		}
 		wg.Wait()
@@ -144,8 +161,48 @@ func TestProperty_BudgetIsNeverExceeded(t *testing.T) {
 		if u.ModelCalls > calls {
 			rt.Fatalf("%d model calls with a budget of %d", u.ModelCalls, calls)
 		}
+		for i, id := range ids {
+			if id == "" || shares[i] == 0 {
+				continue
+			}
+			if au, ok := s.AgentUsage(id); !ok || au.ModelCalls > shares[i] {
+				rt.Fatalf("%s made %d model calls with a share of %d (ok %v)", id, au.ModelCalls, shares[i], ok)
+			}
+		}
 		if u.InputTokens >= tokens+int64(agents)*100 {
 			rt.Fatalf("%d input tokens with a budget of %d and %d agents of 100 tokens a call", u.InputTokens, tokens, agents)
 		}
 	})
+}
+
+// TestBudget_ChildShares: a child given a share of its parent's budget
+// stops at its share, and its parent is told, by the child, what ran out;
+// what it spent is charged to the task too. A share larger than what the
+// parent has left is refused with budget_too_large and spawns nothing.
+func TestBudget_ChildShares(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{Model: busyModel(), MaxSteps: 50, Root: noop, TaskBudget: as.Budget{ModelCalls: 10}})
+	parent := newInbox()
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", parent.behavior()).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "worker", Prompt: "work"})
+	_, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Budget: &as.Budget{ModelCalls: 11}})
+	if e := wantCode(t, err, as.ErrBudgetTooLarge); !slices.Equal(e.MissingFields, []string{"model_calls"}) || !strings.Contains(e.Message, "model_calls 10") {
+		t.Errorf("the refusal is %+v", e)
+	}
+	w, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Budget: &as.Budget{ModelCalls: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := parent.next(t)
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || m.From != w.ID || p.Status != as.StatusBudgetExhausted || !strings.Contains(p.Text, "4 model calls") {
+		t.Fatalf("the parent got %+v (%s)", m, m.Payload)
+	}
+	waitQuiet(t, s)
+	if u, ok := s.AgentUsage(w.ID); !ok || u.ModelCalls != 4 || u.Budget.ModelCalls != 4 {
+		t.Errorf("the worker's usage is %+v, %v", u, ok)
+	}
+	if u, _ := s.Usage("t"); u.ModelCalls != 4 {
+		t.Errorf("the task was charged %d calls, want the worker's 4", u.ModelCalls)
+	}
 }

@@ -81,6 +81,9 @@ const (
 	// ErrBudgetExhausted: the task's budget ran out (see Budget): no more
 	// model calls are made for it.
 	ErrBudgetExhausted Code = "budget_exhausted"
+	// ErrBudgetTooLarge: a child's budget asks, in some field, for more than
+	// its parent has left (see SpawnSpec.Budget); MissingFields names them.
+	ErrBudgetTooLarge Code = "budget_too_large"
 	// ErrClosed: the society is closed.
 	ErrClosed Code = "society_closed"
 	// ErrStore: the store failed; the operation took no effect (see Unwrap).

@@ -85,7 +85,7 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		if err != nil {
 			return err
 		}
-		resp, err := s.generate(ctx, m.TaskID, &llm.Request{Agent: a.info.ID, System: system, Messages: s.view(a, mem), Tools: tools})
+		resp, err := s.generate(ctx, a, m.TaskID, &llm.Request{Agent: a.info.ID, System: system, Messages: s.view(a, mem), Tools: tools})
 		if err != nil {
 			return err
 		}
@@ -131,10 +131,10 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 // generate calls the model under the society's concurrency cap, retrying
 // transient failures with exponential backoff. It is the society's one
 // retry layer: the final error says how many attempts were made.
-func (s *Society) generate(ctx context.Context, task string, req *llm.Request) (*llm.Response, error) {
+func (s *Society) generate(ctx context.Context, a *agent, task string, req *llm.Request) (*llm.Response, error) {
 	backoff := s.cfg.RetryBackoff
 	for attempt := 0; ; attempt++ {
-		settle, berr := s.charge(task, req)
+		settle, berr := s.charge(a, task, req)
 		if berr != nil {
 			berr.AgentID = req.Agent
 			return nil, berr

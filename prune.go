@@ -131,6 +131,9 @@ func (s *Society) forgetAgent(a *agent) bool {
 // requester must be told. Called with s.mu held.
 func (s *Society) forgetWith(gone map[string]bool) {
 	s.forgetLoops(gone)
+	for id := range gone {
+		delete(s.ledgers, "agent:"+id)
+	}
 	for id, r := range s.requests {
 		if gone[r.from] || (gone[r.to] && r.status != StatusPending) {
 			s.stopTimer(r)

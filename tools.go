@@ -80,7 +80,7 @@ type builtin struct {
 var builtins = []builtin{
 	{"find_role_by_name", `{"type":"object","properties":{"name":{"type":"string"}},"required":["name"]}`, toolFindRole},
 	{"create_role", `{"type":"object","properties":{"name":{"type":"string"},"rolePrompt":{"type":"string"},"interface_spec":{"type":"object","description":{interface_spec}}},"required":["name","rolePrompt"]}`, toolCreateRole},
-	{"spawn_agent", `{"type":"object","properties":{"roleId":{"type":"string"},"taskBrief":{"type":"object","properties":{"objective":{"type":"string"},"constraints":{"type":"array","items":{"type":"string"}},"inputs":{"type":"string"},"outputs":{"type":"string"},"completion_criteria":{"type":"string"}},"required":["objective","constraints","inputs","outputs","completion_criteria"]},"end_turn":{"type":"boolean"}},"required":["roleId","taskBrief"]}`, toolSpawn},
+	{"spawn_agent", `{"type":"object","properties":{"roleId":{"type":"string"},"taskBrief":{"type":"object","properties":{"objective":{"type":"string"},"constraints":{"type":"array","items":{"type":"string"}},"inputs":{"type":"string"},"outputs":{"type":"string"},"completion_criteria":{"type":"string"}},"required":["objective","constraints","inputs","outputs","completion_criteria"]},"budget":{"type":"object"},"end_turn":{"type":"boolean"}},"required":["roleId","taskBrief"]}`, toolSpawn},
 	{"send_message", `{"type":"object","properties":{"to":{"type":"string"},"message_type":{"type":"string"},"payload":{"type":"object"},"end_turn":{"type":"boolean"}},"required":["to","payload"]}`, toolSend},
 	{"put_artifact", `{"type":"object","properties":{"name":{"type":"string"},"media_type":{"type":"string"},"content":{"type":"string"}},"required":["name","content"]}`, toolPutArtifact},
 	{"get_artifact", `{"type":"object","properties":{"ref":{"type":"string"},"offset":{"type":"integer"},"limit":{"type":"integer"}},"required":["ref"]}`, toolGetArtifact},
@@ -278,11 +278,12 @@ func toolSpawn(ctx context.Context, x *Actor, args json.RawMessage) (any, error)
 		RoleID        string     `json:"roleId"`
 		TaskBrief     *TaskBrief `json:"taskBrief"`
 		ParentAgentID string     `json:"parentAgentId"`
+		Budget        *Budget    `json:"budget"`
 	}
 	if err := decodeArgs("spawn_agent", args, &a); err != nil {
 		return nil, err
 	}
-	c, reused, err := x.SpawnAgent(ctx, SpawnSpec{RoleID: a.RoleID, Brief: a.TaskBrief, ParentID: a.ParentAgentID})
+	c, reused, err := x.SpawnAgent(ctx, SpawnSpec{RoleID: a.RoleID, Brief: a.TaskBrief, ParentID: a.ParentAgentID, Budget: a.Budget})
 	if err != nil {
 		return nil, err
 	}
