@@ -777,7 +777,7 @@ func TestArgumentsAreCheckedStrictly(t *testing.T) {
 	)
 	want := []string{
 		`"roleId":"role-3"`,
-		`unknown argument \"task_brief\" for spawn_agent: did you mean \"taskBrief\"? The arguments are: roleId, taskBrief, parentAgentId.`,
+		`unknown argument \"task_brief\" for spawn_agent: did you mean \"taskBrief\"? The arguments are: roleId, taskBrief, parentAgentId, budget.`,
 		`unknown argument \"RoleID\" for spawn_agent: did you mean \"roleId\"?`,
 		`unknown argument \"mesage_type\" for send_message: did you mean \"message_type\"?`,
 		`"agentId":"agent-3"`,
