@@ -13,8 +13,11 @@ import (
 )
 
 // Budget bounds what a task may spend on the model, all its agents
-// together: input and output tokens and model calls. A zero field is
-// unlimited; a negative one is refused.
+// together, or what an agent and its descendants may, when its parent gave
+// it a share (SpawnSpec.Budget): input and output tokens and model calls.
+// A zero field is unlimited; a negative one is refused. A call is charged
+// to the task and to every ancestor with a share of its own, so a share
+// bounds a subtree and the task's budget bounds the whole.
 //
 // A model call is charged before it is made (one call, and the tokens of
 // its request as the model will likely count them) and settled after it
@@ -400,4 +403,24 @@ func (s *Society) SetBudget(ctx context.Context, taskID string, b Budget) error 
 		return s.refuse("set_budget", UserID, err)
 	}
 	return nil
+}
+
+// budgetLine says, for a's system prompt, what a may still spend on its
+// task, in the fields something limits; "" when nothing does. Called with
+// s.mu held.
+func (s *Society) budgetLine(a *agent) string {
+	if a.info.TaskID == "" {
+		return ""
+	}
+	left := s.remaining(a, a.info.TaskID)
+	var out []string
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"model_calls", left.ModelCalls}, {"input_tokens", left.InputTokens}, {"output_tokens", left.OutputTokens}} {
+		if f.v >= 0 {
+			out = append(out, f.name+" "+itoa(int(f.v)))
+		}
+	}
+	return strings.Join(out, ", ")
 }

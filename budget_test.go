@@ -206,3 +206,35 @@ func TestBudget_ChildShares(t *testing.T) {
 		t.Errorf("the task was charged %d calls, want the worker's 4", u.ModelCalls)
 	}
 }
+
+// TestBudget_ShownInThePrompt: an agent under a budget sees, in one line
+// of its system prompt, what it may still spend, and the line follows its
+// spending.
+func TestBudget_ShownInThePrompt(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var systems []string
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		mu.Lock()
+		systems = append(systems, req.System)
+		mu.Unlock()
+		return busyModel().Generate(ctx, req)
+	})
+	s := newSociety(t, as.Config{Model: model, MaxSteps: 50, Root: noop, TaskBudget: as.Budget{ModelCalls: 10, InputTokens: 1_000_000}})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "worker", Prompt: "work"})
+	if _, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Budget: &as.Budget{ModelCalls: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	waitQuiet(t, s)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(systems) != 3 {
+		t.Fatalf("%d model calls, want the share of 3", len(systems))
+	}
+	for i, sys := range systems {
+		if want := fmt.Sprintf("- 剩余预算：model_calls %d, input_tokens", 3-i); !strings.Contains(sys, want) {
+			t.Errorf("call %d's system prompt lacks %q:\n%s", i+1, want, sys)
+		}
+	}
+}

@@ -48,12 +48,13 @@ type mind struct {
 	// view is the buffer of the messages view sends, reused call to call.
 	view []llm.Message
 
-	// system caches the system prompt: only the agent's contacts and its
-	// children's reports change it, and both only grow, so their numbers
+	// system caches the system prompt: only the agent's contacts, its
+	// children's reports and what it may still spend change it, so these
 	// say whether it is current.
 	system         string
 	systemContacts int
 	systemReports  int32
+	systemBudget   string
 }
 
 // modelBehavior drives agents with the society's model.
@@ -198,17 +199,17 @@ func attempts(n int) string {
 // and how many of its children have reported, which only grows.
 func (s *Society) cachedSystemPrompt(a *agent, mem *mind) (string, error) {
 	s.mu.Lock()
-	reports := a.reports
+	reports, budget := a.reports, s.budgetLine(a)
 	s.mu.Unlock()
 	n := s.contacts.count(a.info.ID)
-	if mem.system != "" && mem.systemContacts == n && mem.systemReports == reports {
+	if mem.system != "" && mem.systemContacts == n && mem.systemReports == reports && mem.systemBudget == budget {
 		return mem.system, nil
 	}
 	system, err := s.systemPrompt(a)
 	if err != nil {
 		return "", err
 	}
-	mem.system, mem.systemContacts, mem.systemReports = system, n, reports
+	mem.system, mem.systemContacts, mem.systemReports, mem.systemBudget = system, n, reports, budget
 	return system, nil
 }
 
@@ -224,6 +225,7 @@ func (s *Society) systemPrompt(a *agent) (string, error) {
 	children := map[string]*group{}
 	var roles []string // of children, in order of first appearance
 	s.mu.Lock()
+	f.Budget = s.budgetLine(a)
 	if r := s.roles[a.info.RoleID]; r != nil {
 		rolePrompt = r.Prompt
 	}

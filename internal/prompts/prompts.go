@@ -266,7 +266,7 @@ func Load(lang string, override fs.FS) (*Set, error) {
 	// A template that parses can still fail on every agent (a field Facts
 	// does not have): run it once now, so that New reports it rather than
 	// every turn.
-	sample := Facts{ID: "agent-1", Role: "r", Parent: "root", ReportTo: "user", TaskID: "t", MaxSteps: 1, Assigned: true,
+	sample := Facts{ID: "agent-1", Role: "r", Parent: "root", ReportTo: "user", TaskID: "t", MaxSteps: 1, Assigned: true, Budget: "model_calls 1",
 		Contacts:   []Contact{{ID: "root", Role: "root", Source: "parent", IntroducedBy: "x", Note: "n"}},
 		Children:   []Children{{Role: "r", Reported: "agent-2", Waiting: "agent-3"}},
 		Interfaces: []Interface{{Role: "r", Spec: "{}"}}}
@@ -284,6 +284,7 @@ type Facts struct {
 	Parent           string // the parent as Strings.Parent shows it, "" for root
 	ReportTo         string // whom the agent reports its result to: user for a lead, else its parent's id
 	MaxSteps         int    // the model calls a turn may make
+	Budget           string // what the agent may still spend, "" when nothing limits it
 	Assigned         bool   // the agent's first message is its brief
 	Contacts         []Contact
 	Children         []Children
