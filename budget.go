@@ -36,6 +36,9 @@ type Budget struct {
 	InputTokens  int64 `json:"input_tokens,omitempty"`
 	OutputTokens int64 `json:"output_tokens,omitempty"`
 	ModelCalls   int64 `json:"model_calls,omitempty"`
+	// Deadline, if not zero, is when the budget runs out, whatever is
+	// left of the rest: no model call is made after it.
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // Usage is what a task has spent on the model, with its budget.
@@ -92,11 +95,14 @@ func (l *ledger) exhausted() string {
 	if b.OutputTokens > 0 && l.spent.OutputTokens >= b.OutputTokens {
 		out = append(out, "output tokens")
 	}
+	if !b.Deadline.IsZero() && !time.Now().Before(b.Deadline) {
+		out = append(out, "deadline")
+	}
 	return strings.Join(out, ", ")
 }
 
 // left is what remains of l's budget, a field per limited one (-1 for an
-// unlimited one).
+// unlimited one), and its deadline.
 func (l *ledger) left() Budget {
 	rem := func(limit, used int64) int64 {
 		if limit == 0 {
@@ -108,6 +114,7 @@ func (l *ledger) left() Budget {
 		InputTokens:  rem(l.budget.InputTokens, l.spent.InputTokens+l.reserved.InputTokens),
 		OutputTokens: rem(l.budget.OutputTokens, l.spent.OutputTokens),
 		ModelCalls:   rem(l.budget.ModelCalls, l.spent.ModelCalls+l.reserved.ModelCalls),
+		Deadline:     l.budget.Deadline,
 	}
 }
 
@@ -172,7 +179,7 @@ func (s *Society) ledgersOf(a *agent, task string) []*ledger {
 // least that any of its ledgers has left (-1 when none limits it). Called
 // with s.mu held.
 func (s *Society) remaining(a *agent, task string) Budget {
-	out := Budget{-1, -1, -1}
+	out := Budget{InputTokens: -1, OutputTokens: -1, ModelCalls: -1}
 	least := func(cur, v int64) int64 {
 		if v < 0 || (cur >= 0 && cur <= v) {
 			return cur
@@ -184,6 +191,9 @@ func (s *Society) remaining(a *agent, task string) Budget {
 		out.InputTokens = least(out.InputTokens, left.InputTokens)
 		out.OutputTokens = least(out.OutputTokens, left.OutputTokens)
 		out.ModelCalls = least(out.ModelCalls, left.ModelCalls)
+		if d := left.Deadline; !d.IsZero() && (out.Deadline.IsZero() || d.Before(out.Deadline)) {
+			out.Deadline = d
+		}
 	}
 	return out
 }
@@ -208,6 +218,9 @@ func (s *Society) checkShare(parent *agent, task string, b Budget) *Error {
 	if left.OutputTokens >= 0 && b.OutputTokens > left.OutputTokens {
 		over = append(over, "output_tokens")
 	}
+	if d := left.Deadline; !d.IsZero() && b.Deadline.After(d) {
+		over = append(over, "deadline")
+	}
 	if len(over) == 0 {
 		return nil
 	}
@@ -223,7 +236,11 @@ func leftText(left Budget) string {
 		}
 		return name + " " + itoa(int(v))
 	}
-	return field("model_calls", left.ModelCalls) + ", " + field("input_tokens", left.InputTokens) + ", " + field("output_tokens", left.OutputTokens)
+	out := field("model_calls", left.ModelCalls) + ", " + field("input_tokens", left.InputTokens) + ", " + field("output_tokens", left.OutputTokens)
+	if !left.Deadline.IsZero() {
+		out += ", deadline " + left.Deadline.UTC().Format(time.RFC3339)
+	}
+	return out
 }
 
 // estimateTokens is how many input tokens a request is likely to count,
@@ -421,6 +438,9 @@ func (s *Society) budgetLine(a *agent) string {
 		if f.v >= 0 {
 			out = append(out, f.name+" "+itoa(int(f.v)))
 		}
+	}
+	if d := left.Deadline; !d.IsZero() {
+		out = append(out, "time_left "+max(time.Until(d), 0).Round(time.Second).String())
 	}
 	return strings.Join(out, ", ")
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	as "agentsociety"
 	"agentsociety/llm"
@@ -236,5 +237,39 @@ func TestBudget_ShownInThePrompt(t *testing.T) {
 		if want := fmt.Sprintf("- 剩余预算：model_calls %d, input_tokens", 3-i); !strings.Contains(sys, want) {
 			t.Errorf("call %d's system prompt lacks %q:\n%s", i+1, want, sys)
 		}
+	}
+}
+
+// TestBudget_Deadline: a task whose deadline has passed makes no model
+// call, and user is told the deadline ran out; a child's deadline may not
+// be later than its parent's.
+func TestBudget_Deadline(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{Model: busyModel(), MaxSteps: 50})
+	inbox := userInbox(s)
+	task, err := s.SubmitRequirement(ctx, "work", as.WithBudget(as.Budget{Deadline: time.Now().Add(-time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := recv(t, inbox, "the budget report")
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || p.Status != as.StatusBudgetExhausted || !strings.Contains(p.Text, "deadline") {
+		t.Fatalf("user got %+v (%s)", m, m.Payload)
+	}
+	waitQuiet(t, s)
+	if u, _ := s.Usage(task); u.ModelCalls != 0 {
+		t.Errorf("%d model calls after the deadline", u.ModelCalls)
+	}
+
+	deadline := time.Now().Add(time.Hour)
+	s2 := newSociety(t, as.Config{Root: noop, TaskBudget: as.Budget{Deadline: deadline}})
+	lead := actorOf(t, s2, rootSpawn(t, s2, "t", "lead", "lead", noop).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
+	_, _, err = lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: noop, Budget: &as.Budget{Deadline: deadline.Add(time.Minute)}})
+	if e := wantCode(t, err, as.ErrBudgetTooLarge); !slices.Equal(e.MissingFields, []string{"deadline"}) {
+		t.Errorf("the refusal is %+v", e)
+	}
+	if _, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: noop, Budget: &as.Budget{Deadline: deadline.Add(-time.Minute)}}); err != nil {
+		t.Errorf("an earlier deadline was refused: %v", err)
 	}
 }
