@@ -310,6 +310,9 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 		if spec.Budget != nil {
 			ch.record.States = []store.StateEntry{ledgerEntry("agent:"+c.info.ID, *spec.Budget, Usage{})}
 		}
+		if e := s.chargeSpawn(ch, x.a, x.taskID); e != nil {
+			return nil, e
+		}
 		if s.modelDriven(c) {
 			s.assign(ch, x.a, c, c.brief)
 			assignment = ch.send

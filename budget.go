@@ -36,6 +36,9 @@ type Budget struct {
 	InputTokens  int64 `json:"input_tokens,omitempty"`
 	OutputTokens int64 `json:"output_tokens,omitempty"`
 	ModelCalls   int64 `json:"model_calls,omitempty"`
+	// Spawns bounds the agents spawned: a spawn beyond it is refused with
+	// ErrBudgetExhausted.
+	Spawns int64 `json:"spawns,omitempty"`
 	// Deadline, if not zero, is when the budget runs out, whatever is
 	// left of the rest: no model call is made after it.
 	Deadline time.Time `json:"deadline,omitzero"`
@@ -46,6 +49,7 @@ type Usage struct {
 	InputTokens  int64 `json:"input_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
 	ModelCalls   int64 `json:"model_calls"`
+	Spawns       int64 `json:"spawns"`
 	Budget       Budget
 }
 
@@ -64,6 +68,9 @@ func (b Budget) check() *Error {
 	}
 	if b.ModelCalls < 0 {
 		bad = append(bad, "ModelCalls")
+	}
+	if b.Spawns < 0 {
+		bad = append(bad, "Spawns")
 	}
 	if bad != nil {
 		return &Error{Code: ErrInvalidArgument, Message: "a budget cannot be negative: " + strings.Join(bad, ", "), MissingFields: bad}
@@ -114,6 +121,7 @@ func (l *ledger) left() Budget {
 		InputTokens:  rem(l.budget.InputTokens, l.spent.InputTokens+l.reserved.InputTokens),
 		OutputTokens: rem(l.budget.OutputTokens, l.spent.OutputTokens),
 		ModelCalls:   rem(l.budget.ModelCalls, l.spent.ModelCalls+l.reserved.ModelCalls),
+		Spawns:       rem(l.budget.Spawns, l.spent.Spawns),
 		Deadline:     l.budget.Deadline,
 	}
 }
@@ -132,7 +140,7 @@ type ledgerRecord struct {
 }
 
 func ledgerEntry(key string, budget Budget, spent Usage) store.StateEntry {
-	v, _ := json.Marshal(ledgerRecord{Budget: budget, Spent: Usage{InputTokens: spent.InputTokens, OutputTokens: spent.OutputTokens, ModelCalls: spent.ModelCalls}})
+	v, _ := json.Marshal(ledgerRecord{Budget: budget, Spent: Usage{InputTokens: spent.InputTokens, OutputTokens: spent.OutputTokens, ModelCalls: spent.ModelCalls, Spawns: spent.Spawns}})
 	return store.StateEntry{Scope: budgetScope + key, Key: budgetKey, Value: v, Writer: RootID, UpdatedAt: time.Now()}
 }
 
@@ -179,7 +187,7 @@ func (s *Society) ledgersOf(a *agent, task string) []*ledger {
 // least that any of its ledgers has left (-1 when none limits it). Called
 // with s.mu held.
 func (s *Society) remaining(a *agent, task string) Budget {
-	out := Budget{InputTokens: -1, OutputTokens: -1, ModelCalls: -1}
+	out := Budget{InputTokens: -1, OutputTokens: -1, ModelCalls: -1, Spawns: -1}
 	least := func(cur, v int64) int64 {
 		if v < 0 || (cur >= 0 && cur <= v) {
 			return cur
@@ -191,6 +199,7 @@ func (s *Society) remaining(a *agent, task string) Budget {
 		out.InputTokens = least(out.InputTokens, left.InputTokens)
 		out.OutputTokens = least(out.OutputTokens, left.OutputTokens)
 		out.ModelCalls = least(out.ModelCalls, left.ModelCalls)
+		out.Spawns = least(out.Spawns, left.Spawns)
 		if d := left.Deadline; !d.IsZero() && (out.Deadline.IsZero() || d.Before(out.Deadline)) {
 			out.Deadline = d
 		}
@@ -218,6 +227,9 @@ func (s *Society) checkShare(parent *agent, task string, b Budget) *Error {
 	if left.OutputTokens >= 0 && b.OutputTokens > left.OutputTokens {
 		over = append(over, "output_tokens")
 	}
+	if left.Spawns >= 0 && b.Spawns > left.Spawns {
+		over = append(over, "spawns")
+	}
 	if d := left.Deadline; !d.IsZero() && b.Deadline.After(d) {
 		over = append(over, "deadline")
 	}
@@ -236,7 +248,7 @@ func leftText(left Budget) string {
 		}
 		return name + " " + itoa(int(v))
 	}
-	out := field("model_calls", left.ModelCalls) + ", " + field("input_tokens", left.InputTokens) + ", " + field("output_tokens", left.OutputTokens)
+	out := field("model_calls", left.ModelCalls) + ", " + field("input_tokens", left.InputTokens) + ", " + field("output_tokens", left.OutputTokens) + ", " + field("spawns", left.Spawns)
 	if !left.Deadline.IsZero() {
 		out += ", deadline " + left.Deadline.UTC().Format(time.RFC3339)
 	}
@@ -434,7 +446,7 @@ func (s *Society) budgetLine(a *agent) string {
 	for _, f := range []struct {
 		name string
 		v    int64
-	}{{"model_calls", left.ModelCalls}, {"input_tokens", left.InputTokens}, {"output_tokens", left.OutputTokens}} {
+	}{{"model_calls", left.ModelCalls}, {"input_tokens", left.InputTokens}, {"output_tokens", left.OutputTokens}, {"spawns", left.Spawns}} {
 		if f.v >= 0 {
 			out = append(out, f.name+" "+itoa(int(f.v)))
 		}
@@ -443,4 +455,34 @@ func (s *Society) budgetLine(a *agent) string {
 		out = append(out, "time_left "+max(time.Until(d), 0).Round(time.Second).String())
 	}
 	return strings.Join(out, ", ")
+}
+
+// chargeSpawn checks that a spawn by parent on task is within the spawns
+// of every ledger it is charged to, and adds to c, the spawn's change, its
+// charge: recorded with the spawn, in order on each ledger's key. Called
+// with s.mu held.
+func (s *Society) chargeSpawn(c *change, parent *agent, task string) *Error {
+	path := s.ledgersOf(parent, task)
+	for _, l := range path {
+		if b := l.budget.Spawns; b > 0 && l.spent.Spawns >= b {
+			return &Error{Code: ErrBudgetExhausted, Message: "the budget of " + l.key + " allows " + itoa(int(b)) + " spawns, all used: do the work yourself, or give it to an agent you have"}
+		}
+	}
+	for _, l := range path {
+		if l.budget == (Budget{}) {
+			continue // counted in memory only: nothing to enforce
+		}
+		next := l.spent
+		next.Spawns++
+		c.claims = append(c.claims, claimState(budgetScope+l.key, budgetKey))
+		c.record.States = append(c.record.States, ledgerEntry(l.key, l.budget, next))
+	}
+	commit := c.commit
+	c.commit = func() {
+		commit()
+		for _, l := range path {
+			l.spent.Spawns++
+		}
+	}
+	return nil
 }

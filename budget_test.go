@@ -273,3 +273,27 @@ func TestBudget_Deadline(t *testing.T) {
 		t.Errorf("an earlier deadline was refused: %v", err)
 	}
 }
+
+// TestBudget_Spawns: a task that may spawn two agents spawns two; the
+// third spawn is refused with budget_exhausted and creates nothing.
+func TestBudget_Spawns(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{Root: noop, TaskBudget: as.Budget{Spawns: 3}})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID) // the first spawn
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
+	for i := range 3 {
+		_, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: noop})
+		if i < 2 && err != nil {
+			t.Fatalf("spawn %d: %v", i+2, err)
+		}
+		if i == 2 {
+			wantCode(t, err, as.ErrBudgetExhausted)
+		}
+	}
+	if n := len(s.Agents()); n != 3 {
+		t.Errorf("%d agents, want the lead and two workers", n)
+	}
+	if u, _ := s.Usage("t"); u.Spawns != 3 {
+		t.Errorf("Usage counts %d spawns, want 3", u.Spawns)
+	}
+}
