@@ -33,6 +33,7 @@ type activity struct {
 	awaiting bool              // user wrote to it, and nothing of it reached user since
 	modelled bool              // a model-driven agent handled one of its messages
 	mute     map[string]string // agent id -> the words its last turn ended with, which reached nobody
+	stuck    bool              // it went quiet unanswered and was reported; until user writes again
 }
 
 // activityOf returns task's activity, starting one. Called with s.mu held.
@@ -107,7 +108,8 @@ func (s *Society) noteTurn(task, agentID string, mute bool, words string) {
 func (s *Society) sentToTask(m *Message) {
 	switch {
 	case m.From == UserID:
-		s.activityOf(m.TaskID).awaiting = true
+		t := s.activityOf(m.TaskID)
+		t.awaiting, t.stuck = true, false
 	case m.To == UserID:
 		if t := s.tasks[m.TaskID]; t != nil {
 			t.awaiting = false
@@ -136,8 +138,7 @@ func (s *Society) reportQuiet(task string) {
 		return "unknown"
 	}
 	text := s.lang.quietReport(task, t.mute, waiting, roleOf)
-	t.awaiting, t.mute = false, nil
-	delete(s.tasks, task)
+	t.awaiting, t.mute, t.stuck = false, nil, true
 	root := &Actor{s: s, a: s.agents[RootID], taskID: task}
 	s.mu.Unlock()
 	ctx := s.runCtx
