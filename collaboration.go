@@ -17,7 +17,8 @@ type request struct {
 	status               RequestStatus
 	createdAt            time.Time
 	deadline             time.Time   // zero without a timeout
-	timer                *time.Timer // fires at deadline while the request is pending
+	timer                *time.Timer // fires at deadline while the request is pending, or, without one, at Config.StuckAfter (watch)
+	watch                bool        // timer is the watchdog's: it reports the request stuck and settles nothing
 	// waiter, when set, receives the request's outcome instead of the
 	// requester's mailbox: the requester is blocked in Collaborate.
 	waiter chan Message
@@ -133,8 +134,12 @@ func requestIDOf(m Message) string {
 // timer is counted in s.wg until it fires or Close stops it, so
 // no timer outlives Close.
 func (s *Society) armTimeout(r *request) {
-	if r.deadline.IsZero() || r.status != StatusPending || s.closed.Load() {
+	if r.status != StatusPending || s.closed.Load() {
 		return // once closed, the timer starts again when the society is reopened
+	}
+	if r.deadline.IsZero() {
+		s.armWatch(r)
+		return
 	}
 	s.wg.Add(1)
 	s.busier(r.taskID) // the timeout will answer the request
@@ -152,10 +157,58 @@ func (s *Society) armTimeout(r *request) {
 func (s *Society) stopTimer(r *request) {
 	if r.timer != nil && r.timer.Stop() {
 		s.wg.Done()
-		s.idler(r.taskID)
+		if !r.watch {
+			s.idler(r.taskID)
+		}
 	}
 	r.timer = nil
 }
+
+// armWatch starts the watchdog's timer of r, a request without a timeout:
+// if r is still pending Config.StuckAfter after it was made, the
+// requester's parent (user, for a lead) is told once what the requester
+// waits for. Called with s.mu held, as armTimeout is.
+func (s *Society) armWatch(r *request) {
+	if s.cfg.StuckAfter < 0 {
+		return
+	}
+	s.wg.Add(1)
+	r.watch = true
+	r.timer = time.AfterFunc(time.Until(r.createdAt.Add(s.cfg.StuckAfter)), func() {
+		defer s.wg.Done()
+		s.reportStuck(r)
+	})
+}
+
+// reportStuck tells the parent of r's requester that r is still unanswered.
+func (s *Society) reportStuck(r *request) {
+	s.mu.Lock()
+	from := s.agents[r.from]
+	pending := r.status == StatusPending && !s.closed.Load() && from != nil
+	var parent string
+	if pending {
+		r.timer = nil
+		parent = from.info.ParentID
+		if parent == RootID {
+			parent = UserID
+		}
+	}
+	s.mu.Unlock()
+	if !pending || parent == "" {
+		return
+	}
+	text := r.from + " has waited " + s.cfg.StuckAfter.String() + " for " + r.to + " to answer collaboration request " + r.id + ", which has no timeout."
+	ctx := s.runCtx
+	s.log.LogAttrs(ctx, slog.LevelWarn, "request stuck", slog.String("request", r.id), slog.String("from", r.from), slog.String("to", r.to))
+	if _, err := s.sendOwn(ctx, &Actor{s: s, a: from, taskID: r.taskID}, Outgoing{To: parent, Type: StatusReport, Payload: StatusReportPayload{Status: StatusStuck, Text: text}}); err != nil && !errors.Is(err, ErrClosed) {
+		s.log.LogAttrs(ctx, slog.LevelWarn, "reporting a stuck request failed", slog.String("request", r.id), slog.String("err", err.Error()))
+	}
+}
+
+// StatusStuck is the status of the report that tells an agent's parent (or
+// user) that a collaboration request of the agent, without a timeout, is
+// still unanswered Config.StuckAfter after it was made.
+const StatusStuck = "stuck"
 
 // stopTimeouts stops every request's timer. Called by Close with s.mu held,
 // after setting closed; a timer that already fired sees closed and returns.

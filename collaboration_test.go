@@ -456,3 +456,45 @@ func TestRequestCollaborationTakesTheLongestDuration(t *testing.T) {
 		t.Fatalf("the store holds %+v, want one pending request due in about 292 years", state.Requests)
 	}
 }
+
+// TestWatchdog_StuckRequest: a collaboration request without a timeout
+// that is still unanswered Config.StuckAfter after it was made is reported,
+// once, to the requester's parent, with what the requester waits for; one
+// answered in time is not.
+func TestWatchdog_StuckRequest(t *testing.T) {
+	ctx := context.Background()
+	parent := newInbox()
+	s := newSociety(t, as.Config{Root: noop, StuckAfter: 300 * time.Millisecond})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", parent.behavior()).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
+	asker := spawnWith(t, s, lead, role.ID, noop)
+	silent := spawnWith(t, s, lead, role.ID, noop)
+	answers := spawnWith(t, s, lead, role.ID, as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		var p as.CollaborationRequestPayload
+		if m.Decode(&p) == nil && p.RequestID != "" {
+			_, err := self.Respond(ctx, p.RequestID, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`"ok"`)})
+			return err
+		}
+		return nil
+	}))
+	// Answered long before StuckAfter, however loaded the machine.
+	quick, err := asker.Collaborate(ctx, answers.ID(), as.CollaborationRequestPayload{SubtaskDescription: "quick"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := asker.RequestCollaboration(ctx, silent.ID(), as.CollaborationRequestPayload{SubtaskDescription: "never answered"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := parent.next(t)
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || m.From != asker.ID() || p.Status != as.StatusStuck || !strings.Contains(p.Text, id) || !strings.Contains(p.Text, silent.ID()) {
+		t.Fatalf("the parent got %+v (%s), want a stuck report of %s from %s", m, m.Payload, id, asker.ID())
+	}
+	closeSociety(t, s)
+	select {
+	case m := <-parent.ch:
+		t.Errorf("a second report (the quick request was %s): %+v (%s)", quick.Text(), m, m.Payload)
+	default:
+	}
+}

@@ -39,6 +39,7 @@ const (
 	DefaultModelCallTimeout = 2 * time.Minute
 	DefaultHistoryBudget    = 24_000
 	DefaultRetention        = 24 * time.Hour
+	DefaultStuckAfter       = 10 * time.Minute
 )
 
 // Config configures a Society. The zero value is a working configuration:
@@ -85,6 +86,11 @@ type Config struct {
 	// WithBudget or SetBudget gives it another (see Budget). The zero
 	// value is unlimited.
 	TaskBudget Budget
+	// StuckAfter is how long a collaboration request without a timeout
+	// may go unanswered before the watchdog tells the requester's parent
+	// (user, for a lead), once, what it waits for (see StatusStuck). Zero
+	// means DefaultStuckAfter; a negative value turns the watchdog off.
+	StuckAfter time.Duration
 	// LoopGuard refuses messages that carry on a loop between agents; the
 	// zero value is on, with the defaults (see LoopGuard).
 	LoopGuard LoopGuard
@@ -309,6 +315,9 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	}
 	if err := cfg.TaskBudget.check(); err != nil {
 		return nil, fmt.Errorf("agentsociety: Config.TaskBudget: %w", err)
+	}
+	if cfg.StuckAfter == 0 {
+		cfg.StuckAfter = DefaultStuckAfter
 	}
 	if cfg.LoopGuard.Rounds <= 0 {
 		cfg.LoopGuard.Rounds = DefaultLoopRounds
