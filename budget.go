@@ -174,7 +174,10 @@ func (s *Society) ledgerOf(task string) *ledger {
 // task's, then a's own and each of its ancestors' that have one. Called
 // with s.mu held.
 func (s *Society) ledgersOf(a *agent, task string) []*ledger {
-	path := []*ledger{s.ledgerOf(task)}
+	var path []*ledger
+	if task != "" { // a message outside any task is charged to no task
+		path = append(path, s.ledgerOf(task))
+	}
 	for x := a; x != nil && x.info.ID != RootID; x = s.agents[x.info.ParentID] {
 		if l := s.ledgers["agent:"+x.info.ID]; l != nil {
 			path = append(path, l)
