@@ -2,6 +2,7 @@ package agentsociety_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	as "agentsociety"
 	"agentsociety/llm"
+	"agentsociety/llm/llmtest"
 	"agentsociety/store"
 
 	"pgregory.net/rapid"
@@ -295,5 +297,72 @@ func TestBudget_Spawns(t *testing.T) {
 	}
 	if u, _ := s.Usage("t"); u.Spawns != 3 {
 		t.Errorf("Usage counts %d spawns, want 3", u.Spawns)
+	}
+}
+
+// TestBudget_PeersFailures reproduces two failures peers' users report,
+// each stopped within its budget with one clear report to user: a
+// supervisor that re-asks a worker that already answered
+// (langgraph-supervisor #208), and a lead that spawns children in a loop.
+func TestBudget_PeersFailures(t *testing.T) {
+	brief := `{"objective":"x","constraints":[],"inputs":"i","outputs":"o","completion_criteria":"c"}`
+	cases := []struct {
+		name   string
+		budget as.Budget
+		rules  []llmtest.Rule
+	}{
+		{"supervisor re-asks", as.Budget{ModelCalls: 12}, []llmtest.Rule{
+			// The lead makes a worker, then asks it the same thing for ever,
+			// whatever it answers.
+			{Name: "worker answers", SystemContains: "ROLE-WORKER", LastContains: "collaboration_request", Reply: func(req *llm.Request) (*llm.Response, error) {
+				last := req.Messages[len(req.Messages)-1].Content
+				id := last[strings.Index(last, `"request_id": "`)+len(`"request_id": "`):]
+				id = id[:strings.Index(id, `"`)]
+				return call("a", "send_message", `{"to":"agent-1","message_type":"collaboration_response","payload":{"request_id":"`+id+`","status":"completed","result_data":"42"},"end_turn":true}`), nil
+			}},
+			{Name: "worker idles", SystemContains: "ROLE-WORKER", Response: llmtest.Say("")},
+			{Name: "lead: role", SystemContains: "ROLE-LEAD", LastContains: "task_assignment", Response: llmtest.Call("create_role", `{"name":"w","rolePrompt":"ROLE-WORKER"}`)},
+			{Name: "lead: worker", SystemContains: "ROLE-LEAD", AfterTool: "create_role", Reply: func(req *llm.Request) (*llm.Response, error) {
+				var r struct{ RoleID string }
+				json.Unmarshal([]byte(lastToolResult(req)), &r)
+				return call("s", "spawn_agent", `{"roleId":"`+r.RoleID+`","taskBrief":`+brief+`}`), nil
+			}},
+			{Name: "lead: asks again", SystemContains: "ROLE-LEAD", Response: llmtest.Call("send_message", `{"to":"agent-2","message_type":"collaboration_request","payload":{"subtask_description":"what is 6 times 7?"},"end_turn":true}`)},
+		}},
+		{"lead spawns in a loop", as.Budget{ModelCalls: 30, Spawns: 4}, []llmtest.Rule{
+			{Name: "children idle", SystemContains: "ROLE-WORKER", Response: llmtest.Say("")},
+			{Name: "lead: role", SystemContains: "ROLE-LEAD", LastContains: "task_assignment", Response: llmtest.Call("create_role", `{"name":"w","rolePrompt":"ROLE-WORKER"}`)},
+			{Name: "lead: spawns for ever", SystemContains: "ROLE-LEAD", Reply: func(req *llm.Request) (*llm.Response, error) {
+				return call("s", "spawn_agent", `{"roleId":"role-2","taskBrief":`+brief+`}`), nil
+			}},
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			rules := []llmtest.Rule{
+				{Name: "root: role", Agent: as.RootID, LastContains: "【来自用户的消息】", Response: llmtest.Call("create_role", `{"name":"lead","rolePrompt":"ROLE-LEAD"}`)},
+				{Name: "root: lead", Agent: as.RootID, AfterTool: "create_role", Response: llmtest.Call("spawn_agent", `{"roleId":"role-1","taskBrief":`+brief+`,"end_turn":true}`)},
+				{Name: "root: idle", Agent: as.RootID, Response: llmtest.Say("")},
+			}
+			model := llmtest.New(append(rules, c.rules...)...)
+			s := newSociety(t, as.Config{Model: model, MaxSteps: 100})
+			inbox := userInbox(s)
+			task, err := s.SubmitRequirement(ctx, "go", as.WithBudget(c.budget))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := recv(t, inbox, "the budget report")
+			var p as.StatusReportPayload
+			if err := m.Decode(&p); err != nil || p.Status != as.StatusBudgetExhausted {
+				t.Fatalf("user got %+v (%s)", m, m.Payload)
+			}
+			waitQuiet(t, s)
+			u, _ := s.Usage(task)
+			if u.ModelCalls > c.budget.ModelCalls || (c.budget.Spawns > 0 && u.Spawns > c.budget.Spawns) {
+				t.Errorf("spent %+v, over the budget %+v", u, c.budget)
+			}
+			t.Logf("stopped after %d model calls and %d spawns: %s", u.ModelCalls, u.Spawns, p.Text)
+		})
 	}
 }

@@ -50,7 +50,7 @@ func (s *Society) Quiet() bool {
 		return false
 	}
 	for _, r := range s.requests {
-		if r.status == StatusPending && r.timer != nil {
+		if r.status == StatusPending && r.timer != nil && !r.watch { // a watch answers nothing
 			return false
 		}
 	}
