@@ -87,6 +87,21 @@
 // either language, a line of an agent's text that could pass for a source
 // line or a reply hint of either language is shown quoted.
 //
+// # Governance
+//
+// A [Budget] bounds the model calls, tokens, spawns and time of a task
+// (Config.TaskBudget, [WithBudget]) and, when a parent gives a child a share
+// of what it has left ([SpawnSpec].Budget, or budget in spawn_agent), of a
+// subtree. A call is charged to the task and to every ancestor with a share
+// before it is made and settled after; when a budget runs out no more calls
+// are made under it, and the parent, or user for a task, is told once
+// ([StatusBudgetExhausted]). [Society.Usage], [Society.AgentUsage] and
+// [Society.Tasks] show what was spent; [Society.SetBudget] raises a task's
+// budget. The loop guard ([LoopGuard], [ErrLoopDetected]) refuses a
+// model-driven agent's message that would carry on a loop, and the
+// watchdog reports a request left unanswered ([StatusStuck]) and a task
+// gone quiet without an answer ([StatusQuiet]).
+//
 // # Contacts and introductions
 //
 // Every agent has a [ContactRegistry] entry list from birth: root knows user,
