@@ -21,7 +21,7 @@ import (
 //
 // A model call is charged before it is made (one call, and the tokens of
 // its request as the model will likely count them) and settled after it
-// with the usage the model reported, so that calls made at once cannot
+// with the usage the model reported (a call that failed is not charged), so that calls made at once cannot
 // overshoot a budget together by more than one call's worth each. When a
 // task's budget runs out, its agents make no more model calls: each turn
 // that needs one ends with ErrBudgetExhausted, and user is told once, by
@@ -52,6 +52,10 @@ type Usage struct {
 	Spawns       int64 `json:"spawns"`
 	Budget       Budget
 }
+
+// errTold marks a refusal of a model call whose budget's running out was
+// reported already: the failed turn needs no report of its own.
+var errTold = errors.New("the budget's running out was reported")
 
 // StatusBudgetExhausted is the status of the report that tells user a
 // task's budget ran out.
@@ -278,6 +282,10 @@ func estimateTokens(req *llm.Request) int64 {
 func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*llm.Response), err *Error) {
 	estimate := estimateTokens(req)
 	s.mu.Lock()
+	if s.closed.Load() { // a turn Close cut short makes no more calls
+		s.mu.Unlock()
+		return nil, errClosed()
+	}
 	path := s.ledgersOf(a, task)
 	for _, l := range path {
 		if what := l.exhausted(); what != "" {
@@ -288,7 +296,7 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 			if tell {
 				s.tellExhausted(l.key, what, spent)
 			}
-			return nil, &Error{Code: ErrBudgetExhausted, Message: "the budget of " + l.key + " ran out (" + what + "): no more model calls"}
+			return nil, &Error{Code: ErrBudgetExhausted, Message: "the budget of " + l.key + " ran out (" + what + "): no more model calls", Err: errTold}
 		}
 	}
 	for _, l := range path {
@@ -297,6 +305,15 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 	}
 	s.mu.Unlock()
 	return func(resp *llm.Response) {
+		if resp == nil { // the call failed: nothing to charge
+			s.mu.Lock()
+			for _, l := range path {
+				l.reserved.ModelCalls--
+				l.reserved.InputTokens -= estimate
+			}
+			s.mu.Unlock()
+			return
+		}
 		in, out := estimate, int64(0)
 		if resp != nil && resp.Usage.InputTokens > 0 {
 			in = int64(resp.Usage.InputTokens)

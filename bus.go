@@ -184,7 +184,7 @@ func (p *pendingSend) record(ch *store.Change, withMessage bool) {
 // is one, else to the receiver's mailbox. Called with s.mu held, after the
 // store recorded them.
 func (s *Society) commitSend(p *pendingSend) {
-	s.sentToTask(&p.msg)
+	s.sentToTask(p)
 	s.commitLoop(p)
 	s.contacts.addAll(p.contacts)
 	for _, k := range p.answers {

@@ -117,7 +117,7 @@ func (s *Society) deliver(a *agent, m Message, done *idleTask) {
 		return // Close cut the turn short: the message is handled again on reopening
 	}
 	s.handled(ctx, a, m.ID)
-	if err != nil && !errors.Is(err, ErrBudgetExhausted) { // user was told of that, once
+	if err != nil && !errors.Is(err, errTold) { // the budget's running out was reported, once
 		s.reportFailure(a, m, err)
 	}
 	if m.ID == handoff {

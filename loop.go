@@ -140,8 +140,10 @@ func (s *Society) generate(ctx context.Context, a *agent, task string, req *llm.
 			berr.AgentID = req.Agent
 			return nil, berr
 		}
-		resp, err := s.generateOnce(ctx, req)
-		settle(resp)
+		resp, err := func() (resp *llm.Response, err error) {
+			defer func() { settle(resp) }() // a model that panics releases its reservation too
+			return s.generateOnce(ctx, req)
+		}()
 		if err == nil {
 			return resp, nil
 		}

@@ -105,7 +105,8 @@ func (s *Society) noteTurn(task, agentID string, mute bool, words string) {
 
 // sentToTask updates task's activity for a message accepted: one from user
 // awaits an answer, one to user gives it. Called with s.mu held.
-func (s *Society) sentToTask(m *Message) {
+func (s *Society) sentToTask(p *pendingSend) {
+	m := &p.msg
 	switch {
 	case m.From == UserID:
 		t := s.activityOf(m.TaskID)
@@ -114,6 +115,9 @@ func (s *Society) sentToTask(m *Message) {
 		if t := s.tasks[m.TaskID]; t != nil {
 			t.awaiting = false
 			t.mute = nil
+			if !p.own {
+				t.stuck = false // the task answered after all
+			}
 		}
 	}
 }

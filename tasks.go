@@ -68,7 +68,7 @@ func (s *Society) Tasks() []TaskInfo {
 		t := s.tasks[task]
 		lead := s.agents[info.Lead]
 		switch {
-		case l != nil && l.exhausted() != "":
+		case l != nil && (&ledger{budget: l.budget, spent: l.spent}).exhausted() != "": // spent, not in flight
 			info.State = TaskOutOfBudget
 		case t != nil && t.busy > 0:
 			info.State = TaskRunning
