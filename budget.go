@@ -472,7 +472,9 @@ func (s *Society) budgetLine(a *agent) string {
 		}
 	}
 	if d := left.Deadline; !d.IsZero() {
-		out = append(out, "time_left "+max(time.Until(d), 0).Round(time.Second).String())
+		// In whole minutes, so that the prompt (and a provider's cache of
+		// it) does not change with every second.
+		out = append(out, "time_left "+max(time.Until(d), 0).Truncate(time.Minute).String())
 	}
 	return strings.Join(out, ", ")
 }
