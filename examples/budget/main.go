@@ -15,6 +15,7 @@ import (
 	"strings"
 
 	as "agentsociety"
+	"agentsociety/examples/internal/show"
 	"agentsociety/llm"
 	"agentsociety/llm/llmtest"
 )
@@ -101,27 +102,12 @@ func run(ctx context.Context, out io.Writer) error {
 	// The tree: the task's spending, then each agent's with a share.
 	u, _ := s.Usage(task)
 	fmt.Fprintf(out, "task %s: %s\n", task, spent(u))
-	kids := map[string][]as.Agent{}
-	for _, a := range s.Agents() {
-		kids[a.ParentID] = append(kids[a.ParentID], a)
-	}
-	var walk func(parent, indent string)
-	walk = func(parent, indent string) {
-		for i, a := range kids[parent] {
-			branch, next := "├─ ", "│  "
-			if i == len(kids[parent])-1 {
-				branch, next = "└─ ", "   "
-			}
-			line := a.ID
-			if u, ok := s.AgentUsage(a.ID); ok {
-				line += ": " + spent(u)
-			}
-			fmt.Fprintln(out, indent+branch+line)
-			walk(a.ID, indent+next)
+	return show.WriteTree(out, s, func(a as.Agent) string {
+		if u, ok := s.AgentUsage(a.ID); ok {
+			return a.ID + ": " + spent(u)
 		}
-	}
-	walk(as.RootID, "")
-	return nil
+		return a.ID
+	})
 }
 
 // spent says what u spent of its budget.

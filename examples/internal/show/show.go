@@ -160,12 +160,27 @@ func Clip(s string, n int) string {
 // WriteOrg writes the organisation of s to w as a tree under root: each
 // agent with its role name, and the task of each of root's children.
 func WriteOrg(w io.Writer, s *as.Society) error {
+	if _, err := io.WriteString(w, as.RootID+"\n"); err != nil {
+		return err
+	}
+	return WriteTree(w, s, func(a as.Agent) string {
+		role, _ := s.Role(a.RoleID)
+		line := a.ID + " (" + role.Name + ")"
+		if a.ParentID == as.RootID && a.TaskID != "" {
+			line += " " + a.TaskID
+		}
+		return line
+	})
+}
+
+// WriteTree writes the agents of s to w as a tree under root, one line
+// each, as label says.
+func WriteTree(w io.Writer, s *as.Society, label func(as.Agent) string) error {
 	kids := map[string][]as.Agent{}
 	for _, a := range s.Agents() {
 		kids[a.ParentID] = append(kids[a.ParentID], a)
 	}
 	var b strings.Builder
-	b.WriteString(as.RootID + "\n")
 	var walk func(id, indent string)
 	walk = func(id, indent string) {
 		for i, a := range kids[id] {
@@ -173,12 +188,7 @@ func WriteOrg(w io.Writer, s *as.Society) error {
 			if i == len(kids[id])-1 {
 				branch, next = "└─ ", "   "
 			}
-			role, _ := s.Role(a.RoleID)
-			fmt.Fprintf(&b, "%s%s%s (%s)", indent, branch, a.ID, role.Name)
-			if id == as.RootID && a.TaskID != "" {
-				b.WriteString(" " + a.TaskID)
-			}
-			b.WriteString("\n")
+			b.WriteString(indent + branch + label(a) + "\n")
 			walk(a.ID, indent+next)
 		}
 	}
