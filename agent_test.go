@@ -787,7 +787,7 @@ func spawnChild(what string) int {
 		type record struct {
 			id, role, parent, task string
 			brief                  *as.TaskBrief
-			rest                   [12]uint64
+			rest                   [12]uint64 // padding: a record the size of an agent
 		}
 		kept := make(map[string]*record)
 		for i := range spawnScale {
