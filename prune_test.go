@@ -205,21 +205,7 @@ func TestRetention_AfterReopening(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lead, helper := chain(t, s1, nil)
-	id, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := helper.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"}); err != nil {
-		t.Fatal(err)
-	}
-	if err := lead.Terminate(ctx, helper.ID()); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the helper to end", func() bool {
-		a, _ := s1.Agent(helper.ID())
-		return a.Status == as.StatusTerminated
-	})
+	lead, helper := settledAndEnded(t, s1)
 	ended := time.Now()
 	if err := s1.Close(ctx); err != nil {
 		t.Fatal(err)
@@ -248,13 +234,14 @@ func TestRetention_AfterReopening(t *testing.T) {
 	}
 }
 
-// TestRetention_NegativeKeepsEverything: with a negative Config.Retention
-// nothing is queued to be forgotten.
-func TestRetention_NegativeKeepsEverything(t *testing.T) {
+// settledAndEnded makes, in s, a lead and a helper, has the lead ask the
+// helper for help and the helper refuse, then has the lead terminate the
+// helper and waits until it ended: a settled request and an ended agent,
+// both due to be forgotten Config.Retention later.
+func settledAndEnded(t *testing.T, s *as.Society) (lead, helper *as.Actor) {
+	t.Helper()
 	ctx := context.Background()
-	in := newInbox()
-	s := newSociety(t, as.Config{Retention: -1, DefaultBehavior: in.behavior(), Logger: quiet})
-	lead, helper := chain(t, s, nil)
+	lead, helper = chain(t, s, nil)
 	id, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "x"}, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -269,6 +256,15 @@ func TestRetention_NegativeKeepsEverything(t *testing.T) {
 		a, _ := s.Agent(helper.ID())
 		return a.Status == as.StatusTerminated
 	})
+	return lead, helper
+}
+
+// TestRetention_NegativeKeepsEverything: with a negative Config.Retention
+// nothing is queued to be forgotten.
+func TestRetention_NegativeKeepsEverything(t *testing.T) {
+	in := newInbox()
+	s := newSociety(t, as.Config{Retention: -1, DefaultBehavior: in.behavior(), Logger: quiet})
+	settledAndEnded(t, s)
 	if h := s.Held(); h["retired"] != 0 || h["requests"] != 1 {
 		t.Errorf("the society holds %v", h)
 	}
