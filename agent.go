@@ -118,6 +118,14 @@ type turn struct {
 	spawns atomic.Int32
 }
 
+// id returns the id of the message t handles; "" for a nil t.
+func (t *turn) id() string {
+	if t == nil {
+		return ""
+	}
+	return t.msgID
+}
+
 // spawnKey numbers the next spawn of t and returns its key; "" for a nil
 // t (an Actor acting outside a delivery).
 func (t *turn) spawnKey() string {
@@ -189,7 +197,10 @@ func (x *Actor) CreateRole(ctx context.Context, spec RoleSpec) (role Role, reuse
 		return &change{
 			claims: []string{claimRole(by, spec.Name)},
 			record: store.Change{Roles: []store.Role{roleRecord(r)}},
-			commit: func() { s.addRole(r) },
+			commit: func() {
+				s.addRole(r)
+				s.emit(Event{Kind: EventRoleCreated, Task: x.taskID, Agent: by, Turn: x.turn.id(), Role: r.ID, Name: r.Name})
+			},
 		}, nil
 	}); err != nil {
 		return Role{}, false, s.refuse("create_role", by, err)
@@ -295,6 +306,7 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 			record: store.Change{Agents: []store.Agent{agentRecord(c, c.info.Status)}, Contacts: adds.recs},
 			commit: func() {
 				s.addAgent(c)
+				s.emit(Event{Kind: EventAgentSpawned, Task: c.info.TaskID, Agent: by, Turn: x.turn.id(), Target: c.info.ID, Role: c.info.RoleID, Name: c.roleName()})
 				s.progressed(by)
 				s.contacts.addAll(adds)
 				// What the spawn was given, rather than the brief decoded
@@ -316,6 +328,7 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 		if s.modelDriven(c) {
 			s.assign(ch, x.a, c, c.brief)
 			assignment = ch.send
+			assignment.cause = x.turn.id()
 		}
 		return ch, nil
 	}); err != nil {

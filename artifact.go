@@ -69,6 +69,7 @@ func (x *Actor) PutArtifact(ctx context.Context, spec ArtifactSpec) (Artifact, e
 	s.mu.Lock()
 	s.progressed(by)
 	s.mu.Unlock()
+	s.emit(Event{Kind: EventArtifactStored, Task: x.taskID, Agent: by, Turn: x.turn.id(), Artifact: a.ID, Name: a.Name})
 	s.log.LogAttrs(ctx, slog.LevelInfo, "artifact stored",
 		slog.String("artifact", a.ID), slog.String("name", a.Name), slog.String("by", by), slog.Int64("size", a.Size))
 	return a, nil

@@ -404,6 +404,7 @@ func (s *Society) tellExhausted(key, what string, spent Usage) {
 		text += " Raise the budget with SetBudget and send the lead a message to go on."
 	}
 	s.log.LogAttrs(ctx, slog.LevelWarn, "budget exhausted", slog.String("budget", key), slog.String("what", what))
+	s.emit(Event{Kind: EventBudgetExhausted, Task: task, Agent: from.info.ID, Name: key, Detail: what})
 	if _, err := s.sendOwn(ctx, &Actor{s: s, a: from, taskID: task}, Outgoing{To: to, Type: StatusReport, Payload: StatusReportPayload{Status: StatusBudgetExhausted, Text: text}}); err != nil && !errors.Is(err, ErrClosed) {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "reporting an exhausted budget failed", slog.String("budget", key), slog.String("err", err.Error()))
 	}

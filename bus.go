@@ -59,8 +59,9 @@ type pendingSend struct {
 	request  *request // a new request, or nil
 	answered *request // the request a response closes, or nil
 	status   RequestStatus
-	own      bool // the society's own message: exempt from Config.MaxQueued
-	start    bool // set by commitSend: the receiver's drainer is to be started
+	own      bool   // the society's own message: exempt from Config.MaxQueued
+	cause    string // the turn that sent the message, if any (see Event.Turn)
+	start    bool   // set by commitSend: the receiver's drainer is to be started
 }
 
 // typed reports whether a message of type t needs prepareTyped: its
@@ -85,7 +86,7 @@ func (s *Society) sendOwn(ctx context.Context, x *Actor, out Outgoing) (Message,
 // the society's own message, exempt from Config.MaxQueued.
 func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter chan Message, own bool) (Message, error) {
 	from := x.a
-	p := &pendingSend{own: own}
+	p := &pendingSend{own: own, cause: x.turn.id()}
 	f, err := compose(&p.msg, from, x.taskID, out)
 	if err != nil {
 		return Message{}, s.refuse("send_message", from.info.ID, err)
@@ -184,6 +185,7 @@ func (p *pendingSend) record(ch *store.Change, withMessage bool) {
 // is one, else to the receiver's mailbox. Called with s.mu held, after the
 // store recorded them.
 func (s *Society) commitSend(p *pendingSend) {
+	s.emitSend(p)
 	s.sentToTask(p)
 	s.commitLoop(p)
 	s.contacts.addAll(p.contacts)
@@ -220,6 +222,35 @@ func (s *Society) commitSend(p *pendingSend) {
 		}
 	}
 	p.start = s.enqueue(p.to, p.msg)
+}
+
+// emitSend adds to the event log that p's message was accepted, and the
+// request it opens or settles. Called with s.mu held, so that these events
+// come before any event of the message's delivery.
+func (s *Society) emitSend(p *pendingSend) {
+	if s.events.off {
+		return
+	}
+	m := p.msg
+	e := Event{Kind: EventMessageAccepted, Task: m.TaskID, Agent: m.From, Turn: p.cause, Target: m.To, Message: &m}
+	if r := p.request; r != nil {
+		e.Request = r.id
+		s.emit(e)
+		e.Kind = EventRequestOpened
+		s.emit(e)
+		return
+	}
+	if r := p.answered; r != nil {
+		e.Request = r.id
+		s.emit(e)
+		e.Kind, e.Status = EventRequestSettled, string(p.status)
+		if p.from == nil {
+			e.Detail = "settled by the society"
+		}
+		s.emit(e)
+		return
+	}
+	s.emit(e)
 }
 
 // logMessage records a step of m's journey at Debug level.

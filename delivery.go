@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"time"
 
 	"agentsociety/store"
 )
@@ -100,6 +101,9 @@ type idleTask struct {
 func (s *Society) deliver(a *agent, m Message, done *idleTask) {
 	ctx := s.runCtx
 	s.logMessage(ctx, "message delivered", &m)
+	ev := Event{Kind: EventMessageDelivered, Task: m.TaskID, Agent: a.info.ID, Turn: m.ID, Message: &m}
+	s.emit(ev)
+	start := time.Now()
 	s.mu.Lock()
 	if done.set {
 		s.idler(done.task)
@@ -117,6 +121,11 @@ func (s *Society) deliver(a *agent, m Message, done *idleTask) {
 		return // Close cut the turn short: the message is handled again on reopening
 	}
 	s.handled(ctx, a, m.ID)
+	ev.Kind, ev.Duration = EventMessageHandled, time.Since(start)
+	if err != nil {
+		ev.Code, ev.Detail = toolError(err).Code, err.Error()
+	}
+	s.emit(ev)
 	if err != nil && !errors.Is(err, errTold) { // the budget's running out was reported, once
 		s.reportFailure(a, m, err)
 	}

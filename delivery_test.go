@@ -363,14 +363,22 @@ var benchPayloadAny any = benchPayload
 // agents on the default in-memory store: benchPairs pairs of agents each
 // bounce one message until b.N deliveries in all have happened.
 func BenchmarkRoute(b *testing.B) {
-	b.ReportMetric(routePairs(b, nil), "msgs/s") // messages log at Debug: dropped
+	b.ReportMetric(routePairs(b, as.Config{}), "msgs/s") // messages log at Debug: dropped
 }
 
-// routePairs runs BenchmarkRoute's exchange on st (nil: the default
-// in-memory store) and returns the rate of delivered messages.
-func routePairs(b *testing.B, st store.Store) float64 {
+// BenchmarkRouteNoEvents is BenchmarkRoute with the event log turned off:
+// the two side by side show what keeping events costs the message path.
+func BenchmarkRouteNoEvents(b *testing.B) {
+	b.ReportMetric(routePairs(b, as.Config{EventRetention: -1}), "msgs/s")
+}
+
+// routePairs runs BenchmarkRoute's exchange on a society with cfg (its
+// logger replaced by one that drops everything) and returns the rate of
+// delivered messages.
+func routePairs(b *testing.B, cfg as.Config) float64 {
 	ctx := context.Background()
-	s := newSociety(b, as.Config{Store: st, Logger: quiet})
+	cfg.Logger = quiet
+	s := newSociety(b, cfg)
 	lead, roleID := hostLead(b, s, "route", "pinger")
 
 	var (

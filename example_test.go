@@ -137,6 +137,63 @@ func Example() {
 	// <html>…</html> <nil>
 }
 
+// WatchEvents follows the society as it works: here, the lead's turn, from
+// the delivery of its brief to the end of its handling. Each event names
+// the turn it happened in, so a host can tell who caused what.
+func ExampleSociety_WatchEvents() {
+	ctx := context.Background()
+	lead := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		page, err := self.PutArtifact(ctx, as.ArtifactSpec{Name: "calc.html", MediaType: "text/html", Data: []byte("<html>…</html>")})
+		if err != nil {
+			return err
+		}
+		_, err = self.SendText(ctx, as.UserID, "done: "+page.Ref())
+		return err
+	})
+	root := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		role, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "lead"})
+		if err != nil {
+			return err
+		}
+		child, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: &as.TaskBrief{
+			Objective: m.Text(), Constraints: []string{}, Inputs: "the requirement", Outputs: "a page", CompletionCriteria: "it works",
+		}, Behavior: lead})
+		if err != nil {
+			return err
+		}
+		_, err = self.SendText(ctx, child.ID, m.Text())
+		return err
+	})
+	s, err := as.New(ctx, as.Config{Root: root, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close(ctx)
+	if _, err := s.SubmitRequirement(ctx, "a calculator"); err != nil {
+		panic(err)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for e, err := range s.WatchEvents(wctx, 1) {
+		if err != nil {
+			panic(err)
+		}
+		if e.Agent != "agent-1" {
+			continue
+		}
+		fmt.Println(e.Kind, e.Target, e.Turn != "")
+		if e.Kind == as.EventMessageHandled {
+			break
+		}
+	}
+	// Output:
+	// message_delivered  true
+	// artifact_stored  true
+	// message_accepted user true
+	// message_handled  true
+}
+
 // NewTool gives a host tool typed arguments: the model's JSON is decoded
 // into a struct before the tool runs, and arguments of the wrong shape go
 // back to the model as an invalid_argument error it can correct. Here a

@@ -304,7 +304,7 @@ func BenchmarkStoreMessages(b *testing.B) {
 		{"filestore-every", fsStore(filestore.SyncEveryRecord)},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			rate := routePairs(b, c.open(b))
+			rate := routePairs(b, as.Config{Store: c.open(b)})
 			b.ReportMetric(rate, "msgs/s")
 			if c.name == "memory" {
 				memRate = rate

@@ -86,7 +86,7 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		if err != nil {
 			return err
 		}
-		resp, err := s.generate(ctx, a, m.TaskID, &llm.Request{Agent: a.info.ID, System: system, Messages: s.view(a, mem), Tools: tools})
+		resp, err := s.generate(ctx, a, m.TaskID, m.ID, &llm.Request{Agent: a.info.ID, System: system, Messages: s.view(a, mem), Tools: tools})
 		if err != nil {
 			return err
 		}
@@ -95,6 +95,9 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		mem.msgs = append(mem.msgs, reply)
 		if reply.Content != "" {
 			s.log.LogAttrs(ctx, slog.LevelInfo, "thought", slog.String("agent", a.info.ID), slog.String("text", reply.Content))
+			if len(reply.ToolCalls) == 0 {
+				s.emit(Event{Kind: EventThought, Task: m.TaskID, Agent: a.info.ID, Turn: m.ID, Detail: reply.Content})
+			}
 		}
 		if resp.Truncated {
 			// The reply stays in the history: it is what the model said.
@@ -129,10 +132,11 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 	return &Error{Code: ErrStepLimit, Message: "the turn used " + itoa(s.cfg.MaxSteps) + " model calls without finishing", AgentID: a.info.ID}
 }
 
-// generate calls the model under the society's concurrency cap, retrying
-// transient failures with exponential backoff. It is the society's one
-// retry layer: the final error says how many attempts were made.
-func (s *Society) generate(ctx context.Context, a *agent, task string, req *llm.Request) (*llm.Response, error) {
+// generate calls the model for a's turn (the handling of message turn), under
+// the society's concurrency cap, retrying transient failures with
+// exponential backoff. It is the society's one retry layer: the final error
+// says how many attempts were made.
+func (s *Society) generate(ctx context.Context, a *agent, task, turn string, req *llm.Request) (*llm.Response, error) {
 	backoff := s.cfg.RetryBackoff
 	for attempt := 0; ; attempt++ {
 		settle, berr := s.charge(a, task, req)
@@ -140,10 +144,21 @@ func (s *Society) generate(ctx context.Context, a *agent, task string, req *llm.
 			berr.AgentID = req.Agent
 			return nil, berr
 		}
+		ev := Event{Kind: EventModelCallStarted, Task: task, Agent: a.info.ID, Turn: turn, Attempt: attempt + 1}
+		s.emit(ev)
+		start := time.Now()
 		resp, err := func() (resp *llm.Response, err error) {
 			defer func() { settle(resp) }() // a model that panics releases its reservation too
 			return s.generateOnce(ctx, req)
 		}()
+		ev.Kind, ev.Duration = EventModelCallFinished, time.Since(start)
+		if err != nil {
+			ev.Code, ev.Detail = ErrModel, err.Error()
+		} else {
+			u := resp.Usage
+			ev.Usage = &u
+		}
+		s.emit(ev)
 		if err == nil {
 			return resp, nil
 		}

@@ -230,6 +230,7 @@ func joinPath(ids []string) string {
 // at the second refusal of an episode, tells x's parent (user, for a lead)
 // which agents loop and how.
 func (s *Society) loopRefused(ctx context.Context, x *Actor, to string, e *Error) {
+	s.emit(Event{Kind: EventLoopDetected, Task: x.taskID, Agent: x.a.info.ID, Turn: x.turn.id(), Target: to, Detail: e.Message})
 	s.mu.Lock()
 	k := pairOf(x.a.info.ID, to)
 	t := s.loops.pairs[k]

@@ -147,6 +147,7 @@ func (s *Society) reportQuiet(task string) {
 	s.mu.Unlock()
 	ctx := s.runCtx
 	s.log.LogAttrs(ctx, slog.LevelWarn, "task went quiet without an answer", slog.String("task", task))
+	s.emit(Event{Kind: EventTaskQuiet, Task: task, Agent: RootID, Detail: text})
 	if _, err := s.sendOwn(ctx, root, Outgoing{To: UserID, Type: StatusReport, Payload: StatusReportPayload{Status: StatusQuiet, Text: text}}); err != nil && !errors.Is(err, ErrClosed) {
 		s.log.LogAttrs(ctx, slog.LevelWarn, "telling the user of a quiet task failed", slog.String("task", task), slog.String("err", err.Error()))
 	}

@@ -94,6 +94,11 @@ type Config struct {
 	// LoopGuard refuses messages that carry on a loop between agents; the
 	// zero value is on, with the defaults (see LoopGuard).
 	LoopGuard LoopGuard
+	// EventRetention is how many of the newest events the society keeps,
+	// in memory and, if the store keeps events (store.EventLog) and is not
+	// volatile, in the store too (see Society.Events). Zero means
+	// DefaultEventRetention; a negative value turns events off.
+	EventRetention int
 	// MaxArtifactBytes caps an artifact's size. Zero means DefaultMaxArtifactBytes.
 	MaxArtifactBytes int64
 	// Retention is how long the society keeps in memory what has ended,
@@ -195,12 +200,15 @@ type Society struct {
 	// false (goFunc, or enqueue, whose drainer startDrainer starts once mu
 	// is released), and so is every request timer (armTimeout) and the
 	// prune timer (armPrune); wg also counts the changes being recorded,
-	// and Close waits for wg.
+	// and Close waits for wg. The event log's writer (see eventLog) is the
+	// one goroutine outside wg: New starts it, and Close stops it once wg
+	// is done, so that it writes the last events.
 	cfg   Config
 	store store.Store
 	log   *slog.Logger
 	user  *userEndpoint
 
+	events     *eventLog           // the event log (see events.go)
 	lang       *language           // the model-facing text
 	modelSlots *semaphore.Weighted // caps model calls in flight
 
@@ -361,6 +369,9 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		s.volatile = true
 		s.restored = make(map[string]struct{})
 	}
+	if s.events, err = openEventLog(ctx, &cfg, s.volatile); err != nil {
+		return nil, err
+	}
 	s.user = newUserEndpoint(s, cfg.UserConsole, cfg.UserInbox)
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
 
@@ -378,6 +389,9 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		s.cancel()
 		s.wg.Wait()
 		return nil, s.saveQueued(err)
+	}
+	if s.events.stop != nil {
+		go s.events.writeBehind()
 	}
 	return s, nil
 }
@@ -415,6 +429,7 @@ func (s *Society) Close(ctx context.Context) error {
 	s.user.close()
 	go func() { // not counted in wg: it is what waits for wg
 		s.wg.Wait()
+		s.events.close(ctx)
 		s.cancel()
 		s.closeErr = s.saveQueued(nil)
 		close(s.closeDone)
@@ -554,6 +569,7 @@ func (s *Society) ContactPolicy() ContactPolicy { return s.cfg.ContactPolicy }
 
 // refuse logs a refused operation and returns err.
 func (s *Society) refuse(op, by string, err *Error) *Error {
+	s.emit(Event{Kind: EventRefused, Agent: by, Name: op, Code: err.Code, Detail: err.Error()})
 	s.log.LogAttrs(context.Background(), slog.LevelInfo, "refused",
 		slog.String("op", op), slog.String("by", by), slog.String("code", string(err.Code)), slog.String("detail", err.Error()))
 	return err

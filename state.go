@@ -79,7 +79,11 @@ func (x *Actor) SetState(ctx context.Context, key string, value any, scope State
 		return &change{
 			claims: []string{claimState(sk, key)},
 			record: store.Change{States: []store.StateEntry{stateRecord(sk2, v)}},
-			commit: func() { s.putState(sk2, v); s.progressed(x.a.info.ID) },
+			commit: func() {
+				s.putState(sk2, v)
+				s.progressed(x.a.info.ID)
+				s.emit(Event{Kind: EventStateSet, Task: x.taskID, Agent: by, Turn: x.turn.id(), Name: key, Detail: sk})
+			},
 		}, nil
 	}); err != nil {
 		return s.refuse("state_set", by, err)

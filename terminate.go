@@ -124,6 +124,7 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) *Error {
 		}
 		c.commit = func() {
 			ended = list
+			s.emit(Event{Kind: EventAgentTerminated, Task: a.info.TaskID, Agent: a.info.ParentID, Target: a.info.ID, Count: len(list) - 1})
 			for _, e := range list {
 				e.info.Status = StatusTerminated
 				delete(s.handoffs, e.info.ID)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"time"
 	"unicode/utf8"
 
 	"agentsociety/llm"
@@ -166,10 +167,27 @@ func (s *Society) buildTools(roleName string) []llm.Tool {
 // and whether the call succeeded. It never panics: every failure becomes a
 // coded error result.
 func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (result string, ok bool) {
+	start := time.Now()
+	out, err := s.callTool(ctx, x, call)
+	if !s.events.off {
+		e := Event{Kind: EventToolCalled, Task: x.taskID, Agent: x.ID(), Turn: x.turn.id(), Name: call.Name, Duration: time.Since(start)}
+		if json.Valid(call.Arguments) {
+			e.Args = call.Arguments
+		}
+		if err != nil {
+			e.Code = toolError(err).Code
+		}
+		s.emit(e)
+	}
+	return encodeResult(out, err), err == nil
+}
+
+// callTool runs one tool call for x, turning a panic into an error.
+func (s *Society) callTool(ctx context.Context, x *Actor, call llm.ToolCall) (out any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			s.log.LogAttrs(ctx, slog.LevelError, "tool panicked", slog.String("tool", call.Name), slog.String("agent", x.ID()), slog.Any("panic", r))
-			result, ok = encodeResult(nil, &Error{Code: ErrToolFailed, Message: fmt.Sprintf("the tool %s failed", call.Name)}), false
+			out, err = nil, &Error{Code: ErrToolFailed, Message: fmt.Sprintf("the tool %s failed", call.Name)}
 		}
 	}()
 	args := bytes.TrimSpace(call.Arguments)
@@ -177,7 +195,7 @@ func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (res
 		args = []byte("{}")
 	}
 	if !isJSONObject(args) {
-		return encodeResult(nil, &Error{Code: ErrInvalidArgument, Message: "the arguments of " + call.Name + " must be a JSON object"}), false
+		return nil, &Error{Code: ErrInvalidArgument, Message: "the arguments of " + call.Name + " must be a JSON object"}
 	}
 	var run func(context.Context, *Actor, json.RawMessage) (any, error)
 	if b := builtinNamed(call.Name); b != nil {
@@ -185,10 +203,9 @@ func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (res
 	} else if t := s.hostTool(call.Name, x.a.roleName()); t != nil {
 		run = t.Handler
 	} else {
-		return encodeResult(nil, &Error{Code: ErrUnknownTool, Message: "there is no tool " + strconvQuote(call.Name)}), false
+		return nil, &Error{Code: ErrUnknownTool, Message: "there is no tool " + strconvQuote(call.Name)}
 	}
-	out, err := run(ctx, x, args)
-	return encodeResult(out, err), err == nil
+	return run(ctx, x, args)
 }
 
 func (s *Society) hostTool(name, roleName string) *Tool {
@@ -421,6 +438,7 @@ func toolConsolePrint(ctx context.Context, x *Actor, args json.RawMessage) (any,
 	}
 	s := x.s
 	s.log.LogAttrs(ctx, slog.LevelInfo, "console", slog.String("agent", x.ID()), slog.String("text", a.Text))
+	s.emit(Event{Kind: EventConsole, Task: x.taskID, Agent: x.ID(), Turn: x.turn.id(), Detail: a.Text})
 	s.user.print("[" + x.ID() + "] " + a.Text + "\n")
 	return map[string]any{"ok": true}, nil
 }

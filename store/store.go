@@ -88,6 +88,36 @@ type Volatile interface {
 	Volatile() bool
 }
 
+// EventLog is implemented by a Store that keeps a society's event log, so
+// that a durable society keeps its history. A society writes its events
+// behind, in batches, in ascending Seq order with no gaps, and trims the
+// oldest to the retention its host set. Events are opaque to the store.
+//
+// A society does not write events to a [Volatile] store.
+type EventLog interface {
+	// AppendEvents adds events after those kept. Their Seqs ascend and
+	// follow the last kept one; the Data of each is one JSON value, which
+	// the store may keep without copying (it is not modified).
+	AppendEvents(ctx context.Context, events []Event) error
+	// ReadEvents returns up to limit events, the oldest first, from the
+	// first kept one whose Seq is at least from.
+	ReadEvents(ctx context.Context, from uint64, limit int) ([]Event, error)
+	// TrimEvents removes events whose Seq is below before. A store may
+	// keep some of them a while longer (it may trim in whole segments);
+	// it never removes one at or after before, nor the newest event, so
+	// that numbering goes on after it.
+	TrimEvents(ctx context.Context, before uint64) error
+	// EventBounds returns the Seqs of the oldest and the newest events
+	// kept, or 0, 0 when there are none.
+	EventBounds(ctx context.Context) (first, last uint64, err error)
+}
+
+// Event is one recorded event of a society.
+type Event struct {
+	Seq  uint64
+	Data json.RawMessage
+}
+
 // State is a snapshot of a store, as returned by [Store.Load].
 //
 // Roles, Agents and Requests are each in the order their ids were first

@@ -15,7 +15,7 @@
 // Messages to user appear in the Requirement 10 format, with the sender's
 // role and id on the first line, so the user knows whom to answer with
 // @agentId. Offline (the default) the agents run on the scripted demo model
-// of examples/internal/demo, which builds the seed 001 calculator whatever
+// of internal/demo, which builds the seed 001 calculator whatever
 // the requirement says; with OPENAI_API_KEY or OPENAI_BASE_URL set, or with
 // -real, they run on an OpenAI-compatible model (see package llm/openai).
 package main
@@ -32,8 +32,8 @@ import (
 	"time"
 
 	as "agentsociety"
-	"agentsociety/examples/internal/demo"
 	"agentsociety/examples/internal/show"
+	"agentsociety/internal/demo"
 	"agentsociety/llm"
 )
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"agentsociety/examples/internal/demo"
+	"agentsociety/internal/demo"
 	"agentsociety/llm"
 )
 

@@ -8,7 +8,7 @@
 //
 // Every agent is driven by a model through the society's built-in tools.
 // Offline (the default) the model is the scripted demo model of
-// examples/internal/demo, and the run takes well under a second. With
+// internal/demo, and the run takes well under a second. With
 // OPENAI_API_KEY or OPENAI_BASE_URL set, or with -real, the same program runs
 // on an OpenAI-compatible model (see package llm/openai); -real=false forces
 // the demo model.
@@ -33,8 +33,8 @@ import (
 	"time"
 
 	as "agentsociety"
-	"agentsociety/examples/internal/demo"
 	"agentsociety/examples/internal/show"
+	"agentsociety/internal/demo"
 	"agentsociety/llm"
 )
 

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	as "agentsociety"
-	"agentsociety/examples/internal/demo"
+	"agentsociety/internal/demo"
 )
 
 // TestQuickstart plays the scenario on the demo model and checks what the

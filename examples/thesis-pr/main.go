@@ -58,8 +58,8 @@ import (
 	"time"
 
 	as "agentsociety"
-	"agentsociety/examples/internal/script"
 	"agentsociety/examples/internal/show"
+	"agentsociety/internal/script"
 	"agentsociety/llm"
 	"agentsociety/store"
 )

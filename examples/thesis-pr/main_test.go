@@ -11,8 +11,8 @@ import (
 	"time"
 
 	as "agentsociety"
-	"agentsociety/examples/internal/script"
 	"agentsociety/examples/internal/show"
+	"agentsociety/internal/script"
 	"agentsociety/llm"
 	"agentsociety/llm/openai"
 )

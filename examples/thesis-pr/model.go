@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	as "agentsociety"
-	"agentsociety/examples/internal/script"
+	"agentsociety/internal/script"
 	"agentsociety/llm"
 	"agentsociety/llm/llmtest"
 )

@@ -131,6 +131,10 @@ type Store struct {
 	err       error               // set when the disk may no longer match mem
 	frame     []byte              // reused to build records
 
+	// events is the event log, with a lock of its own: it never waits
+	// for the journal (see events.go).
+	events eventLog
+
 	// syncMu guards the journal's syncs: at most one runs at a time
 	// (syncing), outside the lock, and callers whose records it does not
 	// cover wait on syncCond for the next, which covers every record
@@ -750,6 +754,9 @@ func (s *Store) Close() error {
 	}
 	s.mu.Unlock()
 	s.syncMu.Unlock()
+	if err := s.closeEvents(); err != nil {
+		errs = append(errs, fmt.Errorf("filestore: closing the event log: %w", err))
+	}
 	if err := s.lock.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("filestore: releasing the lock: %w", err))
 	}

@@ -801,3 +801,176 @@ func testFarTimes(t *testing.T, s store.Store) {
 	apply(t, s, store.Change{Contacts: entries})
 	checkState(t, s, store.State{Contacts: map[string][]store.Contact{"a": want}})
 }
+
+// RunEventLog checks the event logs made by newLog against the contract of
+// [store.EventLog], one subtest per rule. Each subtest calls newLog for its
+// own empty log. A store that keeps events runs it beside [Run]:
+//
+//	storetest.RunEventLog(t, func(t *testing.T) store.EventLog { return newStore(t) })
+func RunEventLog(t *testing.T, newLog func(t *testing.T) store.EventLog) {
+	tests := []struct {
+		name string
+		f    func(t *testing.T, l store.EventLog)
+	}{
+		{"Empty", testEventsEmpty},
+		{"AppendAndRead", testEventsAppendAndRead},
+		{"Trim", testEventsTrim},
+		{"OutOfOrder", testEventsOutOfOrder},
+		{"ConcurrentReads", testEventsConcurrentReads},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) { tt.f(t, newLog(t)) })
+	}
+}
+
+// events returns the events from..to, each with data {"n":seq}.
+func events(from, to uint64) []store.Event {
+	var out []store.Event
+	for seq := from; seq <= to; seq++ {
+		out = append(out, store.Event{Seq: seq, Data: json.RawMessage(`{"n":` + strconv.FormatUint(seq, 10) + `}`)})
+	}
+	return out
+}
+
+// checkEvents fails t unless got are the events from..to, data included.
+func checkEvents(t *testing.T, got []store.Event, from, to uint64) {
+	t.Helper()
+	want := events(from, to)
+	if len(got) != len(want) {
+		t.Fatalf("got %d events, want %d (%d..%d)", len(got), len(want), from, to)
+	}
+	for i := range want {
+		if got[i].Seq != want[i].Seq || !jsonEqual(got[i].Data, want[i].Data) {
+			t.Fatalf("event %d: got seq %d data %s, want seq %d data %s", i, got[i].Seq, got[i].Data, want[i].Seq, want[i].Data)
+		}
+	}
+}
+
+func jsonEqual(a, b json.RawMessage) bool {
+	var x, y any
+	return json.Unmarshal(a, &x) == nil && json.Unmarshal(b, &y) == nil && cmp.Equal(x, y)
+}
+
+func testEventsEmpty(t *testing.T, l store.EventLog) {
+	ctx := context.Background()
+	first, last, err := l.EventBounds(ctx)
+	if err != nil || first != 0 || last != 0 {
+		t.Fatalf("EventBounds of an empty log = %d, %d, %v; want 0, 0, nil", first, last, err)
+	}
+	got, err := l.ReadEvents(ctx, 1, 10)
+	if err != nil || len(got) != 0 {
+		t.Fatalf("ReadEvents of an empty log = %v, %v; want none", got, err)
+	}
+}
+
+func testEventsAppendAndRead(t *testing.T, l store.EventLog) {
+	ctx := context.Background()
+	const n = 3000 // beyond one segment of a store that keeps them in segments
+	for from := uint64(1); from <= n; from += 700 {
+		if err := l.AppendEvents(ctx, events(from, min(from+699, n))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first, last, err := l.EventBounds(ctx)
+	if err != nil || first != 1 || last != n {
+		t.Fatalf("EventBounds = %d, %d, %v; want 1, %d", first, last, err, n)
+	}
+	for _, c := range []struct {
+		from  uint64
+		limit int
+		to    uint64
+	}{{1, 10, 10}, {1, n, n}, {1000, 100, 1099}, {1020, 10, 1029}, {2990, 100, n}, {n, 5, n}} {
+		got, err := l.ReadEvents(ctx, c.from, c.limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkEvents(t, got, c.from, c.to)
+	}
+	if got, err := l.ReadEvents(ctx, n+1, 10); err != nil || len(got) != 0 {
+		t.Fatalf("ReadEvents past the end = %d events, %v; want none", len(got), err)
+	}
+}
+
+func testEventsTrim(t *testing.T, l store.EventLog) {
+	ctx := context.Background()
+	const n = 5000
+	if err := l.AppendEvents(ctx, events(1, n)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.TrimEvents(ctx, 3000); err != nil {
+		t.Fatal(err)
+	}
+	first, last, err := l.EventBounds(ctx)
+	if err != nil || first < 1 || first > 3000 || last != n {
+		t.Fatalf("EventBounds after TrimEvents(3000) = %d, %d, %v; want first in 1..3000, last %d", first, last, err, n)
+	}
+	got, err := l.ReadEvents(ctx, 1, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) == 0 || got[0].Seq != first {
+		t.Fatalf("the first event read is not the first kept, %d", first)
+	}
+	checkEvents(t, got, first, n)
+	// Trimming past the end keeps the newest event, so numbering goes on.
+	if err := l.TrimEvents(ctx, n+10); err != nil {
+		t.Fatal(err)
+	}
+	if _, last, err := l.EventBounds(ctx); err != nil || last != n {
+		t.Fatalf("EventBounds after trimming everything: last = %d, %v; want %d", last, err, n)
+	}
+	if err := l.AppendEvents(ctx, events(n+1, n+2)); err != nil {
+		t.Fatal(err)
+	}
+	got, err = l.ReadEvents(ctx, n, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEvents(t, got, n, n+2)
+}
+
+func testEventsOutOfOrder(t *testing.T, l store.EventLog) {
+	ctx := context.Background()
+	if err := l.AppendEvents(ctx, events(1, 5)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AppendEvents(ctx, events(3, 4)); err == nil {
+		t.Fatal("appending events 3 and 4 again succeeded")
+	}
+	got, err := l.ReadEvents(ctx, 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEvents(t, got, 1, 5)
+}
+
+func testEventsConcurrentReads(t *testing.T, l store.EventLog) {
+	ctx := context.Background()
+	const n = 2000
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				got, err := l.ReadEvents(ctx, 1, n)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				for i, e := range got { // a prefix of what is appended, in order
+					if e.Seq != uint64(i+1) {
+						t.Errorf("event %d has seq %d", i, e.Seq)
+						return
+					}
+				}
+			}
+		}()
+	}
+	for from := uint64(1); from <= n; from += 100 {
+		if err := l.AppendEvents(ctx, events(from, from+99)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+}

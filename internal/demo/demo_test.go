@@ -7,7 +7,7 @@ import (
 	"time"
 
 	as "agentsociety"
-	"agentsociety/examples/internal/script"
+	"agentsociety/internal/script"
 	"agentsociety/llm"
 )
 

@@ -1,0 +1,453 @@
+package agentsociety
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"iter"
+	"log/slog"
+	"sync"
+	"time"
+
+	"agentsociety/llm"
+	"agentsociety/store"
+)
+
+// EventKind names what an [Event] records. Kinds are stable strings: they
+// are what the event log keeps.
+type EventKind string
+
+// The kinds of event, one for each fact the society logs. Each says which
+// of the event's fields it sets, besides Seq, Time, Kind and, where there
+// is one, Task and Turn.
+const (
+	// EventTaskSubmitted: the host submitted a requirement (SubmitRequirement);
+	// Agent is "user", Message the requirement's message.
+	EventTaskSubmitted EventKind = "task_submitted"
+	// EventRoleCreated: Agent created role Role, named Name.
+	EventRoleCreated EventKind = "role_created"
+	// EventAgentSpawned: Agent spawned Target on role Role (named Name).
+	EventAgentSpawned EventKind = "agent_spawned"
+	// EventMessageAccepted: Message was accepted for delivery, from Agent to
+	// Target. Request is set when the message opens or answers a request.
+	EventMessageAccepted EventKind = "message_accepted"
+	// EventMessageDelivered: Agent starts handling Message; its handling is
+	// the turn named Message.ID.
+	EventMessageDelivered EventKind = "message_delivered"
+	// EventMessageHandled: Agent finished handling Message, after Duration;
+	// Code and Detail say why the handling failed, if it did.
+	EventMessageHandled EventKind = "message_handled"
+	// EventRefused: an operation Name by Agent was refused with Code, for
+	// the reason in Detail; nothing changed.
+	EventRefused EventKind = "refused"
+	// EventModelCallStarted: Agent called the model (attempt Attempt).
+	EventModelCallStarted EventKind = "model_call_started"
+	// EventModelCallFinished: Agent's model call returned after Duration,
+	// with Usage, or failed with Code and Detail.
+	EventModelCallFinished EventKind = "model_call_finished"
+	// EventThought: Agent's model answered Detail without a tool call; the
+	// text reached nobody.
+	EventThought EventKind = "thought"
+	// EventToolCalled: Agent's tool Name ran with Args, for Duration; Code
+	// is the error code of its result when it failed.
+	EventToolCalled EventKind = "tool_called"
+	// EventArtifactStored: Agent stored artifact Artifact, named Name.
+	EventArtifactStored EventKind = "artifact_stored"
+	// EventRequestOpened: Agent asked Target for collaboration, in request
+	// Request (the message is Message).
+	EventRequestOpened EventKind = "request_opened"
+	// EventRequestSettled: request Request from Target to Agent ended with
+	// Status, answered by Message; Detail says so when the society settled
+	// it for Agent (a timeout, or Agent ended).
+	EventRequestSettled EventKind = "request_settled"
+	// EventStateSet: Agent set key Name of state scope Detail.
+	EventStateSet EventKind = "state_set"
+	// EventAgentTerminated: Target ended, after its handoff turn, with
+	// Count descendants; Agent is its parent.
+	EventAgentTerminated EventKind = "agent_terminated"
+	// EventConsole: Agent printed Detail to the console.
+	EventConsole EventKind = "console"
+	// EventBudgetExhausted: the budget named Name ran out of Detail.
+	EventBudgetExhausted EventKind = "budget_exhausted"
+	// EventLoopDetected: the loop guard refused Agent's message to Target,
+	// for the pattern in Detail.
+	EventLoopDetected EventKind = "loop_detected"
+	// EventRequestStuck: request Request from Agent to Target has waited
+	// longer than Config.StuckAfter.
+	EventRequestStuck EventKind = "request_stuck"
+	// EventTaskQuiet: the task stopped with nothing under way and nothing
+	// told to the user; Detail says what it waits for.
+	EventTaskQuiet EventKind = "task_quiet"
+)
+
+// Event is one fact of the society's life, numbered in the order the
+// society recorded it. Fields that do not apply to a kind are empty; see
+// the [EventKind] constants for which apply.
+//
+// An Event and what it points to are shared by every reader: do not
+// modify them.
+type Event struct {
+	// Seq numbers the events of a society from 1, with no gaps, in the
+	// order they happened; a society reopened on a store that keeps its
+	// events goes on from the last.
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	Kind EventKind `json:"kind"`
+	// Task is the task the event belongs to, if any.
+	Task string `json:"task,omitempty"`
+	// Agent is the agent that acted.
+	Agent string `json:"agent,omitempty"`
+	// Turn is the id of the message whose handling the event happened in,
+	// or "" when the host caused it directly. Together with the Turn of a
+	// message's EventMessageAccepted, it links each turn to the turn that
+	// caused it, across the asynchronous hop of a message.
+	Turn string `json:"turn,omitempty"`
+	// Target is the other agent involved: a message's receiver, a spawned
+	// or terminated agent, the agent asked for collaboration.
+	Target   string          `json:"target,omitempty"`
+	Role     string          `json:"role,omitempty"`
+	Name     string          `json:"name,omitempty"`
+	Message  *Message        `json:"message,omitempty"`
+	Request  string          `json:"request,omitempty"`
+	Artifact string          `json:"artifact,omitempty"`
+	Status   string          `json:"status,omitempty"`
+	Code     Code            `json:"code,omitempty"`
+	Detail   string          `json:"detail,omitempty"`
+	Args     json.RawMessage `json:"args,omitempty"`
+	Usage    *llm.Usage      `json:"usage,omitempty"`
+	Attempt  int             `json:"attempt,omitempty"`
+	Count    int             `json:"count,omitempty"`
+	Duration time.Duration   `json:"duration,omitempty"`
+}
+
+// ErrEventsMissed: events a reader asked for are no longer kept; see
+// [MissedEventsError].
+const ErrEventsMissed Code = "events_missed"
+
+// MissedEventsError is what [Society.Events] yields when the events from
+// From on are no longer kept, because they are older than
+// Config.EventRetention, or because a reader fell so far behind that they
+// were dropped before it read them. The iteration goes on from Oldest, the
+// oldest event still kept. errors.Is(err, ErrEventsMissed) reports true.
+type MissedEventsError struct {
+	From, Oldest uint64
+}
+
+// Error says which events were missed.
+func (e *MissedEventsError) Error() string {
+	return fmt.Sprintf("%s: events %d to %d are no longer kept; the oldest kept is %d", ErrEventsMissed, e.From, e.Oldest-1, e.Oldest)
+}
+
+// Missed returns how many events were missed.
+func (e *MissedEventsError) Missed() uint64 { return e.Oldest - e.From }
+
+// Is reports whether target is ErrEventsMissed.
+func (e *MissedEventsError) Is(target error) bool { return target == ErrEventsMissed }
+
+// Events returns the events from sequence number from on (1 for all that
+// are kept), in order, ending with the newest event there is when the
+// iteration reaches it. [Society.WatchEvents] follows the society live
+// instead.
+//
+// Events older than what is kept in memory are read from the store, if it
+// keeps events (store.EventLog); those it does not keep either are
+// reported with a [MissedEventsError], and the iteration goes on from the
+// oldest kept. An error reading the store ends the iteration. It is safe
+// to call from any goroutine, and a slow reader never holds the society up.
+func (s *Society) Events(ctx context.Context, from uint64) iter.Seq2[Event, error] {
+	return s.events.read(ctx, from, nil)
+}
+
+// WatchEvents is [Society.Events], except that after the newest event it
+// waits for the next ones, until ctx ends or the society is closed.
+func (s *Society) WatchEvents(ctx context.Context, from uint64) iter.Seq2[Event, error] {
+	return s.events.read(ctx, from, s.done)
+}
+
+// LastEvent returns the sequence number of the newest event, 0 if there is
+// none.
+func (s *Society) LastEvent() uint64 {
+	s.events.mu.Lock()
+	defer s.events.mu.Unlock()
+	return s.events.next - 1
+}
+
+// DefaultEventRetention is how many events a society keeps when
+// Config.EventRetention is zero.
+const DefaultEventRetention = 10_000
+
+// eventLog keeps the newest events in a ring, numbers them, wakes readers,
+// and writes them behind to a store that keeps events.
+//
+// emit may be called with s.mu held: the lock order is s.mu, then
+// eventLog.mu. Nothing under eventLog.mu calls out.
+type eventLog struct {
+	mu   sync.Mutex
+	ring []Event // capacity is the retention; event seq is at ring[at(seq)]
+	base uint64  // the seq of ring[0] when the ring was empty
+	keep uint64  // the retention: cap(ring), read without the lock
+	next uint64  // the seq of the next event
+	// saved is the last seq the store has; unsaved events after it.
+	saved uint64
+	// wake is closed, and replaced, when an event is added.
+	wake chan struct{}
+
+	off   bool           // Config.EventRetention < 0: no events
+	store store.EventLog // nil when events are kept only in memory
+	log   *slog.Logger
+	// first is the oldest seq the store keeps; the writer's own.
+	first uint64
+	// stop asks the writer to write what is left and return; it closes
+	// stopped when it has.
+	stop, stopped chan struct{}
+}
+
+// newEventLog returns a log keeping retention events, writing them to st if
+// st is not nil, numbering from next.
+func newEventLog(retention int, st store.EventLog, next uint64, log *slog.Logger) *eventLog {
+	l := &eventLog{base: next, next: next, saved: next - 1, wake: make(chan struct{}), store: st, log: log}
+	if retention < 0 {
+		l.off = true
+		return l
+	}
+	if retention == 0 {
+		retention = DefaultEventRetention
+	}
+	l.ring, l.keep = make([]Event, 0, retention), uint64(retention)
+	return l
+}
+
+// emit numbers e, stamps it with the time and adds it to the log.
+func (l *eventLog) emit(e Event) {
+	if l.off {
+		return
+	}
+	e.Time = time.Now()
+	l.mu.Lock()
+	e.Seq = l.next
+	l.next++
+	if len(l.ring) < cap(l.ring) {
+		l.ring = append(l.ring, e)
+	} else {
+		l.ring[l.at(e.Seq)] = e
+	}
+	wake := l.wake
+	l.wake = make(chan struct{})
+	l.mu.Unlock()
+	close(wake)
+}
+
+// at returns the index in the ring of event seq.
+func (l *eventLog) at(seq uint64) uint64 { return (seq - l.base) % l.keep }
+
+// oldest returns the oldest seq in the ring. Called with l.mu held.
+func (l *eventLog) oldest() uint64 { return l.next - uint64(len(l.ring)) }
+
+// fromRing copies into buf the events from seq from on that the ring holds,
+// at most cap(buf) of them. It returns the events, the ring's oldest seq, and
+// the channel closed at the next event.
+func (l *eventLog) fromRing(from uint64, buf []Event) ([]Event, uint64, chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	oldest := l.oldest()
+	buf = buf[:0]
+	if from < oldest {
+		from = oldest
+	}
+	for seq := from; seq < l.next && len(buf) < cap(buf); seq++ {
+		buf = append(buf, l.ring[l.at(seq)])
+	}
+	return buf, oldest, l.wake
+}
+
+// read yields the events from seq from on; see Society.Events. If follow is
+// not nil, it waits for new events until ctx ends or follow is closed.
+func (l *eventLog) read(ctx context.Context, from uint64, follow <-chan struct{}) iter.Seq2[Event, error] {
+	return func(yield func(Event, error) bool) {
+		if from == 0 {
+			from = 1
+		}
+		if l.off {
+			return
+		}
+		buf := make([]Event, 0, 256)
+		for ctx.Err() == nil {
+			batch, oldest, wake := l.fromRing(from, buf)
+			if from < oldest {
+				var err error
+				if from, err = l.fromStore(ctx, from, oldest, yield); err != nil {
+					if err != errStopped {
+						yield(Event{}, err)
+					}
+					return
+				}
+				continue
+			}
+			for _, e := range batch {
+				if !yield(e, nil) {
+					return
+				}
+				from = e.Seq + 1
+			}
+			if len(batch) > 0 {
+				continue
+			}
+			if follow == nil {
+				return
+			}
+			select {
+			case <-wake:
+			case <-follow:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}
+}
+
+var errStopped = fmt.Errorf("stopped")
+
+// fromStore yields the events from seq from on, up to the ring's oldest,
+// from the store, and returns where the ring takes over. Events the store
+// does not have either are reported missed.
+func (l *eventLog) fromStore(ctx context.Context, from, oldest uint64, yield func(Event, error) bool) (uint64, error) {
+	if l.store != nil {
+		evs, err := l.store.ReadEvents(ctx, from, int(min(oldest-from, 1024)))
+		if err != nil {
+			return from, &Error{Code: ErrStore, Message: "reading events failed", Err: err}
+		}
+		progressed := false
+		for _, r := range evs {
+			if r.Seq >= oldest {
+				break
+			}
+			var e Event
+			if err := json.Unmarshal(r.Data, &e); err != nil {
+				return from, &Error{Code: ErrStore, Message: fmt.Sprintf("event %d does not parse", r.Seq), Err: err}
+			}
+			if e.Seq > from && from < oldest {
+				if !yield(Event{}, &MissedEventsError{From: from, Oldest: e.Seq}) {
+					return from, errStopped
+				}
+			}
+			if !yield(e, nil) {
+				return from, errStopped
+			}
+			from, progressed = e.Seq+1, true
+		}
+		if progressed && from < oldest {
+			return from, nil // more to read from the store
+		}
+	}
+	if from < oldest {
+		if !yield(Event{}, &MissedEventsError{From: from, Oldest: oldest}) {
+			return from, errStopped
+		}
+	}
+	return oldest, nil
+}
+
+// openEventLog returns the society's event log: kept in memory, and written
+// behind to the store if it keeps events and is not volatile. Its numbering
+// goes on from the store's last event.
+func openEventLog(ctx context.Context, cfg *Config, volatile bool) (*eventLog, error) {
+	st, ok := cfg.Store.(store.EventLog)
+	if !ok || volatile || cfg.EventRetention < 0 {
+		return newEventLog(cfg.EventRetention, nil, 1, cfg.Logger), nil
+	}
+	first, last, err := st.EventBounds(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("agentsociety: reading the store's event bounds: %w", err)
+	}
+	l := newEventLog(cfg.EventRetention, st, last+1, cfg.Logger)
+	l.first = first
+	l.stop, l.stopped = make(chan struct{}), make(chan struct{})
+	return l, nil
+}
+
+// writeBehind writes the events to the store, in batches, until stop is
+// closed; then it writes what is left and closes stopped. It trims the
+// store to the retention as it goes. It runs in its own goroutine when the
+// store keeps events, started by New and stopped by Close once every other
+// goroutine of the society has returned.
+func (l *eventLog) writeBehind() {
+	defer close(l.stopped)
+	ctx := context.Background() // the last events are written even as Close gives up waiting
+	for {
+		batch, lost, wake := l.unsaved(512)
+		if lost > 0 {
+			l.log.LogAttrs(ctx, slog.LevelError, "events dropped before the store had them: the store is slower than the society", slog.Uint64("dropped", lost))
+		}
+		if len(batch) == 0 {
+			select {
+			case <-wake:
+				continue
+			case <-l.stop:
+				if batch, _, _ = l.unsaved(512); len(batch) == 0 {
+					return
+				}
+			}
+		}
+		if err := l.save(ctx, batch); err != nil {
+			l.log.LogAttrs(ctx, slog.LevelError, "recording events failed; they are kept in memory only", slog.Int("events", len(batch)), slog.String("err", err.Error()))
+		}
+	}
+}
+
+// unsaved returns, encoded for the store, up to n events the store does not
+// have yet, and marks them saved; lost counts the events the ring dropped
+// before they could be written. wake is closed at the next event.
+func (l *eventLog) unsaved(n int) (batch []store.Event, lost uint64, wake chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if oldest := l.oldest(); l.saved+1 < oldest {
+		lost = oldest - l.saved - 1
+		l.saved = oldest - 1
+	}
+	for seq := l.saved + 1; seq < l.next && len(batch) < n; seq++ {
+		e := &l.ring[l.at(seq)]
+		data, err := json.Marshal(e)
+		if err != nil { // the society checks what it puts in events; keep what encodes
+			data, _ = json.Marshal(Event{Seq: e.Seq, Time: e.Time, Kind: e.Kind, Task: e.Task, Agent: e.Agent, Turn: e.Turn, Detail: "the event did not encode: " + err.Error()})
+		}
+		batch = append(batch, store.Event{Seq: seq, Data: data})
+	}
+	l.saved += uint64(len(batch))
+	return batch, lost, l.wake
+}
+
+// save appends batch to the store and trims the store to the retention.
+func (l *eventLog) save(ctx context.Context, batch []store.Event) error {
+	if err := l.store.AppendEvents(ctx, batch); err != nil {
+		return err
+	}
+	last := batch[len(batch)-1].Seq
+	if l.first == 0 {
+		l.first = batch[0].Seq
+	}
+	if last-l.first+1 > l.keep+l.keep/4 { // trim in steps, not at every batch
+		before := last - l.keep + 1
+		if err := l.store.TrimEvents(ctx, before); err != nil {
+			return err
+		}
+		l.first = before
+	}
+	return nil
+}
+
+// close stops the writer, if there is one, and waits until it wrote what
+// is left or ctx ends.
+func (l *eventLog) close(ctx context.Context) {
+	if l.stop == nil {
+		return
+	}
+	close(l.stop)
+	select {
+	case <-l.stopped:
+	case <-ctx.Done():
+	}
+}
+
+// emit adds e to the society's event log.
+func (s *Society) emit(e Event) { s.events.emit(e) }

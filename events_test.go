@@ -1,0 +1,309 @@
+package agentsociety_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	as "agentsociety"
+	"agentsociety/internal/demo"
+	"agentsociety/llm"
+	"agentsociety/llm/llmtest"
+	"agentsociety/store/filestore"
+)
+
+// collect returns the events of s from seq from on, as Events yields them,
+// failing t on an error other than a MissedEventsError, which it returns.
+func collect(t testing.TB, s *as.Society, from uint64) ([]as.Event, *as.MissedEventsError) {
+	t.Helper()
+	var out []as.Event
+	var missed *as.MissedEventsError
+	for e, err := range s.Events(context.Background(), from) {
+		if err != nil {
+			if !errors.As(err, &missed) {
+				t.Fatalf("Events: %v", err)
+			}
+			continue
+		}
+		out = append(out, e)
+	}
+	return out, missed
+}
+
+// runQuickstart runs the quick start's requirement on the demo model and
+// returns the task and the artifact reference that reached user.
+func runQuickstart(t testing.TB, s *as.Society) (task string, reply as.Message) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	task, err := s.SubmitRequirement(ctx, demo.Requirement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reply, err = s.WaitForUserMessage(ctx, func(m as.Message) bool {
+		return m.TaskID == task && strings.Contains(m.Text(), as.ArtifactRefPrefix)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return task, reply
+}
+
+// TestEvents_Quickstart runs the quick start, then a few host actions
+// that the quick start does not make, and checks that the event stream has
+// every kind of event, numbered from 1 without gaps, in causal order: a
+// message is accepted before it is delivered, and handled after, and what
+// a turn does comes between its delivery and its end.
+func TestEvents_Quickstart(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{Model: demo.Model(), TaskBudget: as.Budget{ModelCalls: 100}})
+	task, _ := runQuickstart(t, s)
+	waitQuiet(t, s)
+	lead := s.Agents()[0]
+	for _, a := range s.Agents() {
+		if a.ParentID == as.RootID && a.TaskID == task {
+			lead = a
+		}
+	}
+	x := actorOf(t, s, lead.ID)
+	if err := x.SetState(ctx, "progress", "done", as.ScopeProject); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := x.SendText(ctx, "agent-404", "hello?"); !errors.Is(err, as.ErrAgentNotFound) {
+		t.Fatalf("a message to nobody: %v", err)
+	}
+	if err := s.Terminate(ctx, lead.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lead to end", func() bool { a, _ := s.Agent(lead.ID); return a.Status == as.StatusTerminated })
+	waitQuiet(t, s)
+
+	evs, missed := collect(t, s, 1)
+	if missed != nil {
+		t.Fatalf("events missed with the default retention: %v", missed)
+	}
+	kinds := map[as.EventKind]int{}
+	accepted, delivered, handled := map[string]uint64{}, map[string]uint64{}, map[string]uint64{}
+	for i, e := range evs {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("event %d has seq %d", i, e.Seq)
+		}
+		if e.Time.IsZero() || e.Kind == "" {
+			t.Fatalf("event %d has no time or kind: %+v", e.Seq, e)
+		}
+		kinds[e.Kind]++
+		switch e.Kind {
+		case as.EventMessageAccepted:
+			accepted[e.Message.ID] = e.Seq
+			if e.Turn != "" && (delivered[e.Turn] == 0 || handled[e.Turn] != 0) {
+				t.Errorf("message %s accepted in turn %s outside that turn", e.Message.ID, e.Turn)
+			}
+		case as.EventMessageDelivered:
+			if accepted[e.Message.ID] == 0 {
+				t.Errorf("message %s delivered (event %d) before it was accepted", e.Message.ID, e.Seq)
+			}
+			delivered[e.Turn] = e.Seq
+		case as.EventMessageHandled:
+			if delivered[e.Turn] == 0 {
+				t.Errorf("message %s handled before it was delivered", e.Turn)
+			}
+			handled[e.Turn] = e.Seq
+		case as.EventModelCallStarted, as.EventModelCallFinished, as.EventToolCalled, as.EventThought:
+			if e.Turn == "" || delivered[e.Turn] == 0 || handled[e.Turn] != 0 {
+				t.Errorf("%s (event %d) of turn %q outside that turn", e.Kind, e.Seq, e.Turn)
+			}
+			if e.Kind == as.EventModelCallFinished && (e.Usage == nil || e.Duration <= 0) {
+				t.Errorf("model call finished without usage or duration: %+v", e)
+			}
+		}
+	}
+	for _, k := range []as.EventKind{
+		as.EventTaskSubmitted, as.EventRoleCreated, as.EventAgentSpawned,
+		as.EventMessageAccepted, as.EventMessageDelivered, as.EventMessageHandled, as.EventRefused,
+		as.EventModelCallStarted, as.EventModelCallFinished, as.EventThought, as.EventToolCalled,
+		as.EventArtifactStored, as.EventRequestOpened, as.EventRequestSettled, as.EventStateSet,
+		as.EventAgentTerminated,
+	} {
+		if kinds[k] == 0 {
+			t.Errorf("no %s event in %d events: %v", k, len(evs), kinds)
+		}
+	}
+	if got := s.LastEvent(); got != uint64(len(evs)) {
+		t.Errorf("LastEvent = %d, want %d", got, len(evs))
+	}
+	// From the middle.
+	tail, _ := collect(t, s, uint64(len(evs)-4))
+	if len(tail) != 5 || tail[0].Seq != uint64(len(evs)-4) {
+		t.Errorf("Events from %d returned %d events starting at %d", len(evs)-4, len(tail), tail[0].Seq)
+	}
+}
+
+// TestEvents_Governance checks that running out of budget and the loop
+// guard are events too.
+func TestEvents_Governance(t *testing.T) {
+	ctx := context.Background()
+	model := llmtest.New(llmtest.Rule{Name: "loop", Reply: func(req *llm.Request) (*llm.Response, error) {
+		return call("c", "console_print", `{"text":"again"}`), nil
+	}})
+	s := newSociety(t, as.Config{Model: model, TaskBudget: as.Budget{ModelCalls: 3}})
+	if _, err := s.SubmitRequirement(ctx, "go"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "a budget_exhausted event", func() bool { return hasEvent(t, s, as.EventBudgetExhausted) })
+	if !hasEvent(t, s, as.EventConsole) {
+		t.Error("no console event")
+	}
+}
+
+// hasEvent reports whether s has an event of kind k.
+func hasEvent(t testing.TB, s *as.Society, k as.EventKind) bool {
+	evs, _ := collect(t, s, 1)
+	for _, e := range evs {
+		if e.Kind == k {
+			return true
+		}
+	}
+	return false
+}
+
+// TestEvents_Retention checks that only the newest events are kept, that
+// reading from older ones reports what was missed and goes on from the
+// oldest kept, and that a reader that stops reading holds nothing up: when
+// it reads again it is told how many events it missed.
+func TestEvents_Retention(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{EventRetention: 20})
+	lead, _ := hostLead(t, s, "task-r", "worker")
+	send := func(n int) {
+		for i := range n {
+			if _, err := lead.SendText(ctx, as.UserID, fmt.Sprint("note ", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	send(30)
+	waitQuiet(t, s)
+	last := s.LastEvent()
+	evs, missed := collect(t, s, 1)
+	if missed == nil || missed.From != 1 || missed.Oldest != last-19 || missed.Missed() != last-20 {
+		t.Fatalf("reading from 1 of %d events with retention 20: missed = %+v", last, missed)
+	}
+	if !errors.Is(missed, as.ErrEventsMissed) {
+		t.Error("a MissedEventsError is not ErrEventsMissed")
+	}
+	if len(evs) != 20 || evs[0].Seq != last-19 || evs[19].Seq != last {
+		t.Fatalf("got %d events from %d; want the 20 newest", len(evs), evs[0].Seq)
+	}
+
+	// A watcher that stops reading: the society goes on.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	next, stop := pull(s.WatchEvents(wctx, last+1))
+	defer stop()
+	send(1)
+	e, err, ok := next()
+	if !ok || err != nil || e.Seq != last+1 {
+		t.Fatalf("watching: %+v, %v, %v; want event %d", e, err, ok, last+1)
+	}
+	send(40) // the watcher reads nothing meanwhile: it can hold no more than the 20 kept
+	waitQuiet(t, s)
+	seen := e.Seq
+	for e, err, _ = next(); err == nil; e, err, _ = next() {
+		if e.Seq != seen+1 {
+			t.Fatalf("watching: event %d after %d", e.Seq, seen)
+		}
+		seen = e.Seq
+	}
+	if !errors.As(err, &missed) || missed.From != seen+1 || missed.Oldest != s.LastEvent()-19 {
+		t.Fatalf("a watcher that fell behind: %v; want events from %d missed, oldest %d", err, seen+1, s.LastEvent()-19)
+	}
+	e, err, _ = next()
+	if err != nil || e.Seq != missed.Oldest {
+		t.Fatalf("after the miss: %+v, %v; want event %d", e, err, missed.Oldest)
+	}
+	cancel()
+	for _, err, ok := next(); ok; _, err, ok = next() { // the watch ends with its ctx
+		_ = err
+	}
+}
+
+// pull turns an event iterator into a function returning the next event.
+func pull(seq func(func(as.Event, error) bool)) (next func() (as.Event, error, bool), stop func()) {
+	type item struct {
+		e   as.Event
+		err error
+	}
+	ch, done := make(chan item), make(chan struct{})
+	go func() {
+		defer close(ch)
+		seq(func(e as.Event, err error) bool {
+			select {
+			case ch <- item{e, err}:
+				return true
+			case <-done:
+				return false
+			}
+		})
+	}()
+	next = func() (as.Event, error, bool) {
+		it, ok := <-ch
+		return it.e, it.err, ok
+	}
+	return next, func() { close(done) }
+}
+
+// TestEvents_Off checks that a negative retention turns events off.
+func TestEvents_Off(t *testing.T) {
+	s := newSociety(t, as.Config{EventRetention: -1})
+	lead, _ := hostLead(t, s, "task-off", "worker")
+	if _, err := lead.SendText(context.Background(), as.UserID, "hi"); err != nil {
+		t.Fatal(err)
+	}
+	if evs, _ := collect(t, s, 1); len(evs) != 0 || s.LastEvent() != 0 {
+		t.Fatalf("events off, yet %d events (last %d)", len(evs), s.LastEvent())
+	}
+}
+
+// TestEvents_Restart checks that a society on the file store keeps its
+// events across a restart: the reopened society numbers on from the last,
+// and reading from any sequence number resumes exactly there.
+func TestEvents_Restart(t *testing.T) {
+	dir := t.TempDir()
+	s, st := openFS(t, dir, filestore.SyncEveryRecord, as.Config{Model: demo.Model()})
+	runQuickstart(t, s)
+	waitQuiet(t, s)
+	before, _ := collect(t, s, 1)
+	closeFS(t, s, st)
+
+	s, st = openFS(t, dir, filestore.SyncEveryRecord, as.Config{Model: demo.Model()})
+	defer closeFS(t, s, st)
+	if got := s.LastEvent(); got != uint64(len(before)) {
+		t.Fatalf("LastEvent after reopening = %d, want %d", got, len(before))
+	}
+	after, missed := collect(t, s, 1)
+	if missed != nil {
+		t.Fatalf("reopened: %v", missed)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("reopened: %d events, want %d", len(after), len(before))
+	}
+	for i := range before {
+		b, a := before[i], after[i]
+		if a.Seq != b.Seq || a.Kind != b.Kind || a.Agent != b.Agent || a.Turn != b.Turn || !a.Time.Equal(b.Time) {
+			t.Fatalf("event %d after reopening: %+v, before: %+v", i+1, a, b)
+		}
+	}
+	n := uint64(len(before)) - 7
+	from, _ := collect(t, s, n)
+	if len(from) != 8 || from[0].Seq != n {
+		t.Fatalf("reading from %d after reopening: %d events from %d", n, len(from), from[0].Seq)
+	}
+	runQuickstart(t, s)
+	waitQuiet(t, s)
+	more, _ := collect(t, s, uint64(len(before))+1)
+	if len(more) == 0 || more[0].Seq != uint64(len(before))+1 || more[0].Kind != as.EventTaskSubmitted {
+		t.Fatalf("the first event after reopening: %+v", more[0])
+	}
+}

@@ -1,0 +1,354 @@
+package filestore
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"agentsociety/store"
+)
+
+// The event log lives apart from the journal, in eventsName: segment files
+// of eventsPerSegment events each, named by the Seq of their first event,
+// one JSON line per event. Appends go to the newest segment; trimming
+// removes whole segments, so a store keeps up to one segment more than
+// asked. A crash may leave the newest segment's last line torn: opening
+// the log cuts it off. Event writes are synced as the journal's are (see
+// Options.Sync), and never wait for the journal or hold it up.
+const (
+	eventsName       = "events"
+	eventsPerSegment = 1024
+	segmentSuffix    = ".jsonl"
+)
+
+// eventLog is the store's event log; the zero value is unopened, and
+// opens on first use.
+type eventLog struct {
+	mu       sync.Mutex
+	opened   bool
+	segments []segment // oldest first
+	file     *os.File  // the newest segment, opened for appending; nil if none
+	line     []byte    // reused to build lines
+}
+
+// segment is one segment file: events first to last; last is first-1
+// while it is empty.
+type segment struct {
+	first, last uint64
+}
+
+func (sg segment) len() uint64 { return sg.last + 1 - sg.first }
+
+func segmentName(first uint64) string { return fmt.Sprintf("%020d%s", first, segmentSuffix) }
+
+// eventLine is one line of a segment.
+type eventLine struct {
+	Seq  uint64          `json:"seq"`
+	Data json.RawMessage `json:"data"`
+}
+
+// AppendEvents appends events to the log; see [store.EventLog].
+func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.closeMu.RUnlock()
+	l := &s.events
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := s.openEvents(); err != nil {
+		return err
+	}
+	for len(events) > 0 {
+		e := events[0]
+		n := len(l.segments)
+		if n > 0 && e.Seq <= l.segments[n-1].last {
+			return fmt.Errorf("filestore: event %d does not follow the last kept, %d", e.Seq, l.segments[n-1].last)
+		}
+		if n == 0 || l.segments[n-1].len() >= eventsPerSegment {
+			if err := s.newSegment(e.Seq); err != nil {
+				return err
+			}
+		} else if l.file == nil {
+			f, err := os.OpenFile(filepath.Join(s.dir, eventsName, segmentName(l.segments[n-1].first)), os.O_WRONLY|os.O_APPEND, fileMode)
+			if err != nil {
+				return fmt.Errorf("filestore: %w", err)
+			}
+			l.file = f
+		}
+		cur := &l.segments[len(l.segments)-1]
+		batch := events[:min(int(eventsPerSegment-cur.len()), len(events))]
+		l.line = l.line[:0]
+		for _, e := range batch {
+			line, err := json.Marshal(eventLine{e.Seq, e.Data})
+			if err != nil {
+				return fmt.Errorf("filestore: event %d: %w", e.Seq, err)
+			}
+			l.line = append(append(l.line, line...), '\n')
+		}
+		if _, err := l.file.Write(l.line); err != nil {
+			return fmt.Errorf("filestore: writing events: %w", err)
+		}
+		if s.opts.Sync == SyncEveryRecord {
+			if err := datasync(l.file); err != nil {
+				return fmt.Errorf("filestore: syncing events: %w", err)
+			}
+		}
+		cur.last = batch[len(batch)-1].Seq
+		events = events[len(batch):]
+	}
+	return nil
+}
+
+// newSegment starts a segment whose first event is first. Called with
+// s.events.mu held.
+func (s *Store) newSegment(first uint64) error {
+	l := &s.events
+	dir := filepath.Join(s.dir, eventsName)
+	f, err := os.OpenFile(filepath.Join(dir, segmentName(first)), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, fileMode)
+	if err != nil {
+		return fmt.Errorf("filestore: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		f.Close()
+		return fmt.Errorf("filestore: %w", err)
+	}
+	if l.file != nil {
+		l.file.Close() // written and synced already
+	}
+	l.file = f
+	l.segments = append(l.segments, segment{first, first - 1})
+	return nil
+}
+
+// ReadEvents returns up to limit events from Seq from on; see
+// [store.EventLog].
+func (s *Store) ReadEvents(ctx context.Context, from uint64, limit int) ([]store.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.enter(); err != nil {
+		return nil, err
+	}
+	defer s.closeMu.RUnlock()
+	l := &s.events
+	l.mu.Lock()
+	if err := s.openEvents(); err != nil {
+		l.mu.Unlock()
+		return nil, err
+	}
+	segs := slices.Clone(l.segments)
+	l.mu.Unlock()
+	// Segments are only appended to and removed whole, and the lines up to
+	// a segment's last, as read under the lock, are complete.
+	var out []store.Event
+	for _, sg := range segs {
+		if len(out) >= limit {
+			break
+		}
+		if sg.last < from || sg.len() == 0 {
+			continue
+		}
+		evs, err := s.readSegment(sg, from, limit-len(out))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, evs...)
+	}
+	return out, nil
+}
+
+// readSegment returns up to limit events of sg from Seq from on.
+func (s *Store) readSegment(sg segment, from uint64, limit int) ([]store.Event, error) {
+	name := filepath.Join(s.dir, eventsName, segmentName(sg.first))
+	f, err := os.Open(name)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil // trimmed meanwhile
+	}
+	if err != nil {
+		return nil, fmt.Errorf("filestore: %w", err)
+	}
+	defer f.Close()
+	var out []store.Event
+	r := bufio.NewReader(f)
+	for len(out) < limit {
+		line, err := r.ReadBytes('\n')
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("filestore: reading %s: %w", name, err)
+		}
+		var e eventLine
+		if err := json.Unmarshal(line, &e); err != nil {
+			return nil, fmt.Errorf("filestore: %s: %w: %v", name, ErrCorrupt, err)
+		}
+		if e.Seq > sg.last {
+			break // written after the segment was listed
+		}
+		if e.Seq >= from {
+			out = append(out, store.Event{Seq: e.Seq, Data: e.Data})
+		}
+	}
+	return out, nil
+}
+
+// TrimEvents removes the segments whose events all come before before,
+// except the newest; see [store.EventLog].
+func (s *Store) TrimEvents(ctx context.Context, before uint64) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.enter(); err != nil {
+		return err
+	}
+	defer s.closeMu.RUnlock()
+	l := &s.events
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := s.openEvents(); err != nil {
+		return err
+	}
+	dir := filepath.Join(s.dir, eventsName)
+	n := 0
+	for n < len(l.segments)-1 && l.segments[n].last < before {
+		if err := os.Remove(filepath.Join(dir, segmentName(l.segments[n].first))); err != nil && !errors.Is(err, os.ErrNotExist) {
+			l.segments = l.segments[n:]
+			return fmt.Errorf("filestore: %w", err)
+		}
+		n++
+	}
+	l.segments = l.segments[n:]
+	return nil
+}
+
+// EventBounds returns the oldest and newest Seqs kept; see [store.EventLog].
+func (s *Store) EventBounds(ctx context.Context) (first, last uint64, err error) {
+	if err := ctx.Err(); err != nil {
+		return 0, 0, err
+	}
+	if err := s.enter(); err != nil {
+		return 0, 0, err
+	}
+	defer s.closeMu.RUnlock()
+	l := &s.events
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := s.openEvents(); err != nil {
+		return 0, 0, err
+	}
+	if len(l.segments) == 0 {
+		return 0, 0, nil
+	}
+	return l.segments[0].first, l.segments[len(l.segments)-1].last, nil
+}
+
+// openEvents lists the segments, once, and cuts a torn last line off the
+// newest. Called with s.events.mu held.
+func (s *Store) openEvents() error {
+	l := &s.events
+	if l.opened {
+		return nil
+	}
+	dir := filepath.Join(s.dir, eventsName)
+	if err := os.MkdirAll(dir, dirMode); err != nil {
+		return fmt.Errorf("filestore: %w", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("filestore: %w", err)
+	}
+	var firsts []uint64
+	for _, e := range entries {
+		num, ok := strings.CutSuffix(e.Name(), segmentSuffix)
+		if !ok {
+			continue
+		}
+		first, err := strconv.ParseUint(num, 10, 64)
+		if err != nil {
+			continue
+		}
+		firsts = append(firsts, first)
+	}
+	slices.Sort(firsts)
+	for i, first := range firsts {
+		last := firsts[min(i+1, len(firsts)-1)] - 1
+		if i == len(firsts)-1 {
+			if last, err = s.recoverSegment(filepath.Join(dir, segmentName(first))); err != nil {
+				return err
+			}
+			if last < first { // empty: appends go on in it
+				last = first - 1
+			}
+		}
+		l.segments = append(l.segments, segment{first, last})
+	}
+	if n := len(l.segments); n > 0 && l.segments[n-1].len() == 0 {
+		// A segment created just before a crash: the next append makes it again.
+		if err := os.Remove(filepath.Join(dir, segmentName(l.segments[n-1].first))); err != nil {
+			return fmt.Errorf("filestore: %w", err)
+		}
+		l.segments = l.segments[:n-1]
+	}
+	l.opened = true
+	return nil
+}
+
+// recoverSegment returns the Seq of the last whole line of the segment
+// file name, 0 if it has none, and cuts off a torn line after it.
+func (s *Store) recoverSegment(name string) (uint64, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return 0, fmt.Errorf("filestore: %w", err)
+	}
+	good, last := 0, uint64(0)
+	for off := 0; off < len(data); {
+		i := bytes.IndexByte(data[off:], '\n')
+		if i < 0 {
+			break
+		}
+		var e eventLine
+		if json.Unmarshal(data[off:off+i], &e) != nil {
+			break
+		}
+		off += i + 1
+		good, last = off, e.Seq
+	}
+	if good < len(data) {
+		if err := os.Truncate(name, int64(good)); err != nil {
+			return 0, fmt.Errorf("filestore: cutting a torn event off %s: %w", name, err)
+		}
+	}
+	return last, nil
+}
+
+// closeEvents closes the newest segment. Called by Close.
+func (s *Store) closeEvents() error {
+	l := &s.events
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.file == nil {
+		return nil
+	}
+	err := datasync(l.file)
+	if cerr := l.file.Close(); err == nil {
+		err = cerr
+	}
+	l.file = nil
+	return err
+}
+
+var _ store.EventLog = (*Store)(nil)
