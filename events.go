@@ -189,8 +189,10 @@ type eventLog struct {
 	next uint64  // the seq of the next event
 	// saved is the last seq the store has; unsaved events after it.
 	saved uint64
-	// wake is closed, and replaced, when an event is added.
-	wake chan struct{}
+	// wake is closed, and replaced, when an event is added while someone
+	// waits on it (watched).
+	wake    chan struct{}
+	watched bool
 
 	off   bool           // Config.EventRetention < 0: no events
 	store store.EventLog // nil when events are kept only in memory
@@ -231,10 +233,15 @@ func (l *eventLog) emit(e Event) {
 	} else {
 		l.ring[l.at(e.Seq)] = e
 	}
-	wake := l.wake
-	l.wake = make(chan struct{})
+	var wake chan struct{}
+	if l.watched {
+		wake = l.wake
+		l.wake, l.watched = make(chan struct{}), false
+	}
 	l.mu.Unlock()
-	close(wake)
+	if wake != nil {
+		close(wake)
+	}
 }
 
 // at returns the index in the ring of event seq.
@@ -257,6 +264,7 @@ func (l *eventLog) fromRing(from uint64, buf []Event) ([]Event, uint64, chan str
 	for seq := from; seq < l.next && len(buf) < cap(buf); seq++ {
 		buf = append(buf, l.ring[l.at(seq)])
 	}
+	l.watched = true
 	return buf, oldest, l.wake
 }
 
@@ -397,24 +405,33 @@ func (l *eventLog) writeBehind() {
 
 // unsaved returns, encoded for the store, up to n events the store does not
 // have yet, and marks them saved; lost counts the events the ring dropped
-// before they could be written. wake is closed at the next event.
+// before they could be written. wake is closed at the next event. The
+// events are encoded after l.mu is released, so that emit, which may run
+// under s.mu, never waits for the encoding.
 func (l *eventLog) unsaved(n int) (batch []store.Event, lost uint64, wake chan struct{}) {
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if oldest := l.oldest(); l.saved+1 < oldest {
 		lost = oldest - l.saved - 1
 		l.saved = oldest - 1
 	}
-	for seq := l.saved + 1; seq < l.next && len(batch) < n; seq++ {
-		e := &l.ring[l.at(seq)]
+	evs := make([]Event, 0, min(uint64(n), l.next-l.saved-1))
+	for seq := l.saved + 1; seq < l.next && len(evs) < n; seq++ {
+		evs = append(evs, l.ring[l.at(seq)])
+	}
+	l.saved += uint64(len(evs))
+	l.watched = true
+	wake = l.wake
+	l.mu.Unlock()
+	for i := range evs {
+		e := &evs[i]
+		seq := e.Seq
 		data, err := json.Marshal(e)
 		if err != nil { // the society checks what it puts in events; keep what encodes
 			data, _ = json.Marshal(Event{Seq: e.Seq, Time: e.Time, Kind: e.Kind, Task: e.Task, Agent: e.Agent, Turn: e.Turn, Detail: "the event did not encode: " + err.Error()})
 		}
 		batch = append(batch, store.Event{Seq: seq, Data: data})
 	}
-	l.saved += uint64(len(batch))
-	return batch, lost, l.wake
+	return batch, lost, wake
 }
 
 // save appends batch to the store and trims the store to the retention.
