@@ -231,8 +231,8 @@ func (s *Society) emitSend(p *pendingSend) {
 	if s.events.off {
 		return
 	}
-	m := p.msg
-	e := Event{Kind: EventMessageAccepted, Task: m.TaskID, Agent: m.From, Turn: p.cause, Target: m.To, Message: &m}
+	m := &p.msg // not changed once committed
+	e := Event{Kind: EventMessageAccepted, Task: m.TaskID, Agent: m.From, Turn: p.cause, Target: m.To, Message: m}
 	if r := p.request; r != nil {
 		e.Request = r.id
 		s.emit(e)
