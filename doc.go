@@ -102,6 +102,16 @@
 // watchdog reports a request left unanswered ([StatusStuck]) and a task
 // gone quiet without an answer ([StatusQuiet]).
 //
+// # Events
+//
+// Every fact the society logs is also an [Event], numbered in order:
+// [Society.Events] reads what is kept and [Society.WatchEvents] follows the
+// society live. Each event names the turn it happened in (the message being
+// handled), which links every turn to the turn that sent its message: the
+// subpackages that draw traces, diagrams and the inspector are built on it.
+// Config.EventRetention bounds what is kept; a store that implements
+// store.EventLog keeps it across restarts.
+//
 // # Contacts and introductions
 //
 // Every agent has a [ContactRegistry] entry list from birth: root knows user,
