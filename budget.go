@@ -631,15 +631,15 @@ func (s *Society) budgetLine(a *agent) string {
 		v    int64
 	}{{"model_calls", left.ModelCalls}, {"input_tokens", left.InputTokens}, {"output_tokens", left.OutputTokens}, {"spawns", left.Spawns}} {
 		if f.v >= 0 {
-			out = append(out, f.name+" "+coarse(f.v, ""))
+			out = append(out, f.name+" "+coarse(f.v, "", false))
 		}
 	}
 	if d := left.Deadline; !d.IsZero() {
 		minutes := int64(max(time.Until(d), 0) / time.Minute)
 		if minutes >= 60 {
-			out = append(out, "time_left "+coarse(minutes/60, "h"))
+			out = append(out, "time_left "+coarse(minutes/60, "h", minutes%60 != 0))
 		} else {
-			out = append(out, "time_left "+coarse(minutes, "m"))
+			out = append(out, "time_left "+coarse(minutes, "m", false))
 		}
 	}
 	return strings.Join(out, ", ")
@@ -647,14 +647,15 @@ func (s *Society) budgetLine(a *agent) string {
 
 // coarse writes v, with unit, rounded down to its first digit (7 stays 7;
 // 4,321 is 4000+), so that it changes about nine times for each tenfold
-// fall, not with every unit; "+" marks a figure that rounding cut.
-func coarse(v int64, unit string) string {
+// fall, not with every unit; "+" marks a figure that rounding cut, or
+// whose smaller units were cut already (cut).
+func coarse(v int64, unit string, cut bool) string {
 	step := int64(1)
 	for v/step >= 10 {
 		step *= 10
 	}
 	out := strconv.FormatInt(v/step*step, 10) + unit
-	if v%step != 0 {
+	if cut || v%step != 0 {
 		out += "+"
 	}
 	return out
