@@ -485,6 +485,9 @@ func (s *Society) addAgent(c *agent) {
 	s.added++
 	c.order = s.added
 	s.agents[c.info.ID] = c
+	if c.info.TaskID != "" {
+		s.taskAgents[c.info.TaskID]++
+	}
 	if c.spawnKey != "" {
 		s.spawnKeys[c.spawnKey] = c.info.ID
 	}

@@ -114,6 +114,7 @@ type ledger struct {
 	spent    counts
 	reserved counts // charged for calls in flight, not yet settled
 	told     bool   // the budget's running out was reported (since the society opened)
+	retiring bool   // a task's: queued to be forgotten, its task having ended (see prune.go)
 	// stopped are the agents whose model calls it refused since it was
 	// last raised, in the order refused: a raise wakes them (see wake).
 	stopped []halt

@@ -20,6 +20,8 @@ func (s *Society) Held() map[string]int {
 		"claims":    len(s.claims),
 		"contacts":  len(s.contacts.owners),
 		"retired":   len(s.retired),
+		"ledgers":   len(s.ledgers),
+		"taskKeys":  len(s.taskAgents),
 	}
 }
 

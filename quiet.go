@@ -64,10 +64,21 @@ func (s *Society) idler(task string) {
 		s.goFunc(func() { s.reportQuiet(task) })
 		return
 	}
+	if s.taskAgents[task] == 0 {
+		s.retireTask(task) // it may have ended (see prune.go)
+	}
 	// Nothing to watch while the task is quiet. Its entry is kept for the
 	// next message, so that a busy task does not make and drop one per
 	// message, unless the society holds many.
 	if len(s.tasks) > keptQuietTasks {
+		s.dropActivity(task, t)
+	}
+}
+
+// dropActivity forgets t, task's activity, which has nothing in flight.
+// Called with s.mu held.
+func (s *Society) dropActivity(task string, t *activity) {
+	if s.tasks[task] == t {
 		delete(s.tasks, task)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"agentsociety/store"
 )
@@ -53,6 +54,13 @@ func (s *Society) restore(ctx context.Context) error {
 	}
 	for _, r := range s.requests {
 		s.armTimeout(r) // a deadline that passed while the society was down fires at once
+	}
+	for key := range s.ledgers {
+		if task, ok := strings.CutPrefix(key, "task:"); ok && s.taskAgents[task] == 0 {
+			if t := s.tasks[task]; t == nil || t.busy == 0 {
+				s.retireTask(task) // ended before the restart (see prune.go)
+			}
+		}
 	}
 	return nil
 }

@@ -228,7 +228,11 @@ type Society struct {
 	agents    map[string]*agent
 	rootKids  map[string]string    // taskID -> root's child
 	tasks     map[string]*activity // the tasks busy or awaited (see quiet.go)
-	ledgers   map[string]*ledger   // by task (see budget.go)
+	ledgers   map[string]*ledger   // by task and by agent (see budget.go)
+	// taskAgents counts, for each task, the agents of it the society
+	// holds, ended or not: a task none is left of has ended, and its
+	// ledger is forgotten (see prune.go).
+	taskAgents map[string]int
 	loops     loops                // the loop guard's state (see loopguard.go)
 
 	roleTools sync.Map          // role name -> []llm.Tool, the tools its agents see (see toolsFor)
@@ -357,6 +361,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		tasks:      make(map[string]*activity),
 		loops:      newLoops(),
 		ledgers:    make(map[string]*ledger),
+		taskAgents: make(map[string]int),
 		spawnKeys:  make(map[string]string),
 		handoffs:   make(map[string]string),
 		requests:   make(map[string]*request),
