@@ -211,11 +211,20 @@ func (s *Society) reportStuck(r *request) {
 // still unanswered Config.StuckAfter after it was made.
 const StatusStuck = "stuck"
 
+// StatusStalled is the status of the report that tells user that a task
+// has had work in flight and no message of it handled for
+// Config.StuckAfter, and an agent's parent that the agent is one it waits
+// for (see Config.StuckAfter).
+const StatusStalled = "stalled"
+
 // stopTimeouts stops every request's timer. Called by Close with s.mu held,
 // after setting closed; a timer that already fired sees closed and returns.
 func (s *Society) stopTimeouts() {
 	for _, r := range s.requests {
 		s.stopTimer(r)
+	}
+	for _, t := range s.tasks {
+		s.stopStall(t)
 	}
 }
 

@@ -65,3 +65,11 @@ func (s *Society) Quiet() bool {
 	}
 	return true
 }
+
+// StallWatched reports whether the watchdog's timer of task is armed.
+func (s *Society) StallWatched(task string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tasks[task]
+	return t != nil && t.watch != nil
+}

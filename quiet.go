@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"time"
 	"unicode/utf8"
 )
 
@@ -34,6 +35,12 @@ type activity struct {
 	modelled bool              // a model-driven agent handled one of its messages
 	mute     map[string]string // agent id -> the words its last turn ended with, which reached nobody
 	stuck    bool              // it went quiet unanswered and was reported; until user writes again
+
+	// The watchdog's (see stall.go).
+	ticks   uint64      // deliveries of its messages begun
+	seen    uint64      // ticks when watch was armed
+	watch   *time.Timer // fires Config.StuckAfter after it was armed; nil when none is armed
+	stalled bool        // reported stalled; until a delivery of its messages begins
 }
 
 // activityOf returns task's activity, starting one. Called with s.mu held.
@@ -46,9 +53,15 @@ func (s *Society) activityOf(task string) *activity {
 	return t
 }
 
-// busier counts one more piece of task's work in flight. Called with s.mu
-// held.
-func (s *Society) busier(task string) { s.activityOf(task).busy++ }
+// busier counts one more piece of task's work in flight, and arms the
+// watchdog if it is not. Called with s.mu held.
+func (s *Society) busier(task string) {
+	t := s.activityOf(task)
+	t.busy++
+	if t.watch == nil {
+		s.armStall(task, t)
+	}
+}
 
 // idler counts one piece of task's work done and, if the task went quiet
 // awaited, starts the report to the user. Called with s.mu held.
@@ -75,9 +88,10 @@ func (s *Society) idler(task string) {
 	}
 }
 
-// dropActivity forgets t, task's activity, which has nothing in flight.
-// Called with s.mu held.
+// dropActivity forgets t, task's activity, which has nothing in flight,
+// and stops its watchdog. Called with s.mu held.
 func (s *Society) dropActivity(task string, t *activity) {
+	s.stopStall(t)
 	if s.tasks[task] == t {
 		delete(s.tasks, task)
 	}
