@@ -28,8 +28,8 @@ import (
 // task's budget runs out, its agents make no more model calls: each turn
 // that needs one ends with ErrBudgetExhausted, and user is told once, by
 // root, with a status_report of status "budget_exhausted" saying what ran
-// out and what was spent. Society.SetBudget raises a budget; the agents go
-// on with the next message they are sent.
+// out and what was spent. Society.SetBudget and Society.SetAgentBudget
+// raise a budget; the agents it stopped go on by themselves.
 //
 // A limited budget and its spending are recorded in the store, with each
 // call, and survive a restart; a task without one is only counted in
@@ -468,7 +468,7 @@ func (s *Society) tellExhausted(key, what string, spent counts) {
 	text := subject + " ran out of its budget (" + what + ") and makes no more model calls. Spent: " +
 		itoa(int(spent.ModelCalls)) + " model calls, " + itoa(int(spent.InputTokens)) + " input tokens, " + itoa(int(spent.OutputTokens)) + " output tokens."
 	if kind == "task" {
-		text += " Raise the budget with SetBudget and send the lead a message to go on."
+		text += " Raise the budget with SetBudget: the agents it stopped go on by themselves."
 	}
 	s.log.LogAttrs(ctx, slog.LevelWarn, "budget exhausted", slog.String("budget", key), slog.String("what", what))
 	s.emit(Event{Kind: EventBudgetExhausted, Task: task, Agent: from.info.ID, Name: key, Detail: what})

@@ -49,6 +49,7 @@ func (s *Society) restore(ctx context.Context) error {
 	s.settleRequestsTo(ctx, ended)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.watchRestored()
 	for _, a := range waiting {
 		s.goFunc(func() { s.drain(a) })
 	}
@@ -123,7 +124,7 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 		}
 	}
 	for _, e := range st.States {
-		if !s.restoreLedger(e) {
+		if !s.restoreLedger(e) && !s.restoreStuck(e) && !s.restoreAwaiting(e) {
 			s.putState(stateFromRecord(e))
 		}
 	}
