@@ -117,6 +117,7 @@ func (s *Society) checkStall(task string, t *activity) {
 	s.mu.Unlock()
 	ctx := s.runCtx
 	s.log.LogAttrs(ctx, slog.LevelWarn, "task stalled", slog.String("task", task), slog.Int("agents", len(waiting)))
+	s.emit(Event{Kind: EventTaskStalled, Task: task, Agent: RootID, Count: len(waiting), Detail: reports[len(reports)-1].text})
 	for _, r := range reports {
 		if _, err := s.sendOwn(ctx, &Actor{s: s, a: r.from, taskID: task}, Outgoing{To: r.to, Type: StatusReport, Payload: StatusReportPayload{Status: StatusStalled, Text: r.text}}); err != nil && !errors.Is(err, ErrClosed) {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "reporting a stalled task failed", slog.String("task", task), slog.String("to", r.to), slog.String("err", err.Error()))

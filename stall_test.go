@@ -43,6 +43,15 @@ func TestWatchdog_StalledTask(t *testing.T) {
 	if err := m.Decode(&p); err != nil || m.From != worker.ID() || p.Status != as.StatusStalled || !strings.Contains(p.Text, "1 messages queued") {
 		t.Fatalf("the parent got %+v (%s)", m, m.Payload)
 	}
+	var stalls int
+	for e, err := range s.Events(ctx, 0) {
+		if err == nil && e.Kind == as.EventTaskStalled && e.Task == "t" && e.Count == 1 {
+			stalls++
+		}
+	}
+	if stalls != 1 {
+		t.Errorf("%d task_stalled events, want 1", stalls)
+	}
 	waitFor(t, "the watchdog to stop looking", func() bool { return !s.StallWatched("t") })
 	close(release)
 	waitQuiet(t, s)
