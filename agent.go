@@ -295,7 +295,7 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 			return nil, nil
 		}
 		if spec.Budget != nil {
-			if e := s.checkShare(x.a, x.taskID, *spec.Budget); e != nil {
+			if e := s.checkShare(x.a, x.taskID, *spec.Budget, counts{}, ""); e != nil {
 				return nil, e
 			}
 		}
@@ -320,7 +320,7 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 			},
 		}
 		if spec.Budget != nil {
-			ch.record.States = []store.StateEntry{ledgerEntry("agent:"+c.info.ID, *spec.Budget, Usage{})}
+			ch.record.States = []store.StateEntry{ledgerEntry("agent:"+c.info.ID, *spec.Budget, counts{})}
 		}
 		if e := s.chargeSpawn(ch, x.a, x.taskID); e != nil {
 			return nil, e
@@ -485,6 +485,9 @@ func (s *Society) addAgent(c *agent) {
 	s.added++
 	c.order = s.added
 	s.agents[c.info.ID] = c
+	if c.info.TaskID != "" {
+		s.taskAgents[c.info.TaskID]++
+	}
 	if c.spawnKey != "" {
 		s.spawnKeys[c.spawnKey] = c.info.ID
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,8 +28,8 @@ import (
 // task's budget runs out, its agents make no more model calls: each turn
 // that needs one ends with ErrBudgetExhausted, and user is told once, by
 // root, with a status_report of status "budget_exhausted" saying what ran
-// out and what was spent. Society.SetBudget raises a budget; the agents go
-// on with the next message they are sent.
+// out and what was spent. Society.SetBudget and Society.SetAgentBudget
+// raise a budget; the agents it stopped go on by themselves.
 //
 // A limited budget and its spending are recorded in the store, with each
 // call, and survive a restart; a task without one is only counted in
@@ -44,13 +46,34 @@ type Budget struct {
 	Deadline time.Time `json:"deadline,omitzero"`
 }
 
-// Usage is what a task has spent on the model, with its budget.
+// Usage is what a task, or an agent and its descendants, spent on the
+// model, with its budget and what is left.
 type Usage struct {
 	InputTokens  int64 `json:"input_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
 	ModelCalls   int64 `json:"model_calls"`
 	Spawns       int64 `json:"spawns"`
-	Budget       Budget
+	// Budget is the budget of its own: the task's, or the agent's share
+	// (zero for an agent that draws on its parent's).
+	Budget Budget
+	// Left is what may still be spent, each field the least that any
+	// budget it draws on has left (-1 when none limits it), and the
+	// earliest deadline: for an agent without a share of its own, what
+	// its nearest ancestor with one, or its task, has left.
+	Left Budget
+}
+
+// counts is what a ledger counts: what was spent, or what is reserved for
+// calls in flight.
+type counts struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+	ModelCalls   int64 `json:"model_calls"`
+	Spawns       int64 `json:"spawns"`
+}
+
+func (c counts) usage() Usage {
+	return Usage{InputTokens: c.InputTokens, OutputTokens: c.OutputTokens, ModelCalls: c.ModelCalls, Spawns: c.Spawns}
 }
 
 // errTold marks a refusal of a model call whose budget's running out was
@@ -82,15 +105,23 @@ func (b Budget) check() *Error {
 	return nil
 }
 
-// ledger is the budget and spending of a task, or of an agent given a
-// budget of its own (a share of its parent's). Guarded by s.mu.
+// ledger is the budget and spending of a task, or of an agent and its
+// descendants: a share of its parent's budget, or, with a zero budget,
+// only what it spent, counted in memory. Guarded by s.mu.
 type ledger struct {
 	key      string // "task:<id>" or "agent:<id>"
 	budget   Budget
-	spent    Usage // Budget unused
-	reserved Usage // charged for calls in flight, not yet settled
-	told     bool  // the budget's running out was reported (since the society opened)
+	spent    counts
+	reserved counts // charged for calls in flight, not yet settled
+	told     bool   // the budget's running out was reported (since the society opened)
+	retiring bool   // a task's: queued to be forgotten, its task having ended (see prune.go)
+	// stopped are the agents whose model calls it refused since it was
+	// last raised, in the order refused: a raise wakes them (see wake).
+	stopped []halt
 }
+
+// halt is an agent whose model call a ledger refused, on a task.
+type halt struct{ agent, task string }
 
 // exhausted names what of l's budget ran out, counting what is reserved,
 // or "".
@@ -140,11 +171,11 @@ const (
 // ledgerRecord is a ledger as the store keeps it.
 type ledgerRecord struct {
 	Budget Budget `json:"budget"`
-	Spent  Usage  `json:"spent"`
+	Spent  counts `json:"spent"`
 }
 
-func ledgerEntry(key string, budget Budget, spent Usage) store.StateEntry {
-	v, _ := json.Marshal(ledgerRecord{Budget: budget, Spent: Usage{InputTokens: spent.InputTokens, OutputTokens: spent.OutputTokens, ModelCalls: spent.ModelCalls, Spawns: spent.Spawns}})
+func ledgerEntry(key string, budget Budget, spent counts) store.StateEntry {
+	v, _ := json.Marshal(ledgerRecord{Budget: budget, Spent: spent})
 	return store.StateEntry{Scope: budgetScope + key, Key: budgetKey, Value: v, Writer: RootID, UpdatedAt: time.Now()}
 }
 
@@ -162,30 +193,57 @@ func (s *Society) restoreLedger(e store.StateEntry) bool {
 	return true
 }
 
-// ledgerOf returns task's ledger, starting one with the default budget.
-// Called with s.mu held.
-func (s *Society) ledgerOf(task string) *ledger {
+// taskLedger returns task's ledger: the one the society keeps or, when it
+// keeps none, a new one with the default budget that it does not keep
+// (see keep). It changes nothing, so that a check may call it. Called
+// with s.mu held.
+func (s *Society) taskLedger(task string) *ledger {
 	key := "task:" + task
-	l := s.ledgers[key]
-	if l == nil {
-		l = &ledger{key: key, budget: s.cfg.TaskBudget}
-		s.ledgers[key] = l
+	if l := s.ledgers[key]; l != nil {
+		return l
 	}
+	return &ledger{key: key, budget: s.cfg.TaskBudget}
+}
+
+// keep returns the ledger the society keeps under l's key, keeping l when
+// it keeps none. Called with s.mu held, by a commit or by charge: never by
+// a check.
+func (s *Society) keep(l *ledger) *ledger {
+	if k := s.ledgers[l.key]; k != nil {
+		return k
+	}
+	s.ledgers[l.key] = l
 	return l
 }
 
 // ledgersOf returns the ledgers a call by a on task is charged to: the
-// task's, then a's own and each of its ancestors' that have one. Called
-// with s.mu held.
+// task's, then a's own and each of its ancestors' that the society keeps.
+// It keeps none that it does not (see taskLedger). Called with s.mu held.
 func (s *Society) ledgersOf(a *agent, task string) []*ledger {
 	var path []*ledger
 	if task != "" { // a message outside any task is charged to no task
-		path = append(path, s.ledgerOf(task))
+		path = append(path, s.taskLedger(task))
 	}
 	for x := a; x != nil && x.info.ID != RootID; x = s.agents[x.info.ParentID] {
 		if l := s.ledgers["agent:"+x.info.ID]; l != nil {
 			path = append(path, l)
 		}
+	}
+	return path
+}
+
+// charged returns the ledgers a call or a spawn by a on task is charged
+// to, as ledgersOf does, keeping one for the task and for a and each of
+// its ancestors that had none, so that each agent's spending is counted
+// (see Society.AgentUsage). Called with s.mu held, by a commit or by
+// charge: never by a check.
+func (s *Society) charged(a *agent, task string) []*ledger {
+	var path []*ledger
+	if task != "" {
+		path = append(path, s.keep(s.taskLedger(task)))
+	}
+	for x := a; x != nil && x.info.ID != RootID && x.info.ID != UserID; x = s.agents[x.info.ParentID] {
+		path = append(path, s.keep(&ledger{key: "agent:" + x.info.ID}))
 	}
 	return path
 }
@@ -214,9 +272,12 @@ func (s *Society) remaining(a *agent, task string) Budget {
 	return out
 }
 
-// checkShare refuses a child's budget that is negative, or larger in a
-// field than what its parent has left there. Called with s.mu held.
-func (s *Society) checkShare(parent *agent, task string, b Budget) *Error {
+// checkShare refuses a child's budget that is negative, or that leaves the
+// child more to spend in a field than its parent has left there: spent is
+// what the child spent already (nothing, for a spawn). by is the parent's
+// id when the host sets the share, "" when the parent asks. Called with
+// s.mu held.
+func (s *Society) checkShare(parent *agent, task string, b Budget, spent counts, by string) *Error {
 	if err := b.check(); err != nil {
 		return err
 	}
@@ -225,23 +286,28 @@ func (s *Society) checkShare(parent *agent, task string, b Budget) *Error {
 	// refused.
 	left := s.remaining(parent, task)
 	var over []string
-	if left.ModelCalls >= 0 && b.ModelCalls > left.ModelCalls {
-		over = append(over, "model_calls")
-	}
-	if left.InputTokens >= 0 && b.InputTokens > left.InputTokens {
-		over = append(over, "input_tokens")
-	}
-	if left.OutputTokens >= 0 && b.OutputTokens > left.OutputTokens {
-		over = append(over, "output_tokens")
-	}
-	if left.Spawns >= 0 && b.Spawns > left.Spawns {
-		over = append(over, "spawns")
+	for _, f := range []struct {
+		name                string
+		share, spent, avail int64
+	}{
+		{"model_calls", b.ModelCalls, spent.ModelCalls, left.ModelCalls},
+		{"input_tokens", b.InputTokens, spent.InputTokens, left.InputTokens},
+		{"output_tokens", b.OutputTokens, spent.OutputTokens, left.OutputTokens},
+		{"spawns", b.Spawns, spent.Spawns, left.Spawns},
+	} {
+		if f.avail >= 0 && f.share-f.spent > f.avail {
+			over = append(over, f.name)
+		}
 	}
 	if d := left.Deadline; !d.IsZero() && b.Deadline.After(d) {
 		over = append(over, "deadline")
 	}
 	if len(over) == 0 {
 		return nil
+	}
+	if by != "" {
+		return &Error{Code: ErrBudgetTooLarge, MissingFields: over, AgentID: by, Message: "the budget leaves more to spend than " + by + ", the parent, has left (" +
+			strings.Join(over, ", ") + "); it has left: " + leftText(left)}
 	}
 	return &Error{Code: ErrBudgetTooLarge, MissingFields: over, Message: "the budget asks for more than you have left (" + strings.Join(over, ", ") +
 		"); you have left: " + leftText(left) + ". Ask for less, or leave the field out to share yours."}
@@ -286,11 +352,14 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 		s.mu.Unlock()
 		return nil, errClosed()
 	}
-	path := s.ledgersOf(a, task)
+	path := s.charged(a, task)
 	for _, l := range path {
 		if what := l.exhausted(); what != "" {
 			tell := !l.told
 			l.told = true
+			if h := (halt{a.info.ID, task}); !slices.Contains(l.stopped, h) {
+				l.stopped = append(l.stopped, h) // woken when l is raised
+			}
 			spent := l.spent
 			s.mu.Unlock()
 			if tell {
@@ -304,30 +373,33 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 		l.reserved.InputTokens += estimate
 	}
 	s.mu.Unlock()
+	release := func(l *ledger) {
+		l.reserved.ModelCalls--
+		l.reserved.InputTokens -= estimate
+	}
 	return func(resp *llm.Response) {
 		if resp == nil { // the call failed: nothing to charge
 			s.mu.Lock()
 			for _, l := range path {
-				l.reserved.ModelCalls--
-				l.reserved.InputTokens -= estimate
+				release(l)
 			}
 			s.mu.Unlock()
 			return
 		}
-		in, out := estimate, int64(0)
-		if resp != nil && resp.Usage.InputTokens > 0 {
+		in, out := estimate, int64(resp.Usage.OutputTokens)
+		if resp.Usage.InputTokens > 0 {
 			in = int64(resp.Usage.InputTokens)
 		}
-		if resp != nil {
-			out = int64(resp.Usage.OutputTokens)
+		add := func(c counts) counts {
+			c.ModelCalls++
+			c.InputTokens += in
+			c.OutputTokens += out
+			return c
 		}
 		// Each ledger's reservation holds until its spending replaces it.
 		spend := func(l *ledger) {
-			l.reserved.ModelCalls--
-			l.reserved.InputTokens -= estimate
-			l.spent.ModelCalls++
-			l.spent.InputTokens += in
-			l.spent.OutputTokens += out
+			release(l)
+			l.spent = add(l.spent)
 		}
 		var limited []*ledger
 		s.mu.Lock()
@@ -351,20 +423,15 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 				}
 			}}
 			for _, l := range limited {
-				next := l.spent
-				next.ModelCalls++
-				next.InputTokens += in
-				next.OutputTokens += out
 				c.claims = append(c.claims, claimState(budgetScope+l.key, budgetKey))
-				c.record.States = append(c.record.States, ledgerEntry(l.key, l.budget, next))
+				c.record.States = append(c.record.States, ledgerEntry(l.key, l.budget, add(l.spent)))
 			}
 			return c, nil
 		})
 		if err != nil {
 			s.mu.Lock()
 			for _, l := range limited {
-				l.reserved.ModelCalls--
-				l.reserved.InputTokens -= estimate
+				release(l)
 			}
 			s.mu.Unlock()
 			if !errors.Is(err, ErrClosed) {
@@ -377,7 +444,7 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 // tellExhausted tells, once, that the budget of ledger key ran out: user
 // for a task's; for an agent's, its parent (user, for a lead), from the
 // agent.
-func (s *Society) tellExhausted(key, what string, spent Usage) {
+func (s *Society) tellExhausted(key, what string, spent counts) {
 	ctx := s.runCtx
 	kind, id, _ := strings.Cut(key, ":")
 	s.mu.Lock()
@@ -401,7 +468,7 @@ func (s *Society) tellExhausted(key, what string, spent Usage) {
 	text := subject + " ran out of its budget (" + what + ") and makes no more model calls. Spent: " +
 		itoa(int(spent.ModelCalls)) + " model calls, " + itoa(int(spent.InputTokens)) + " input tokens, " + itoa(int(spent.OutputTokens)) + " output tokens."
 	if kind == "task" {
-		text += " Raise the budget with SetBudget and send the lead a message to go on."
+		text += " Raise the budget with SetBudget: the agents it stopped go on by themselves."
 	}
 	s.log.LogAttrs(ctx, slog.LevelWarn, "budget exhausted", slog.String("budget", key), slog.String("what", what))
 	s.emit(Event{Kind: EventBudgetExhausted, Task: task, Agent: from.info.ID, Name: key, Detail: what})
@@ -410,54 +477,150 @@ func (s *Society) tellExhausted(key, what string, spent Usage) {
 	}
 }
 
-// Usage returns what task has spent on the model, and its budget. ok is
-// false for a task that has made no model call and has no budget of its
-// own.
-func (s *Society) Usage(taskID string) (u Usage, ok bool) { return s.usage("task:" + taskID) }
-
-// AgentUsage returns what agent id and its descendants have spent on the
-// model since it was given a budget of its own (see SpawnSpec.Budget), and
-// that budget. ok is false for an agent without one.
-func (s *Society) AgentUsage(id string) (u Usage, ok bool) { return s.usage("agent:" + id) }
-
-func (s *Society) usage(key string) (u Usage, ok bool) {
+// Usage returns what task has spent on the model, its budget and what is
+// left. ok is false for a task that has made no model call or spawn and
+// has no budget of its own.
+func (s *Society) Usage(taskID string) (u Usage, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	l := s.ledgers[key]
-	if l == nil {
-		if strings.HasPrefix(key, "task:") {
-			return Usage{Budget: s.cfg.TaskBudget}, false
-		}
+	l := s.taskLedger(taskID)
+	u = l.spent.usage()
+	u.Budget, u.Left = l.budget, l.left()
+	return u, s.ledgers[l.key] == l
+}
+
+// AgentUsage returns what agent id and its descendants have spent on the
+// model and in spawns, its budget and what it may still spend. Its budget
+// is its share, if it was given one (see SpawnSpec.Budget and
+// SetAgentBudget), and zero if it draws on its parent's; Left is what the
+// budgets it draws on have left, its own and its ancestors' and its
+// task's. An agent with a share has its spending counted from when it got
+// it, and recorded in the store; one without counts it in memory, from
+// when the society opened. ok is false for root, user and an agent the
+// society does not have.
+func (s *Society) AgentUsage(id string) (u Usage, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.agents[id]
+	if a == nil || id == RootID || id == UserID {
 		return Usage{}, false
 	}
-	u = l.spent
-	u.Budget = l.budget
+	if l := s.ledgers["agent:"+id]; l != nil {
+		u = l.spent.usage()
+		u.Budget = l.budget
+	}
+	u.Left = s.remaining(a, a.info.TaskID)
 	return u, true
 }
 
-// SetBudget sets task's budget, raising or lowering it; a task whose budget
-// ran out and is raised makes model calls again from the next message its
-// agents are sent. A negative field is refused with ErrInvalidArgument.
+// SetBudget sets task's budget, raising or lowering it. A negative field
+// is refused with ErrInvalidArgument. When the budget had run out and the
+// new one has not, the agents whose model calls it refused go on by
+// themselves: each is sent a short note from its parent (from user, for
+// root) saying that the budget was raised, and takes up its work where it
+// stopped.
 func (s *Society) SetBudget(ctx context.Context, taskID string, b Budget) error {
+	return s.setBudget(ctx, "task:"+taskID, b, nil)
+}
+
+// SetAgentBudget sets agent id's share of its parent's budget, raising or
+// lowering it, or gives it one when it had none, as SpawnSpec.Budget does
+// at a spawn: id and its descendants may spend no more than b, counting
+// what they spent already. A share that leaves id more to spend in a field
+// than its parent has left there (or a later deadline) is refused with
+// ErrBudgetTooLarge, naming the fields; a negative field with
+// ErrInvalidArgument; root, user and an agent that ended with ErrForbidden
+// or ErrAgentNotFound. Agents stopped by the share's running out go on as
+// with SetBudget.
+func (s *Society) SetAgentBudget(ctx context.Context, id string, b Budget) error {
+	return s.setBudget(ctx, "agent:"+id, b, func(spent counts) *Error {
+		a := s.agents[id]
+		switch {
+		case id == RootID || id == UserID:
+			return &Error{Code: ErrForbidden, Message: id + " has no budget of its own: set the task's with SetBudget", AgentID: id}
+		case a == nil || a.info.Status == StatusTerminated:
+			return &Error{Code: ErrAgentNotFound, Message: "no agent " + strconvQuote(id), AgentID: id}
+		}
+		parent := s.agents[a.info.ParentID]
+		if parent == nil {
+			return &Error{Code: ErrAgentNotFound, Message: id + "'s parent is gone", AgentID: id}
+		}
+		return s.checkShare(parent, a.info.TaskID, b, spent, parent.info.ID)
+	})
+}
+
+// setBudget sets the budget of ledger key to b, after check, if given,
+// passes it with what the ledger spent, and wakes the agents its running
+// out stopped, if it is not run out any more.
+func (s *Society) setBudget(ctx context.Context, key string, b Budget, check func(spent counts) *Error) error {
 	if err := b.check(); err != nil {
 		return s.refuse("set_budget", UserID, err)
 	}
+	var woken []halt
 	if err := s.apply(ctx, func() (*change, *Error) {
-		l := s.ledgerOf(taskID)
+		woken = nil
+		var spent counts
+		if l := s.ledgers[key]; l != nil {
+			spent = l.spent
+		}
+		if check != nil {
+			if e := check(spent); e != nil {
+				return nil, e
+			}
+		}
 		return &change{
-			claims: []string{claimState(budgetScope+l.key, budgetKey)},
-			record: store.Change{States: []store.StateEntry{ledgerEntry(l.key, b, l.spent)}},
-			commit: func() { l.budget, l.told = b, false },
+			claims: []string{claimState(budgetScope+key, budgetKey)},
+			record: store.Change{States: []store.StateEntry{ledgerEntry(key, b, spent)}},
+			commit: func() {
+				l := s.keep(&ledger{key: key})
+				l.budget, l.told = b, false
+				if l.exhausted() == "" {
+					woken, l.stopped = l.stopped, nil
+				}
+			},
 		}, nil
 	}); err != nil {
 		return s.refuse("set_budget", UserID, err)
 	}
+	s.wake(ctx, woken)
 	return nil
 }
 
+// wake sends each agent stopped by a budget that was raised a note that it
+// was (Strings.BudgetRaised), on the task it stopped in, from its parent,
+// or from user for root, so that it goes on with its work without anyone
+// else writing to it. The note is a general message whose payload also
+// carries "budget_raised": true, for Go behaviours.
+func (s *Society) wake(ctx context.Context, stopped []halt) {
+	payload := map[string]any{"text": s.lang.Strings.BudgetRaised, "budget_raised": true}
+	for _, h := range stopped {
+		id := h.agent
+		s.mu.Lock()
+		a := s.agents[id]
+		var from *agent
+		if a != nil && a.info.Status == StatusActive {
+			from = s.agents[a.info.ParentID]
+			if id == RootID {
+				from = s.user.self
+			}
+		}
+		s.mu.Unlock()
+		if from == nil {
+			continue
+		}
+		if _, err := s.sendOwn(ctx, &Actor{s: s, a: from, taskID: h.task}, Outgoing{To: id, Payload: payload}); err != nil && !errors.Is(err, ErrClosed) {
+			s.log.LogAttrs(ctx, slog.LevelWarn, "waking an agent after a raise failed", slog.String("agent", id), slog.String("err", err.Error()))
+		}
+	}
+}
+
 // budgetLine says, for a's system prompt, what a may still spend on its
-// task, in the fields something limits; "" when nothing does. Called with
-// s.mu held.
+// task, in the fields something limits; "" when nothing does. Each figure
+// is rounded down to its first digit, and the time left to the hour or to
+// its first digit of minutes, marked "+" when rounding cut something (see
+// coarse): the line, and with it the system prompt that a provider may
+// cache, changes only when what is left falls to the next step, not with
+// each call. Called with s.mu held.
 func (s *Society) budgetLine(a *agent) string {
 	if a.info.TaskID == "" {
 		return ""
@@ -469,15 +632,34 @@ func (s *Society) budgetLine(a *agent) string {
 		v    int64
 	}{{"model_calls", left.ModelCalls}, {"input_tokens", left.InputTokens}, {"output_tokens", left.OutputTokens}, {"spawns", left.Spawns}} {
 		if f.v >= 0 {
-			out = append(out, f.name+" "+itoa(int(f.v)))
+			out = append(out, f.name+" "+coarse(f.v, "", false))
 		}
 	}
 	if d := left.Deadline; !d.IsZero() {
-		// In whole minutes, so that the prompt (and a provider's cache of
-		// it) does not change with every second.
-		out = append(out, "time_left "+max(time.Until(d), 0).Truncate(time.Minute).String())
+		minutes := int64(max(time.Until(d), 0) / time.Minute)
+		if minutes >= 60 {
+			out = append(out, "time_left "+coarse(minutes/60, "h", minutes%60 != 0))
+		} else {
+			out = append(out, "time_left "+coarse(minutes, "m", false))
+		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// coarse writes v, with unit, rounded down to its first digit (7 stays 7;
+// 4,321 is 4000+), so that it changes about nine times for each tenfold
+// fall, not with every unit; "+" marks a figure that rounding cut, or
+// whose smaller units were cut already (cut).
+func coarse(v int64, unit string, cut bool) string {
+	step := int64(1)
+	for v/step >= 10 {
+		step *= 10
+	}
+	out := strconv.FormatInt(v/step*step, 10) + unit
+	if cut || v%step != 0 {
+		out += "+"
+	}
+	return out
 }
 
 // chargeSpawn checks that a spawn by parent on task is within the spawns
@@ -503,7 +685,7 @@ func (s *Society) chargeSpawn(c *change, parent *agent, task string) *Error {
 	commit := c.commit
 	c.commit = func() {
 		commit()
-		for _, l := range path {
+		for _, l := range s.charged(parent, task) {
 			l.spent.Spawns++
 		}
 	}

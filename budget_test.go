@@ -31,7 +31,8 @@ func busyModel() llm.Model {
 
 // TestBudget_RunsOutThenRaised: a task that may make 3 model calls makes 3,
 // then its turn ends without a fourth; user is told once, by root, what ran
-// out and what was spent; raised, the task goes on with the next message.
+// out and what was spent; raised, the task goes on by itself: nobody writes
+// to it.
 func TestBudget_RunsOutThenRaised(t *testing.T) {
 	ctx := context.Background()
 	s := newSociety(t, as.Config{Model: busyModel(), MaxSteps: 50, TaskBudget: as.Budget{ModelCalls: 3}})
@@ -50,9 +51,6 @@ func TestBudget_RunsOutThenRaised(t *testing.T) {
 		t.Fatalf("Usage = %+v, %v", u, ok)
 	}
 	if err := s.SetBudget(ctx, task, as.Budget{ModelCalls: 5}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.SendTextToAgent(ctx, as.RootID, "go on", task); err != nil {
 		t.Fatal(err)
 	}
 	if m := recv(t, inbox, "the second budget report"); !strings.Contains(m.Text(), "5 model calls") {
@@ -407,5 +405,193 @@ func TestBudget_FailedCallsAreNotCharged(t *testing.T) {
 	defer mu.Unlock()
 	if n != 5 {
 		t.Errorf("the model was called %d times, want 2 failed and 3 charged", n)
+	}
+}
+
+// TestBudget_RaiseAgentShare: the host raises a worker's share after it ran
+// out; a share that would leave the worker more than its parent has left
+// is refused with budget_too_large, naming the field, and changes nothing;
+// raised within it, the worker goes on by itself to its new share.
+func TestBudget_RaiseAgentShare(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{Model: busyModel(), MaxSteps: 50, Root: noop, TaskBudget: as.Budget{ModelCalls: 20}})
+	parent := newInbox()
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", parent.behavior()).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "worker", Prompt: "work"})
+	w, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Budget: &as.Budget{ModelCalls: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := parent.next(t); !strings.Contains(m.Text(), "2 model calls") {
+		t.Fatalf("the parent got %+v (%s)", m, m.Payload)
+	}
+	waitQuiet(t, s)
+	// The task has 18 calls left: a share of 21 would leave the worker 19.
+	err = s.SetAgentBudget(ctx, w.ID, as.Budget{ModelCalls: 21})
+	if e := wantCode(t, err, as.ErrBudgetTooLarge); !slices.Equal(e.MissingFields, []string{"model_calls"}) || !strings.Contains(e.Message, "model_calls 18") {
+		t.Errorf("the refusal is %+v", e)
+	}
+	if u, _ := s.AgentUsage(w.ID); u.Budget.ModelCalls != 2 {
+		t.Errorf("a refused raise changed the share to %+v", u.Budget)
+	}
+	wantCode(t, s.SetAgentBudget(ctx, w.ID, as.Budget{ModelCalls: -1}), as.ErrInvalidArgument)
+	wantCode(t, s.SetAgentBudget(ctx, as.RootID, as.Budget{ModelCalls: 1}), as.ErrForbidden)
+	wantCode(t, s.SetAgentBudget(ctx, "agent-99", as.Budget{ModelCalls: 1}), as.ErrAgentNotFound)
+	if err := s.SetAgentBudget(ctx, w.ID, as.Budget{ModelCalls: 10}); err != nil {
+		t.Fatal(err)
+	}
+	if m := parent.next(t); !strings.Contains(m.Text(), "10 model calls") {
+		t.Fatalf("after the raise the parent got %+v (%s), want the share run out again at 10", m, m.Payload)
+	}
+	waitQuiet(t, s)
+	if u, _ := s.AgentUsage(w.ID); u.ModelCalls != 10 || u.Budget.ModelCalls != 10 || u.Left.ModelCalls != 0 {
+		t.Errorf("the worker's usage is %+v", u)
+	}
+	if u, _ := s.Usage("t"); u.ModelCalls != 10 {
+		t.Errorf("the task was charged %d calls, want 10", u.ModelCalls)
+	}
+}
+
+// TestBudget_AgentUsageWithoutShare: an agent without a share of its own
+// reports what it and its descendants spent, and what the budgets it draws
+// on have left: its nearest ancestor's share, or its task's.
+func TestBudget_AgentUsageWithoutShare(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{Model: busyModel(), MaxSteps: 50, Root: noop, TaskBudget: as.Budget{ModelCalls: 10}})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w", Prompt: "work"})
+	mid, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: noop, Budget: &as.Budget{ModelCalls: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	midActor := actorOf(t, s, mid.ID)
+	wrole, _, _ := midActor.CreateRole(ctx, as.RoleSpec{Name: "w", Prompt: "work"})
+	worker, _, err := midActor.SpawnAgent(ctx, as.SpawnSpec{RoleID: wrole.ID, Brief: validBrief()}) // model-driven, no share
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitQuiet(t, s)
+	unlimited := as.Budget{InputTokens: -1, OutputTokens: -1, ModelCalls: -1, Spawns: -1}
+	cases := []struct {
+		id   string
+		want as.Usage
+	}{
+		{worker.ID, as.Usage{ModelCalls: 4, InputTokens: 400, OutputTokens: 40, Left: budgetLeft(unlimited, 0)}},
+		{mid.ID, as.Usage{ModelCalls: 4, InputTokens: 400, OutputTokens: 40, Spawns: 1, Budget: as.Budget{ModelCalls: 4}, Left: budgetLeft(unlimited, 0)}},
+		{lead.ID(), as.Usage{ModelCalls: 4, InputTokens: 400, OutputTokens: 40, Spawns: 2, Left: budgetLeft(unlimited, 6)}},
+	}
+	for _, c := range cases {
+		if got, ok := s.AgentUsage(c.id); !ok || got != c.want {
+			t.Errorf("AgentUsage(%s) = %+v, %v; want %+v", c.id, got, ok, c.want)
+		}
+	}
+	if u, _ := s.Usage("t"); u.ModelCalls != 4 || u.Spawns != 3 || u.Left.ModelCalls != 6 {
+		t.Errorf("the task's usage is %+v", u)
+	}
+	if _, ok := s.AgentUsage(as.RootID); ok {
+		t.Error("AgentUsage(root) is ok")
+	}
+}
+
+// budgetLeft is b with model calls set to calls.
+func budgetLeft(b as.Budget, calls int64) as.Budget {
+	b.ModelCalls = calls
+	return b
+}
+
+// TestBudget_ResumesAfterRaise: a lead that needs more model calls than its
+// task's budget stops when it runs out; the host raises the budget and
+// writes nothing, and the lead, told of the raise, finishes and answers
+// user.
+func TestBudget_ResumesAfterRaise(t *testing.T) {
+	ctx := context.Background()
+	var mu sync.Mutex
+	var last *llm.Request
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		mu.Lock()
+		last = req
+		mu.Unlock()
+		done := 0
+		for _, m := range req.Messages {
+			if m.Role == llm.RoleTool {
+				done++
+			}
+		}
+		if done < 4 { // four steps of work, then the answer
+			return call(fmt.Sprint("c", done), "console_print", `{"text":"step"}`), nil
+		}
+		return call("a", "send_message", `{"to":"user","message_type":"status_report","payload":{"status":"done","text":"finished"},"end_turn":true}`), nil
+	})
+	s := newSociety(t, as.Config{Model: model, MaxSteps: 50, Root: noop, TaskBudget: as.Budget{ModelCalls: 2}})
+	inbox := userInbox(s)
+	rootSpawn(t, s, "t", "lead", "lead", nil) // its brief starts its work
+	if m := recv(t, inbox, "the budget report"); !strings.Contains(m.Text(), "2 model calls") {
+		t.Fatalf("user got %+v (%s)", m, m.Payload)
+	}
+	waitQuiet(t, s)
+	if err := s.SetBudget(ctx, "t", as.Budget{ModelCalls: 20}); err != nil {
+		t.Fatal(err)
+	}
+	m := recv(t, inbox, "the lead's answer")
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || p.Text != "finished" {
+		t.Fatalf("user got %+v (%s), want the lead's answer", m, m.Payload)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.ContainsFunc(last.Messages, func(m llm.Message) bool { return strings.Contains(m.Content, "【预算已提高】") }) {
+		t.Errorf("the lead was not told of the raise: %+v", last.Messages)
+	}
+	if u, _ := s.Usage("t"); u.ModelCalls != 5 {
+		t.Errorf("the task made %d calls, want 2 before the raise and 3 after", u.ModelCalls)
+	}
+}
+
+// TestBudget_LineIsCoarse: under a token budget, consecutive calls that
+// spend a little see the same system prompt (a provider's prompt cache
+// keeps it), the figures rounded down to their first digit.
+func TestBudget_LineIsCoarse(t *testing.T) {
+	var mu sync.Mutex
+	var systems []string
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		mu.Lock()
+		systems = append(systems, req.System)
+		mu.Unlock()
+		return busyModel().Generate(ctx, req)
+	})
+	s := newSociety(t, as.Config{Model: model, MaxSteps: 5, Root: noop,
+		TaskBudget: as.Budget{ModelCalls: 59, InputTokens: 999_999, OutputTokens: 99_999, Deadline: time.Now().Add(3*time.Hour + 30*time.Minute)}})
+	rootSpawn(t, s, "t", "lead", "lead", nil) // one turn of 5 calls, cut by MaxSteps
+	waitQuiet(t, s)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(systems) != 5 {
+		t.Fatalf("%d calls, want 5", len(systems))
+	}
+	const want = "- 剩余预算：model_calls 50+, input_tokens 900000+, output_tokens 90000+, time_left 3h+"
+	for i, sys := range systems {
+		if !strings.Contains(sys, want) {
+			t.Errorf("call %d's system prompt lacks %q:\n%s", i+1, want, sys)
+		}
+		if sys != systems[0] {
+			t.Errorf("call %d's system prompt differs from the first's", i+1)
+		}
+	}
+}
+
+// TestBudget_ChecksKeepNoLedger: a spawn refused for its share, checked
+// against a task's default budget, leaves the society without a ledger for
+// the task: a check changes nothing.
+func TestBudget_ChecksKeepNoLedger(t *testing.T) {
+	s := newSociety(t, as.Config{Root: noop, TaskBudget: as.Budget{ModelCalls: 5}})
+	root := actorOf(t, s, as.RootID).WithTask("t")
+	role, _, _ := root.CreateRole(context.Background(), as.RoleSpec{Name: "lead"})
+	_, _, err := root.SpawnAgent(context.Background(), as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: noop, Budget: &as.Budget{ModelCalls: 9}})
+	wantCode(t, err, as.ErrBudgetTooLarge)
+	if u, ok := s.Usage("t"); ok || u.Budget.ModelCalls != 5 || u.Left.ModelCalls != 5 {
+		t.Errorf("after a refused spawn Usage = %+v, %v; want the default budget, not kept", u, ok)
+	}
+	if got := s.Tasks(); len(got) != 0 {
+		t.Errorf("Tasks = %+v, want none", got)
 	}
 }

@@ -150,6 +150,7 @@ func (s *Society) accepting(p *pendingSend) *change {
 	if p.request != nil {
 		c.claims = append(c.claims, claimRequest(p.request.id))
 	}
+	s.awaiting(c, p)
 	return c
 }
 
@@ -177,6 +178,9 @@ func (p *pendingSend) record(ch *store.Change, withMessage bool) {
 		r := *p.answered
 		r.status = p.status
 		ch.Requests = append(ch.Requests, r.record())
+		if r.reported {
+			ch.States = append(ch.States, stuckEntry(r.id, false))
+		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"agentsociety/store"
@@ -19,6 +20,7 @@ type request struct {
 	deadline             time.Time   // zero without a timeout
 	timer                *time.Timer // fires at deadline while the request is pending, or, without one, at Config.StuckAfter (watch)
 	watch                bool        // timer is the watchdog's: it reports the request stuck and settles nothing
+	reported             bool        // the watchdog reported it stuck: recorded (see stuckEntry), so never again
 	// waiter, when set, receives the request's outcome instead of the
 	// requester's mailbox: the requester is blocked in Collaborate.
 	waiter chan Message
@@ -169,7 +171,7 @@ func (s *Society) stopTimer(r *request) {
 // requester's parent (user, for a lead) is told once what the requester
 // waits for. Called with s.mu held, as armTimeout is.
 func (s *Society) armWatch(r *request) {
-	if s.cfg.StuckAfter < 0 {
+	if s.cfg.StuckAfter < 0 || r.reported {
 		return
 	}
 	s.wg.Add(1)
@@ -180,25 +182,65 @@ func (s *Society) armWatch(r *request) {
 	})
 }
 
-// reportStuck tells the parent of r's requester that r is still unanswered.
+// The store keeps, for a request the watchdog reported stuck, a state
+// entry under this scope prefix and the request's id, so that a society
+// reopened on it does not report the request again; settling the request
+// deletes it.
+const (
+	stuckScope = "stuck:"
+	stuckKey   = "reported"
+)
+
+func stuckEntry(id string, reported bool) store.StateEntry {
+	e := store.StateEntry{Scope: stuckScope + id, Key: stuckKey, Writer: RootID, UpdatedAt: time.Now()}
+	if reported {
+		e.Value = []byte("true")
+	}
+	return e
+}
+
+// restoreStuck takes back the mark of a request reported stuck, reporting
+// whether e is one. Called with s.mu held, while the society opens, after
+// the requests are loaded.
+func (s *Society) restoreStuck(e store.StateEntry) bool {
+	id, ok := strings.CutPrefix(e.Scope, stuckScope)
+	if !ok || e.Key != stuckKey {
+		return false
+	}
+	if r := s.requests[id]; r != nil && r.status == StatusPending {
+		r.reported = true
+	}
+	return true
+}
+
+// reportStuck tells the parent of r's requester that r is still
+// unanswered, once: it records that r was reported, then reports it.
 func (s *Society) reportStuck(r *request) {
-	s.mu.Lock()
-	from := s.agents[r.from]
-	pending := r.status == StatusPending && !s.closed.Load() && from != nil
+	var from *agent
 	var parent string
-	if pending {
-		r.timer = nil
+	ctx := s.runCtx
+	err := s.apply(ctx, func() (*change, *Error) {
+		from, parent = s.agents[r.from], ""
+		if r.status != StatusPending || r.reported || from == nil {
+			return nil, nil
+		}
 		parent = from.info.ParentID
 		if parent == RootID {
 			parent = UserID
 		}
-	}
-	s.mu.Unlock()
-	if !pending || parent == "" {
+		return &change{
+			claims: []string{claimRequest(r.id)},
+			record: store.Change{States: []store.StateEntry{stuckEntry(r.id, true)}},
+			commit: func() { r.reported, r.timer = true, nil },
+		}, nil
+	})
+	if err != nil || parent == "" {
+		if err != nil && !errors.Is(err, ErrClosed) {
+			s.log.LogAttrs(ctx, slog.LevelError, "recording a stuck request failed", slog.String("request", r.id), slog.String("err", err.Error()))
+		}
 		return
 	}
 	text := r.from + " has waited " + s.cfg.StuckAfter.String() + " for " + r.to + " to answer collaboration request " + r.id + ", which has no timeout."
-	ctx := s.runCtx
 	s.log.LogAttrs(ctx, slog.LevelWarn, "request stuck", slog.String("request", r.id), slog.String("from", r.from), slog.String("to", r.to))
 	s.emit(Event{Kind: EventRequestStuck, Task: r.taskID, Agent: r.from, Target: r.to, Request: r.id, Detail: text})
 	if _, err := s.sendOwn(ctx, &Actor{s: s, a: from, taskID: r.taskID}, Outgoing{To: parent, Type: StatusReport, Payload: StatusReportPayload{Status: StatusStuck, Text: text}}); err != nil && !errors.Is(err, ErrClosed) {
@@ -211,11 +253,20 @@ func (s *Society) reportStuck(r *request) {
 // still unanswered Config.StuckAfter after it was made.
 const StatusStuck = "stuck"
 
+// StatusStalled is the status of the report that tells user that a task
+// has had work in flight and no message of it handled for
+// Config.StuckAfter, and an agent's parent that the agent is one it waits
+// for (see Config.StuckAfter).
+const StatusStalled = "stalled"
+
 // stopTimeouts stops every request's timer. Called by Close with s.mu held,
 // after setting closed; a timer that already fired sees closed and returns.
 func (s *Society) stopTimeouts() {
 	for _, r := range s.requests {
 		s.stopTimer(r)
+	}
+	for _, t := range s.tasks {
+		s.stopStall(t)
 	}
 }
 

@@ -109,6 +109,7 @@ func (s *Society) deliver(a *agent, m Message, done *idleTask) {
 		s.idler(done.task)
 		done.set = false
 	}
+	s.touch(&m)
 	status, handoff := a.info.Status, s.handoffs[a.info.ID]
 	s.mu.Unlock()
 	var err error

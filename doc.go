@@ -96,11 +96,15 @@
 // before it is made and settled after; when a budget runs out no more calls
 // are made under it, and the parent, or user for a task, is told once
 // ([StatusBudgetExhausted]). [Society.Usage], [Society.AgentUsage] and
-// [Society.Tasks] show what was spent; [Society.SetBudget] raises a task's
-// budget. The loop guard ([LoopGuard], [ErrLoopDetected]) refuses a
+// [Society.Tasks] show what was spent and what is left;
+// [Society.SetBudget] sets a task's budget and [Society.SetAgentBudget] an
+// agent's share, and after a raise the agents the budget stopped go on by
+// themselves. The loop guard ([LoopGuard], [ErrLoopDetected]) refuses a
 // model-driven agent's message that would carry on a loop, and the
-// watchdog reports a request left unanswered ([StatusStuck]) and a task
-// gone quiet without an answer ([StatusQuiet]).
+// watchdog (Config.StuckAfter) reports a request left unanswered
+// ([StatusStuck]), a task with work in flight that does not move
+// ([StatusStalled]) and a task gone quiet without an answer
+// ([StatusQuiet]).
 //
 // # Events
 //

@@ -78,6 +78,10 @@ const (
 	// EventTaskQuiet: the task stopped with nothing under way and nothing
 	// told to the user; Detail says what it waits for.
 	EventTaskQuiet EventKind = "task_quiet"
+	// EventTaskStalled: the task had work in flight and no delivery of its
+	// messages for Config.StuckAfter; Detail says what it waits for, and
+	// Count how many agents.
+	EventTaskStalled EventKind = "task_stalled"
 )
 
 // Event is one fact of the society's life, numbered in the order the

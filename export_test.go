@@ -20,6 +20,8 @@ func (s *Society) Held() map[string]int {
 		"claims":    len(s.claims),
 		"contacts":  len(s.contacts.owners),
 		"retired":   len(s.retired),
+		"ledgers":   len(s.ledgers),
+		"taskKeys":  len(s.taskAgents),
 	}
 }
 
@@ -62,4 +64,12 @@ func (s *Society) Quiet() bool {
 		}
 	}
 	return true
+}
+
+// StallWatched reports whether the watchdog's timer of task is armed.
+func (s *Society) StallWatched(task string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tasks[task]
+	return t != nil && t.watch != nil
 }

@@ -14,16 +14,53 @@ import (
 // fires, then arms itself for the next. Like a request's timer it is
 // counted in s.wg and stopped by Close, so it never outlives the society.
 //
+// A task ends when the society holds none of its agents and nothing of it
+// is in flight: its ledger (what it spent, see budget.go) and its activity
+// (see quiet.go) are forgotten then, so that memory does not grow with the
+// number of tasks ever run. A task with agents ends when the last of them
+// is forgotten, Retention after it ended; one that never had any (root
+// answered it alone) is queued when it goes quiet, and forgotten Retention
+// later unless it has agents or work in flight by then. A message on a
+// forgotten task starts it afresh, with the default budget.
+//
 // The store is not told: store.Store has no way to delete a request or an
 // agent, so it keeps them, and a society reopened on it forgets them again
 // Config.Retention after opening.
 
-// retiree is something that ended: a settled request or a terminated
-// agent, due to be forgotten at due.
+// retiree is something that ended: a settled request, a terminated agent
+// or a task without agents, due to be forgotten at due.
 type retiree struct {
 	due     time.Time
 	request *request
 	agent   *agent
+	task    string
+}
+
+// retireTask queues task, which went quiet and has no agents, to be
+// forgotten, unless it is queued already or has nothing to forget. Called
+// with s.mu held.
+func (s *Society) retireTask(task string) {
+	if l := s.ledgers["task:"+task]; l != nil && !l.retiring && s.cfg.Retention >= 0 {
+		l.retiring = true
+		s.retire(retiree{task: task})
+	}
+}
+
+// endTask forgets task's ledger and activity if it has ended: the society
+// holds none of its agents and nothing of it is in flight. Called with
+// s.mu held.
+func (s *Society) endTask(task string) {
+	if s.taskAgents[task] > 0 {
+		return
+	}
+	t := s.tasks[task]
+	if t != nil && t.busy > 0 {
+		return // idler queues it when it goes quiet
+	}
+	delete(s.ledgers, "task:"+task)
+	if t != nil {
+		s.dropActivity(task, t)
+	}
 }
 
 // retireRequest queues r, just settled, to be forgotten. Called with s.mu
@@ -93,6 +130,11 @@ func (s *Society) prune() {
 			if s.forgetAgent(e.agent) {
 				gone[e.agent.info.ID] = true
 			}
+		case e.task != "":
+			if l := s.ledgers["task:"+e.task]; l != nil {
+				l.retiring = false
+			}
+			s.endTask(e.task)
 		}
 	}
 	clear(s.retired[:n]) // let them be collected
@@ -121,6 +163,12 @@ func (s *Society) forgetAgent(a *agent) bool {
 		delete(s.rootKids, a.info.TaskID)
 	}
 	s.contacts.forget(id)
+	if task := a.info.TaskID; task != "" {
+		if s.taskAgents[task]--; s.taskAgents[task] <= 0 {
+			delete(s.taskAgents, task)
+			s.endTask(task)
+		}
+	}
 	return true
 }
 

@@ -297,3 +297,47 @@ func TestRetention_CloseDoesNotWaitForThePruneTimer(t *testing.T) {
 		t.Fatalf("Close: %v", err)
 	}
 }
+
+// TestRetention_EndedTaskIsForgotten: what the society holds of a task,
+// its ledger and its activity, is forgotten once the task has ended: for a
+// task root answered alone, Config.Retention after it went quiet; for one
+// with a lead, when the lead, terminated, is forgotten. Running tasks does
+// not grow what the society holds.
+func TestRetention_EndedTaskIsForgotten(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{Retention: retention, Model: busyModel(), MaxSteps: 50, TaskBudget: as.Budget{ModelCalls: 2}, Logger: quiet})
+	inbox := userInbox(s)
+	base := s.Held()
+	for i := range 3 {
+		solo, err := s.SubmitRequirement(ctx, "work alone") // root works on it, with no agent
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv(t, inbox, "the budget report of "+solo)
+		led := "led-" + strconv.Itoa(i)
+		lead := rootSpawn(t, s, led, "lead", "lead", nil) // model-driven: its brief starts its calls
+		recv(t, inbox, "the budget report of "+led)
+		waitQuiet(t, s)
+		for _, task := range []string{solo, led} {
+			if _, ok := s.Usage(task); !ok {
+				t.Fatalf("task %s has no ledger while it runs", task)
+			}
+		}
+		if err := s.Terminate(ctx, lead.ID); err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range []string{solo, led} {
+			waitFor(t, "task "+task+" to be forgotten", func() bool {
+				_, ok := s.Usage(task)
+				return !ok
+			})
+		}
+		waitFor(t, "the society to hold no more ledgers, task counts and agents than before the tasks", func() bool {
+			held := s.Held()
+			return held["ledgers"] == base["ledgers"] && held["taskKeys"] == base["taskKeys"] && held["agents"] == base["agents"]
+		})
+		if got := s.Tasks(); len(got) != 0 {
+			t.Fatalf("Tasks = %+v after they ended", got)
+		}
+	}
+}

@@ -5,7 +5,11 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
+	"time"
 	"unicode/utf8"
+
+	"agentsociety/store"
 )
 
 // A task goes quiet when none of its messages is queued or being handled
@@ -34,6 +38,13 @@ type activity struct {
 	modelled bool              // a model-driven agent handled one of its messages
 	mute     map[string]string // agent id -> the words its last turn ended with, which reached nobody
 	stuck    bool              // it went quiet unanswered and was reported; until user writes again
+	saved    bool              // the store holds that it is awaited (see awaitingEntry)
+
+	// The watchdog's (see stall.go).
+	ticks   uint64      // deliveries of its messages begun
+	seen    uint64      // ticks when watch was armed
+	watch   *time.Timer // fires Config.StuckAfter after it was armed; nil when none is armed
+	stalled bool        // reported stalled; until a delivery of its messages begins
 }
 
 // activityOf returns task's activity, starting one. Called with s.mu held.
@@ -46,9 +57,15 @@ func (s *Society) activityOf(task string) *activity {
 	return t
 }
 
-// busier counts one more piece of task's work in flight. Called with s.mu
-// held.
-func (s *Society) busier(task string) { s.activityOf(task).busy++ }
+// busier counts one more piece of task's work in flight, and arms the
+// watchdog if it is not. Called with s.mu held.
+func (s *Society) busier(task string) {
+	t := s.activityOf(task)
+	t.busy++
+	if t.watch == nil {
+		s.armStall(task, t)
+	}
+}
 
 // idler counts one piece of task's work done and, if the task went quiet
 // awaited, starts the report to the user. Called with s.mu held.
@@ -64,10 +81,22 @@ func (s *Society) idler(task string) {
 		s.goFunc(func() { s.reportQuiet(task) })
 		return
 	}
+	if s.taskAgents[task] == 0 {
+		s.retireTask(task) // it may have ended (see prune.go)
+	}
 	// Nothing to watch while the task is quiet. Its entry is kept for the
 	// next message, so that a busy task does not make and drop one per
 	// message, unless the society holds many.
-	if len(s.tasks) > keptQuietTasks {
+	if len(s.tasks) > keptQuietTasks && !t.saved { // the store's record stays true to it
+		s.dropActivity(task, t)
+	}
+}
+
+// dropActivity forgets t, task's activity, which has nothing in flight,
+// and stops its watchdog. Called with s.mu held.
+func (s *Society) dropActivity(task string, t *activity) {
+	s.stopStall(t)
+	if s.tasks[task] == t {
 		delete(s.tasks, task)
 	}
 }
@@ -111,13 +140,87 @@ func (s *Society) sentToTask(p *pendingSend) {
 	case m.From == UserID:
 		t := s.activityOf(m.TaskID)
 		t.awaiting, t.stuck = true, false
+		t.saved = t.saved || m.TaskID != ""
 	case m.To == UserID:
 		if t := s.tasks[m.TaskID]; t != nil {
-			t.awaiting = false
+			t.awaiting, t.saved = false, false
 			t.mute = nil
 			if !p.own {
 				t.stuck = false // the task answered after all
 			}
+		}
+	}
+}
+
+// The store keeps that a task is awaited (user wrote to it, and nothing of
+// it reached user since) as a state entry under this scope prefix and the
+// task's id, written only when that changes, so that a society reopened
+// on it still tells user when the task goes quiet unanswered.
+const (
+	awaitingScope = "awaiting:"
+	awaitingKey   = "awaiting"
+)
+
+// awaiting adds to c, the change accepting p, the record that p's task
+// becomes awaited, or stops being, when it does. Called with s.mu held,
+// by a check: it changes nothing.
+func (s *Society) awaiting(c *change, p *pendingSend) {
+	m := &p.msg
+	if m.TaskID == "" {
+		return
+	}
+	t := s.tasks[m.TaskID]
+	saved := t != nil && t.saved
+	if (m.From == UserID) == saved || (m.From != UserID && m.To != UserID) {
+		return
+	}
+	e := store.StateEntry{Scope: awaitingScope + m.TaskID, Key: awaitingKey, Writer: RootID, UpdatedAt: m.SentAt}
+	if !saved {
+		e.Value = []byte("true")
+	}
+	c.claims = append(c.claims, claimState(e.Scope, e.Key))
+	c.record.States = append(c.record.States, e)
+}
+
+// restoreAwaiting takes back that a task is awaited, reporting whether e
+// says so. Called with s.mu held, while the society opens.
+func (s *Society) restoreAwaiting(e store.StateEntry) bool {
+	task, ok := strings.CutPrefix(e.Scope, awaitingScope)
+	if !ok || e.Key != awaitingKey {
+		return false
+	}
+	t := s.activityOf(task)
+	t.awaiting, t.saved = true, true
+	return true
+}
+
+// watchRestored makes quiet detection work for the tasks awaited when the
+// society stopped: a task counts as model-driven when root or one of its
+// agents is, and one that is quiet already is reported now. Called with
+// s.mu held, once the restored agents have their behaviours.
+func (s *Society) watchRestored() {
+	var awaited map[string]bool
+	for task, t := range s.tasks {
+		if t.awaiting {
+			if awaited == nil {
+				awaited = map[string]bool{}
+			}
+			awaited[task] = s.modelDriven(s.agents[RootID])
+		}
+	}
+	if awaited == nil {
+		return
+	}
+	for _, a := range s.agents {
+		if _, ok := awaited[a.info.TaskID]; ok && s.modelDriven(a) {
+			awaited[a.info.TaskID] = true
+		}
+	}
+	for task, modelled := range awaited {
+		t := s.tasks[task]
+		t.modelled = modelled
+		if t.busy == 0 && modelled {
+			s.goFunc(func() { s.reportQuiet(task) })
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 
 	"agentsociety/store"
 )
@@ -48,11 +49,19 @@ func (s *Society) restore(ctx context.Context) error {
 	s.settleRequestsTo(ctx, ended)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.watchRestored()
 	for _, a := range waiting {
 		s.goFunc(func() { s.drain(a) })
 	}
 	for _, r := range s.requests {
 		s.armTimeout(r) // a deadline that passed while the society was down fires at once
+	}
+	for key := range s.ledgers {
+		if task, ok := strings.CutPrefix(key, "task:"); ok && s.taskAgents[task] == 0 {
+			if t := s.tasks[task]; t == nil || t.busy == 0 {
+				s.retireTask(task) // ended before the restart (see prune.go)
+			}
+		}
 	}
 	return nil
 }
@@ -115,7 +124,7 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 		}
 	}
 	for _, e := range st.States {
-		if !s.restoreLedger(e) {
+		if !s.restoreLedger(e) && !s.restoreStuck(e) && !s.restoreAwaiting(e) {
 			s.putState(stateFromRecord(e))
 		}
 	}

@@ -86,10 +86,22 @@ type Config struct {
 	// WithBudget or SetBudget gives it another (see Budget). The zero
 	// value is unlimited.
 	TaskBudget Budget
-	// StuckAfter is how long a collaboration request without a timeout
-	// may go unanswered before the watchdog tells the requester's parent
-	// (user, for a lead), once, what it waits for (see StatusStuck). Zero
-	// means DefaultStuckAfter; a negative value turns the watchdog off.
+	// StuckAfter is how long work may stand still before the watchdog
+	// reports it, once for each time it does:
+	//   - a collaboration request without a timeout, unanswered: to the
+	//     requester's parent (user, for a lead), from the requester, with
+	//     status StatusStuck;
+	//   - a task with messages queued or being handled, none of whose
+	//     messages began to be handled in that time: to user, from root,
+	//     with status StatusStalled, naming the agents it waits for (those
+	//     of it with messages in hand or queued) and how many each has
+	//     queued; and, for each such agent below a lead, to its parent,
+	//     from the agent. A task that waits only for a request's timeout
+	//     is not stalled. The watchdog looks once in each StuckAfter, so
+	//     a stall is reported between StuckAfter and twice that after the
+	//     last delivery.
+	// Zero means DefaultStuckAfter; a negative value turns the watchdog
+	// off.
 	StuckAfter time.Duration
 	// LoopGuard refuses messages that carry on a loop between agents; the
 	// zero value is on, with the defaults (see LoopGuard).
@@ -228,8 +240,12 @@ type Society struct {
 	agents    map[string]*agent
 	rootKids  map[string]string    // taskID -> root's child
 	tasks     map[string]*activity // the tasks busy or awaited (see quiet.go)
-	ledgers   map[string]*ledger   // by task (see budget.go)
-	loops     loops                // the loop guard's state (see loopguard.go)
+	ledgers   map[string]*ledger   // by task and by agent (see budget.go)
+	// taskAgents counts, for each task, the agents of it the society
+	// holds, ended or not: a task none is left of has ended, and its
+	// ledger is forgotten (see prune.go).
+	taskAgents map[string]int
+	loops      loops // the loop guard's state (see loopguard.go)
 
 	roleTools sync.Map          // role name -> []llm.Tool, the tools its agents see (see toolsFor)
 	spawnKeys map[string]string // spawn key -> child (see turn)
@@ -357,6 +373,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		tasks:      make(map[string]*activity),
 		loops:      newLoops(),
 		ledgers:    make(map[string]*ledger),
+		taskAgents: make(map[string]int),
 		spawnKeys:  make(map[string]string),
 		handoffs:   make(map[string]string),
 		requests:   make(map[string]*request),

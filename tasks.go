@@ -58,17 +58,13 @@ func (s *Society) Tasks() []TaskInfo {
 			continue
 		}
 		info := TaskInfo{ID: task, Lead: s.rootKids[task], State: TaskWaiting}
-		l := s.ledgers["task:"+task]
-		if l != nil {
-			info.Usage = l.spent
-			info.Usage.Budget = l.budget
-		} else {
-			info.Usage.Budget = s.cfg.TaskBudget
-		}
+		l := s.taskLedger(task)
+		info.Usage = l.spent.usage()
+		info.Usage.Budget, info.Usage.Left = l.budget, l.left()
 		t := s.tasks[task]
 		lead := s.agents[info.Lead]
 		switch {
-		case l != nil && (&ledger{budget: l.budget, spent: l.spent}).exhausted() != "": // spent, not in flight
+		case (&ledger{budget: l.budget, spent: l.spent}).exhausted() != "": // spent, not in flight
 			info.State = TaskOutOfBudget
 		case t != nil && t.busy > 0:
 			info.State = TaskRunning

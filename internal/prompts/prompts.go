@@ -74,6 +74,9 @@ type Strings struct {
 	// QuietWaiting names an agent of the task that has not reported to its
 	// parent: {id}, {role}.
 	QuietWaiting string `json:"quiet_waiting"`
+	// BudgetRaised is the note an agent stopped by a budget that ran out
+	// is sent when the host raises it, so that it goes on.
+	BudgetRaised string `json:"budget_raised"`
 	// Tools are the built-in tools' texts, by tool name. A host's
 	// strings.json replaces a tool's entry whole.
 	Tools map[string]ToolText `json:"tools"`
@@ -110,6 +113,7 @@ func (s *Strings) placeholders() []struct {
 		{"quiet", s.Quiet, []string{"task"}},
 		{"quiet_mute", s.QuietMute, []string{"id", "role", "words"}},
 		{"quiet_waiting", s.QuietWaiting, []string{"id", "role"}},
+		{"budget_raised", s.BudgetRaised, nil},
 	}
 }
 

@@ -1,0 +1,160 @@
+package agentsociety_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	as "agentsociety"
+	"agentsociety/store"
+)
+
+// TestWatchdog_StalledTask: a worker whose behaviour hangs, with a message
+// queued behind, leaves its task with work in flight and nothing handled;
+// after Config.StuckAfter user is told, by root, which agent the task waits
+// for, and the worker's parent, by the worker; once: the watchdog does not
+// look again until the task moves. Released, the task finishes with no
+// other report.
+func TestWatchdog_StalledTask(t *testing.T) {
+	ctx := context.Background()
+	parent := newInbox()
+	s := newSociety(t, as.Config{Root: noop, StuckAfter: 100 * time.Millisecond})
+	inbox := userInbox(s)
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", parent.behavior()).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "worker"})
+	release := make(chan struct{})
+	worker := spawnWith(t, s, lead, role.ID, as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		if m.Text() == "hang" {
+			<-release
+		}
+		return nil
+	}))
+	sendAs(t, s, lead.ID(), worker.ID(), "hang")
+	sendAs(t, s, lead.ID(), worker.ID(), "then this")
+
+	m := recv(t, inbox, "the stall report to user")
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || m.From != as.RootID || p.Status != as.StatusStalled || m.TaskID != "t" ||
+		!strings.Contains(p.Text, worker.ID()+" (worker), busy, with 1 messages queued") {
+		t.Fatalf("user got %+v (%s)", m, m.Payload)
+	}
+	m = parent.next(t)
+	if err := m.Decode(&p); err != nil || m.From != worker.ID() || p.Status != as.StatusStalled || !strings.Contains(p.Text, "1 messages queued") {
+		t.Fatalf("the parent got %+v (%s)", m, m.Payload)
+	}
+	var stalls int
+	for e, err := range s.Events(ctx, 0) {
+		if err == nil && e.Kind == as.EventTaskStalled && e.Task == "t" && e.Count == 1 {
+			stalls++
+		}
+	}
+	if stalls != 1 {
+		t.Errorf("%d task_stalled events, want 1", stalls)
+	}
+	waitFor(t, "the watchdog to stop looking", func() bool { return !s.StallWatched("t") })
+	close(release)
+	waitQuiet(t, s)
+	waitFor(t, "the watchdog's last look", func() bool { return !s.StallWatched("t") })
+	closeSociety(t, s)
+	select {
+	case m := <-inbox:
+		t.Errorf("a second message to user: %+v (%s)", m, m.Payload)
+	case m := <-parent.ch:
+		t.Errorf("a second message to the parent: %+v (%s)", m, m.Payload)
+	default:
+	}
+}
+
+// TestWatchdog_StuckRequestIsReportedOnce: a request the watchdog reported
+// stuck is not reported again by a society reopened on the store; one made
+// after reopening is.
+func TestWatchdog_StuckRequestIsReportedOnce(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	parent := newInbox()
+	cfg := as.Config{Store: st, Root: noop, StuckAfter: 100 * time.Millisecond, Logger: quiet}
+	s, err := as.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", parent.behavior()).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
+	asker := spawnWith(t, s, lead, role.ID, noop)
+	silent := spawnWith(t, s, lead, role.ID, noop)
+	old, err := asker.RequestCollaboration(ctx, silent.ID(), as.CollaborationRequestPayload{SubtaskDescription: "never answered"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := parent.next(t); !strings.Contains(m.Text(), old) {
+		t.Fatalf("the parent got %+v (%s), want %s reported", m, m.Payload, old)
+	}
+	closeSociety(t, s)
+
+	parent2 := newInbox()
+	cfg.RestoreBehavior = func(a as.Agent, _ as.Role) as.Behavior {
+		if a.ID == lead.ID() {
+			return parent2.behavior()
+		}
+		return noop
+	}
+	s2 := newSociety(t, cfg)
+	// The old request, were it watched again, would be reported at once,
+	// before the new one.
+	fresh, err := actorOf(t, s2, asker.ID()).RequestCollaboration(ctx, silent.ID(), as.CollaborationRequestPayload{SubtaskDescription: "also unanswered"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := parent2.next(t); !strings.Contains(m.Text(), fresh) {
+		t.Fatalf("after reopening the parent got %+v (%s), want only %s reported", m, m.Payload, fresh)
+	}
+	closeSociety(t, s2)
+	select {
+	case m := <-parent2.ch:
+		t.Errorf("another report after reopening: %+v (%s)", m, m.Payload)
+	default:
+	}
+}
+
+// TestQuiet_AfterReopening: a task user wrote to and nothing answered when
+// the society stopped is reported quiet by the society reopened on the
+// store, with a model to drive root; one that was answered is not.
+func TestQuiet_AfterReopening(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	root := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		if strings.Contains(m.Text(), "answer me") {
+			_, err := self.Send(ctx, as.Outgoing{To: as.UserID, Payload: as.Text("answered")})
+			return err
+		}
+		return nil // code, which the quiet watch leaves alone
+	})
+	s, err := as.New(ctx, as.Config{Store: st, Root: root, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := userInbox(s)
+	unanswered, err := s.SubmitRequirement(ctx, "ignore me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SubmitRequirement(ctx, "answer me"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, inbox, "the answer")
+	waitQuiet(t, s)
+	closeSociety(t, s)
+
+	s2 := newSociety(t, as.Config{Store: st, Model: busyModel(), Logger: quiet})
+	m := userMessage(t, s2) // sent as the society opens: waiting for the host
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || p.Status != as.StatusQuiet || m.TaskID != unanswered {
+		t.Fatalf("user got %+v (%s), want %s reported quiet", m, m.Payload, unanswered)
+	}
+	waitQuiet(t, s2)
+	ctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if m, err := s2.WaitForUserMessage(ctx, nil); err == nil {
+		t.Errorf("another message to user: %+v (%s)", m, m.Payload)
+	}
+}
