@@ -162,6 +162,9 @@ func (r *ContactRegistry) Add(owner string, c Contact) bool {
 // addAll adds the society's entries, each sharing its role. Called with
 // s.mu held, like knows.
 func (r *ContactRegistry) addAll(adds contactAdds) {
+	if len(adds.recs) == 0 {
+		return // most messages add no contact: take no lock for them
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := range adds.recs {
