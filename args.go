@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -66,8 +67,13 @@ func endsTurn(args json.RawMessage) bool {
 }
 
 // jsonFields returns the JSON keys a struct type declares, each with its
-// field's type, in declaration order.
+// field's type, in declaration order. They are worked out once for each
+// type, since every tool call asks again; the caller must not modify them.
 func jsonFields(t reflect.Type) (names []string, types map[string]reflect.Type) {
+	if f, ok := declared.Load(t); ok {
+		f := f.(*fieldsOf)
+		return f.names, f.types
+	}
 	types = map[string]reflect.Type{}
 	for i := range t.NumField() {
 		f := t.Field(i)
@@ -81,7 +87,16 @@ func jsonFields(t reflect.Type) (names []string, types map[string]reflect.Type) 
 		names = append(names, name)
 		types[name] = f.Type
 	}
+	declared.Store(t, &fieldsOf{names, types})
 	return names, types
+}
+
+// declared holds jsonFields's answers, by struct type.
+var declared sync.Map // reflect.Type -> *fieldsOf
+
+type fieldsOf struct {
+	names []string
+	types map[string]reflect.Type
 }
 
 // structType returns the struct type that t points to or is, or nil.
@@ -130,9 +145,10 @@ func unknownKey(obj map[string]json.RawMessage, t reflect.Type, path string) (ke
 		if st == nil {
 			continue
 		}
-		var items []json.RawMessage
-		if json.Unmarshal(obj[k], &items) != nil {
-			items = []json.RawMessage{obj[k]}
+		items := []json.RawMessage{obj[k]}
+		if v := bytes.TrimSpace(obj[k]); len(v) > 0 && v[0] == '[' {
+			items = nil // an array that does not decode is left to decoding
+			json.Unmarshal(v, &items)
 		}
 		for _, item := range items {
 			var sub map[string]json.RawMessage
