@@ -2,7 +2,10 @@
 // someone is draining it, so that an idle agent needs no goroutine.
 package mailbox
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Box is a FIFO queue with a drainer flag. Push reports when the caller must
 // start a drainer; the drainer calls Next until it reports empty, at which
@@ -15,6 +18,9 @@ type Box[T any] struct {
 	items    []T
 	head     int
 	draining bool
+	// n is len(items) - head, kept for Len: a sender checks the length
+	// of the receiver's queue on every send without taking mu.
+	n atomic.Int64
 }
 
 // shrinkAbove is the capacity above which an emptied queue drops its buffer,
@@ -25,6 +31,7 @@ const shrinkAbove = 64
 func (b *Box[T]) Push(v T) (start bool) {
 	b.mu.Lock()
 	b.items = append(b.items, v)
+	b.n.Add(1)
 	start = !b.draining
 	b.draining = true
 	b.mu.Unlock()
@@ -45,6 +52,7 @@ func (b *Box[T]) Next() (v T, ok bool) {
 	var zero T
 	b.items[b.head] = zero // let the item be collected
 	b.head++
+	b.n.Add(-1)
 	// A queue that never empties would otherwise append past a head that
 	// never comes back: move what is left to the front once the front is
 	// mostly spent.
@@ -80,11 +88,7 @@ func (b *Box[T]) Items() []T {
 }
 
 // Len returns the number of queued items.
-func (b *Box[T]) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.items) - b.head
-}
+func (b *Box[T]) Len() int { return int(b.n.Load()) }
 
 func (b *Box[T]) reset() {
 	if cap(b.items) > shrinkAbove {
