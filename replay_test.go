@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"testing/fstest"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -256,7 +258,52 @@ func secondDraftModel() llm.Model {
 // are the new model's.
 func TestFork_Quickstart(t *testing.T) {
 	want, evs, recording := recordQuickstart(t)
-	var at uint64
+	at, upTo, prefix := leadSpawnedBoth(t, evs)
+
+	live := &counting{Model: secondDraftModel(), calls: map[string]int{}}
+	fork := llm.Fork(recording, live, upTo)
+	s := newSociety(t, as.Config{Model: fork})
+	_, reply := runQuickstart(t, s)
+	waitQuiet(t, s)
+	got := viewOf(t, s)
+
+	// The prefix is the recording's; every call after it is the new model's.
+	if fork.Replayed() != prefix {
+		t.Errorf("replayed %d calls, want the %d made by event %d", fork.Replayed(), prefix, at)
+	}
+	for _, a := range recording.Agents() {
+		if n := len(recording.Calls(a)) - upTo[a]; live.calls[a] != n {
+			t.Errorf("%s: %d calls to the new model, want %d: %v", a, live.calls[a], n, live.calls)
+		}
+	}
+	if f := modelFailures(t, s); len(f) > 0 {
+		t.Errorf("model calls failed in the fork: %q", f)
+	}
+	// The organisation was built by then; the suffix follows the new model.
+	if diff := cmp.Diff(want.Org, got.Org); diff != "" {
+		t.Errorf("the fork's organisation (-recorded +forked):\n%s", diff)
+	}
+	if secondDraft == demo.Page || len(got.Artifacts) != 1 || !strings.HasSuffix(fmt.Sprint(got.Artifacts), ":\n"+secondDraft+"]") {
+		t.Errorf("the fork's artifacts: %v; want the second draft", got.Artifacts)
+	}
+	if !strings.HasPrefix(reply.Text(), "第二稿：") {
+		t.Errorf("user was told %q; want the new model's words", reply.Text())
+	}
+	for to, msgs := range want.Messages {
+		if to == as.UserID {
+			continue
+		}
+		if diff := cmp.Diff(msgs, got.Messages[to]); diff != "" {
+			t.Errorf("messages to %s (-recorded +forked):\n%s", to, diff)
+		}
+	}
+}
+
+// leadSpawnedBoth returns the event of a quick start's events at which the
+// lead spawned its second child, and the model calls made by then, by
+// agent and in all.
+func leadSpawnedBoth(t *testing.T, evs []as.Event) (at uint64, upTo map[string]int, prefix int) {
+	t.Helper()
 	spawns := 0
 	for _, e := range evs {
 		if e.Kind == as.EventAgentSpawned && e.Agent != as.RootID {
@@ -282,46 +329,41 @@ func TestFork_Quickstart(t *testing.T) {
 	if upTo[as.RootID] != 2 || upTo[lead] != 4 {
 		t.Fatalf("calls up to event %d: %v; want root's 2 and the lead's 4 (two roles, two spawns)", at, upTo)
 	}
-	prefix := 0
 	for _, n := range upTo {
 		prefix += n
 	}
+	return at, upTo, prefix
+}
 
-	live := &counting{Model: secondDraftModel(), calls: map[string]int{}}
+// TestFork_OtherPrompt forks the quick start at the same event under
+// another base prompt: the calls made by then are replayed though the
+// system prompts changed, and the later ones are made with the new prompt.
+func TestFork_OtherPrompt(t *testing.T) {
+	want, evs, recording := recordQuickstart(t)
+	_, upTo, prefix := leadSpawnedBoth(t, evs)
+	base, err := os.ReadFile("internal/prompts/zh/base.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rule = "- 汇报只写结论和工件引用。"
+	live := demo.Model()
 	fork := llm.Fork(recording, live, upTo)
-	s := newSociety(t, as.Config{Model: fork})
-	_, reply := runQuickstart(t, s)
+	s := newSociety(t, as.Config{Model: fork, Prompts: fstest.MapFS{"base.txt": {Data: append(base, "\n"+rule+"\n"...)}}})
+	runQuickstart(t, s)
 	waitQuiet(t, s)
-	got := viewOf(t, s)
-
-	// The prefix is the recording's; every call after it is the new model's.
 	if fork.Replayed() != prefix {
-		t.Errorf("replayed %d calls, want the %d made by event %d", fork.Replayed(), prefix, at)
+		t.Errorf("replayed %d calls, want %d", fork.Replayed(), prefix)
 	}
-	for _, a := range recording.Agents() {
-		if n := len(recording.Calls(a)) - upTo[a]; live.calls[a] != n {
-			t.Errorf("%s: %d calls to the new model, want %d: %v", a, live.calls[a], n, live.calls)
+	reqs := live.Requests()
+	if len(reqs) != recording.Len()-prefix {
+		t.Errorf("%d live calls, want %d", len(reqs), recording.Len()-prefix)
+	}
+	for _, r := range reqs {
+		if !strings.Contains(r.System, rule) {
+			t.Errorf("a live call of %s without the new rule", r.Agent)
 		}
 	}
-	if f := modelFailures(t, s); len(f) > 0 {
-		t.Errorf("model calls failed in the fork: %q", f)
-	}
-	// The organisation was built by then; the suffix follows the new model.
-	if diff := cmp.Diff(want.Org, got.Org); diff != "" {
-		t.Errorf("the fork's organisation (-recorded +forked):\n%s", diff)
-	}
-	if len(got.Artifacts) != 1 || !strings.HasSuffix(fmt.Sprint(got.Artifacts), ":\n"+secondDraft+"]") {
-		t.Errorf("the fork's artifacts: %v; want the second draft", got.Artifacts)
-	}
-	if !strings.HasPrefix(reply.Text(), "第二稿：") {
-		t.Errorf("user was told %q; want the new model's words", reply.Text())
-	}
-	for to, msgs := range want.Messages {
-		if to == as.UserID {
-			continue
-		}
-		if diff := cmp.Diff(msgs, got.Messages[to]); diff != "" {
-			t.Errorf("messages to %s (-recorded +forked):\n%s", to, diff)
-		}
+	if diff := cmp.Diff(want, viewOf(t, s)); diff != "" {
+		t.Errorf("the fork (-recorded +forked):\n%s", diff)
 	}
 }

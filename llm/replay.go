@@ -19,48 +19,6 @@ import (
 	"sync"
 )
 
-// Recording and replay.
-//
-// A [Recorder] wraps a Model and writes each call it answers as one line of
-// JSON, a [Call]: which agent asked, the how-many-th call of that agent it
-// was, a digest of the request, the ids the request mentioned and the
-// response (or the error). A host saves the lines beside its store. A
-// [Replayer] made from them with [Replay] answers the same calls again
-// without the model, so that a society run anew on the same requirement
-// reproduces the recorded run: the same organisation, messages and
-// artifacts. [Fork] replays a run up to a point and then lets a live model
-// answer, for example a different model, or the same one under a new
-// prompt for the calls after the point.
-//
-// # Keyed per agent, not by global order
-//
-// Agents call the model concurrently, so the global order of calls differs
-// from run to run; each agent's calls, though, are made one after the other
-// (an agent handles one message at a time). A recording is therefore keyed
-// by agent and by the index of the call among that agent's calls, never by
-// global order.
-//
-// # Ids
-//
-// A society names messages, tasks, requests and artifacts with random ids,
-// and agents and roles with sequential ones that follow the order of spawns,
-// which concurrency may change. A replayed run has other ids than the
-// recorded one, and a recorded response may quote an id it read (an
-// artifact reference, a request id, an agent to write to). The digest is
-// therefore of the request's skeleton: the request with every id (every
-// match of [IDPattern]) replaced by its rank of first appearance, so that
-// two requests that differ only in their ids have the same digest. When the
-// live request's digest is the recorded one, the ids of the two, paired by
-// rank, say which live id each recorded id stands for; the Replayer
-// rewrites the recorded response with that mapping (and with every pair it
-// learned from earlier calls) before it returns it.
-//
-// The same pairing identifies agents: a live agent is bound to a recorded
-// one at its first call, to the recorded agent its id was paired with
-// before, or else to the first recorded agent not yet bound whose first call
-// has the live request's digest. Recorded and live agent ids therefore need
-// not be equal.
-
 // IDPattern matches the ids an agentsociety society makes: agent-N and
 // role-N (sequential), task-, a- (artifacts) and req- with 16 hex digits
 // (random), and msg-<8 hex digits>-N. Recorders and Replayers treat its
@@ -86,11 +44,8 @@ type Call struct {
 	Agent string
 	// Index counts the agent's calls from 0, retries included.
 	Index int
-	// Digest is the hex SHA-256 of the request's skeleton.
-	Digest string
-	// IDs are the ids the request mentioned, in order of first appearance:
-	// the skeleton names them by their index here.
-	IDs []string
+	// Skeleton is what the call keeps of the request.
+	Skeleton
 	// Response is what the model answered, or nil if it failed.
 	Response *Response
 	// Err is the text of the model's error, "" if it answered.
@@ -118,7 +73,9 @@ type wireCall struct {
 	Agent     string         `json:"agent"`
 	Index     int            `json:"index"`
 	Digest    string         `json:"digest"`
+	Conv      string         `json:"conversation"`
 	IDs       []string       `json:"ids,omitempty"`
+	ConvIDs   int            `json:"conversation_ids,omitempty"`
 	Content   string         `json:"content,omitempty"`
 	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
 	Usage     *Usage         `json:"usage,omitempty"`
@@ -135,7 +92,7 @@ type wireToolCall struct {
 
 // MarshalJSON encodes c as a line of a recording.
 func (c Call) MarshalJSON() ([]byte, error) {
-	w := wireCall{Agent: c.Agent, Index: c.Index, Digest: c.Digest, IDs: c.IDs, Err: c.Err, ErrKind: c.ErrKind}
+	w := wireCall{Agent: c.Agent, Index: c.Index, Digest: c.Digest, Conv: c.Conversation, IDs: c.IDs, ConvIDs: c.ConversationIDs, Err: c.Err, ErrKind: c.ErrKind}
 	if r := c.Response; r != nil {
 		w.Content, w.Truncated = r.Message.Content, r.Truncated
 		u := r.Usage
@@ -153,7 +110,7 @@ func (c *Call) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*c = Call{Agent: w.Agent, Index: w.Index, Digest: w.Digest, IDs: w.IDs, Err: w.Err, ErrKind: w.ErrKind}
+	*c = Call{Agent: w.Agent, Index: w.Index, Skeleton: Skeleton{Digest: w.Digest, Conversation: w.Conv, IDs: w.IDs, ConversationIDs: w.ConvIDs}, Err: w.Err, ErrKind: w.ErrKind}
 	if w.Usage != nil {
 		r := &Response{Message: Message{Role: RoleAssistant, Content: w.Content}, Usage: *w.Usage, Truncated: w.Truncated}
 		for _, tc := range w.ToolCalls {
@@ -187,13 +144,13 @@ func Record(m Model, w io.Writer) *Recorder {
 // A line that cannot be written is not retried: Err reports it, and the
 // model's answer is returned all the same.
 func (r *Recorder) Generate(ctx context.Context, req *Request) (*Response, error) {
-	digest, ids := Digest(req)
+	sk := SkeletonOf(req)
 	r.mu.Lock()
 	index := r.next[req.Agent]
 	r.next[req.Agent]++
 	r.mu.Unlock()
 	resp, err := r.model.Generate(ctx, req)
-	c := Call{Agent: req.Agent, Index: index, Digest: digest, IDs: ids}
+	c := Call{Agent: req.Agent, Index: index, Skeleton: sk}
 	if err != nil {
 		c.Err = err.Error()
 		for _, k := range errKinds {
@@ -226,14 +183,32 @@ func (r *Recorder) Err() error {
 	return r.err
 }
 
-// Digest returns the hex SHA-256 of req's skeleton, and the ids req
-// mentions (the matches of [IDPattern]) in order of first appearance. The
-// skeleton is req with each id replaced by its index in that order: two
-// requests that differ only in their ids, consistently, have the same
-// digest. The agent, the system prompt, the messages (role, content, tool
-// calls, tool call id) and the tools (name, description, parameters) all
-// count, in that order.
-func Digest(req *Request) (digest string, ids []string) {
+// Skeleton is what a recording keeps of a request to recognise it: digests
+// of the request with its ids ranked, and the ids.
+//
+// The skeleton of a request is the request with each id (each match of
+// [IDPattern]) replaced by its rank of first appearance: two requests that
+// differ only in their ids, consistently, have the same skeleton. The
+// agent and the messages (role, content, tool calls, tool call id) come
+// first, then the system prompt and the tools (name, description,
+// parameters).
+type Skeleton struct {
+	// Digest is the hex SHA-256 of the whole skeleton.
+	Digest string
+	// Conversation is the hex SHA-256 of the skeleton's agent and messages
+	// only: what a [Fork] matches, so that a fork may run under another
+	// system prompt or other tool descriptions.
+	Conversation string
+	// IDs are the ids of the request, in order of first appearance: the
+	// skeleton names each by its index here.
+	IDs []string
+	// ConversationIDs counts the ids the agent and the messages mention:
+	// they are the first of IDs.
+	ConversationIDs int
+}
+
+// SkeletonOf returns the skeleton of req.
+func SkeletonOf(req *Request) Skeleton {
 	d := digester{rank: map[string]int{}}
 	h := sha256.New()
 	field := func(s string) {
@@ -243,7 +218,6 @@ func Digest(req *Request) (digest string, ids []string) {
 		h.Write(d.buf)
 	}
 	field(req.Agent)
-	field(req.System)
 	field(strconv.Itoa(len(req.Messages)))
 	for _, m := range req.Messages {
 		field(string(m.Role))
@@ -256,13 +230,17 @@ func Digest(req *Request) (digest string, ids []string) {
 			field(string(c.Arguments))
 		}
 	}
+	conv := h.Sum(nil)
+	sk := Skeleton{Conversation: hex.EncodeToString(conv), ConversationIDs: len(d.ids)}
+	field(req.System)
 	field(strconv.Itoa(len(req.Tools)))
 	for _, t := range req.Tools {
 		field(t.Name)
 		field(t.Description)
 		field(string(t.Parameters))
 	}
-	return hex.EncodeToString(h.Sum(nil)), d.ids
+	sk.Digest, sk.IDs = hex.EncodeToString(h.Sum(nil)), d.ids
+	return sk
 }
 
 // digester ranks the ids of a request as Digest meets them.
@@ -355,6 +333,8 @@ type Replayer struct {
 	rec   *Recording
 	live  Model          // nil for a pure replay
 	limit map[string]int // nil: replay every recorded call
+	// conv matches requests on their conversation only (a fork).
+	conv bool
 
 	mu       sync.Mutex
 	agents   map[string]*replayed // by live agent id
@@ -380,7 +360,15 @@ func Replay(rec *Recording) *Replayer {
 }
 
 // Fork returns a Model that replays rec up to a point and then lets live
-// answer. upTo says, by recorded agent id, how many of each agent's
+// answer.
+//
+// A fork matches each request on its conversation only (the agent and the
+// messages: [Skeleton].Conversation), not on the system prompt or the
+// tools, so that it may run under other prompts (Config.Prompts, a
+// Config.Language with the same message framing): the recorded answers
+// are then replayed under the new prompts, which the live calls after the
+// point are made with. When a request's system prompt and tools differ
+// from the recorded ones, only the ids of the conversation are paired. upTo says, by recorded agent id, how many of each agent's
 // recorded calls to replay (see agentsociety.ModelCallsUpTo, which counts
 // them from the recorded run's events up to a chosen event); an agent it
 // does not name replays none, and a nil upTo replays every recorded call.
@@ -392,7 +380,7 @@ func Replay(rec *Recording) *Replayer {
 // live. Requests go to live exactly as the society made them.
 func Fork(rec *Recording, live Model, upTo map[string]int) *Replayer {
 	r := Replay(rec)
-	r.live = live
+	r.live, r.conv = live, true
 	if upTo != nil {
 		r.limit = maps.Clone(upTo)
 	}
@@ -412,8 +400,7 @@ func (r *Replayer) Generate(ctx context.Context, req *Request) (*Response, error
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("llm: replay: %w", err)
 	}
-	digest, ids := Digest(req)
-	resp, err, goLive := r.answer(req.Agent, digest, ids)
+	resp, err, goLive := r.answer(req.Agent, SkeletonOf(req))
 	if !goLive {
 		return resp, err
 	}
@@ -422,7 +409,8 @@ func (r *Replayer) Generate(ctx context.Context, req *Request) (*Response, error
 
 // answer finds the recorded call for a live request and returns its answer
 // rewritten with the live ids, or goLive when the live model answers it.
-func (r *Replayer) answer(agent, digest string, ids []string) (resp *Response, err error, goLive bool) {
+func (r *Replayer) answer(agent string, sk Skeleton) (resp *Response, err error, goLive bool) {
+	digest, ids := r.match(sk)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := r.agents[agent]
@@ -448,7 +436,7 @@ func (r *Replayer) answer(agent, digest string, ids []string) (resp *Response, e
 		return nil, fmt.Errorf("%w: %s (recorded as %s) made call %d; %d were recorded", ErrReplayExhausted, agent, a.recorded, a.next, len(calls)), false
 	}
 	c := calls[a.next]
-	if c.Digest != digest || len(c.IDs) != len(ids) {
+	if recorded, _ := r.match(c.Skeleton); recorded != digest {
 		if r.live != nil {
 			a.diverged = true
 			return nil, nil, true
@@ -457,10 +445,14 @@ func (r *Replayer) answer(agent, digest string, ids []string) (resp *Response, e
 	}
 	a.next++
 	r.replayed++
+	_, old := r.match(c.Skeleton)
+	if c.Digest == sk.Digest { // the whole requests match: pair all their ids
+		old, ids = c.IDs, sk.IDs
+	}
 	pairs := make(map[string]string, len(ids))
-	for i, old := range c.IDs {
-		pairs[old] = ids[i]
-		r.learn(old, ids[i])
+	for i, now := range ids { // as many as old: the skeletons match
+		pairs[old[i]] = now
+		r.learn(old[i], now)
 	}
 	if c.Response == nil {
 		return nil, replayedError{text: c.Err, kind: c.ErrKind}, false
@@ -475,7 +467,11 @@ func (r *Replayer) answer(agent, digest string, ids []string) (resp *Response, e
 func (r *Replayer) bind(agent, digest string) string {
 	fits := func(rec string) bool {
 		calls := r.rec.calls[rec]
-		return !r.bound[rec] && len(calls) > 0 && calls[0].Digest == digest && (r.limit == nil || r.limit[rec] > 0)
+		if r.bound[rec] || len(calls) == 0 || r.limit != nil && r.limit[rec] == 0 {
+			return false
+		}
+		first, _ := r.match(calls[0].Skeleton)
+		return first == digest
 	}
 	if rec, ok := r.liveIDs[agent]; ok && fits(rec) {
 		return rec
@@ -489,6 +485,14 @@ func (r *Replayer) bind(agent, digest string) string {
 		}
 	}
 	return ""
+}
+
+// match returns the digest that r matches sk on, and the ids it pairs.
+func (r *Replayer) match(sk Skeleton) (digest string, ids []string) {
+	if r.conv {
+		return sk.Conversation, sk.IDs[:sk.ConversationIDs]
+	}
+	return sk.Digest, sk.IDs
 }
 
 // learn notes that recorded id old is live id now. Called with r.mu held.

@@ -67,15 +67,16 @@ func record(t *testing.T, m llm.Model, reqs ...*llm.Request) *llm.Recording {
 }
 
 func TestDigest_RanksIDs(t *testing.T) {
-	d1, ids1 := llm.Digest(request("agent-3", task1, art1, "hello agent-3"))
-	d2, ids2 := llm.Digest(request("agent-7", task2, art2, "hello agent-7"))
+	d1, ids1 := digest(request("agent-3", task1, art1, "hello agent-3"))
+	d2, ids2 := digest(request("agent-7", task2, art2, "hello agent-7"))
 	if d1 != d2 {
 		t.Errorf("requests that differ only in their ids have digests %s and %s", d1, d2)
 	}
-	if want := []string{"agent-3", task1, art1}; !cmp.Equal(ids1, want) {
+	// The agent and the messages come first, then the system prompt.
+	if want := []string{"agent-3", art1, task1}; !cmp.Equal(ids1, want) {
 		t.Errorf("ids %q, want %q", ids1, want)
 	}
-	if want := []string{"agent-7", task2, art2}; !cmp.Equal(ids2, want) {
+	if want := []string{"agent-7", art2, task2}; !cmp.Equal(ids2, want) {
 		t.Errorf("ids %q, want %q", ids2, want)
 	}
 	for name, req := range map[string]*llm.Request{
@@ -83,20 +84,39 @@ func TestDigest_RanksIDs(t *testing.T) {
 		"other words":      request("agent-3", task1, art1, "hullo agent-3"),
 		"an id moved":      request("agent-3", task1, art1, "agent-3 hello"),
 	} {
-		if d, _ := llm.Digest(req); d == d1 {
+		if d, _ := digest(req); d == d1 {
 			t.Errorf("%s: the digest did not change", name)
 		}
 	}
+	// The conversation is the agent and the messages.
+	sk := llm.SkeletonOf(request("agent-3", task1, art1, "hello agent-3"))
+	other := request("agent-3", task1, art1, "hello agent-3")
+	other.System = "You are someone else."
+	osk := llm.SkeletonOf(other)
+	if osk.Digest == sk.Digest || osk.Conversation != sk.Conversation || sk.ConversationIDs != 2 || osk.ConversationIDs != 2 {
+		t.Errorf("another system prompt: %+v; before: %+v", osk, sk)
+	}
+	other.Messages[0].Content = "hello"
+	if llm.SkeletonOf(other).Conversation == sk.Conversation {
+		t.Error("another message keeps the conversation's digest")
+	}
+
 	// Field boundaries count: text moved from one field to the next is
 	// another request.
 	a := &llm.Request{System: "ab", Messages: []llm.Message{{Role: llm.RoleUser, Content: "c"}}}
 	b := &llm.Request{System: "a", Messages: []llm.Message{{Role: llm.RoleUser, Content: "bc"}}}
-	if da, _ := llm.Digest(a); da == must(llm.Digest(b)) {
+	if da, _ := digest(a); da == must(digest(b)) {
 		t.Error("moving text between fields keeps the digest")
 	}
 }
 
 func must(d string, _ []string) string { return d }
+
+// digest returns the digest of req's skeleton, and its ids.
+func digest(req *llm.Request) (string, []string) {
+	sk := llm.SkeletonOf(req)
+	return sk.Digest, sk.IDs
+}
 
 // TestIDPattern checks which words are taken for ids.
 func TestIDPattern(t *testing.T) {
@@ -252,7 +272,7 @@ func TestRecording_Lines(t *testing.T) {
 	}
 	calls := rec.Calls("agent-1")
 	for i, c := range calls {
-		d, ids := llm.Digest(request("agent-1", task1, art1, fmt.Sprint(i)))
+		d, ids := digest(request("agent-1", task1, art1, fmt.Sprint(i)))
 		if c.Index != i || c.Digest != d || !cmp.Equal(c.IDs, ids) || c.Err != "" {
 			t.Errorf("call %d: %+v", i, c)
 		}
@@ -303,7 +323,7 @@ func TestRecorder_Concurrent(t *testing.T) {
 	}
 	for a := range 8 {
 		for i, c := range rec.Calls(fmt.Sprint("agent-", a)) {
-			if d, _ := llm.Digest(request(fmt.Sprint("agent-", a), task1, art1, fmt.Sprint(i))); c.Digest != d {
+			if d, _ := digest(request(fmt.Sprint("agent-", a), task1, art1, fmt.Sprint(i))); c.Digest != d {
 				t.Errorf("call %d of agent-%d is another request", i, a)
 			}
 		}
@@ -365,5 +385,27 @@ func TestFork(t *testing.T) {
 	}
 	if r.Replayed() != 3 || len(l.calls) != 5 {
 		t.Errorf("replayed %d, live %d (%q); want 3 and 5", r.Replayed(), len(l.calls), l.calls)
+	}
+}
+
+// TestFork_OtherSystemPrompt checks that a fork replays a request whose
+// system prompt changed, pairing the ids of its conversation only, where a
+// replay refuses it.
+func TestFork_OtherSystemPrompt(t *testing.T) {
+	rec := record(t, quoting, request("agent-1", task1, art1, "hello agent-1"))
+	req := request("agent-5", task2, art2, "hello agent-5")
+	req.System = "New rules for agent-5 on " + task2 + "."
+	if _, err := llm.Replay(rec).Generate(context.Background(), req); !errors.Is(err, llm.ErrReplayMismatch) {
+		t.Errorf("a replay under another system prompt: %v", err)
+	}
+	l := &live{}
+	got, err := llm.Fork(rec, l, nil).Generate(context.Background(), req)
+	if err != nil || len(l.calls) != 0 {
+		t.Fatalf("%v; live calls %q", err, l.calls)
+	}
+	// The recorded answer quoted agent-1 and task1: agent-1 is in the
+	// conversation, so it is paired; task1 was only in the system prompt.
+	if want := "saw agent-5, " + task1 + ", agent-5"; got.Message.Content != want {
+		t.Errorf("answer %q, want %q", got.Message.Content, want)
 	}
 }
