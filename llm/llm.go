@@ -17,9 +17,7 @@
 // without the model, so that a society run anew on the same requirement
 // reproduces the recorded run: the same organisation, messages and
 // artifacts. [Fork] replays a run up to a point and then lets a live model
-// answer: a different model, or the same one under new prompts (a fork
-// matches requests on their conversation only, so the replayed part may
-// run under the new prompts too).
+// answer: a different model, or the same one under new prompts.
 //
 // Agents call the model concurrently, so the global order of calls differs
 // from run to run; each agent's calls, though, are made one after the other
@@ -35,7 +33,9 @@
 // therefore recognised by its skeleton: the request with every id (every
 // match of [IDPattern]) replaced by its rank of first appearance, so that
 // two requests that differ only in their ids have the same digest. When the
-// live request's skeleton is the recorded one, the ids of the two, paired by
+// live request's skeleton is the recorded one (its conversation, the agent
+// and the messages: the system prompt shows the society as it is at the
+// time of the call, so it may differ; see [Replay]), the ids of the two, paired by
 // rank, say which live id each recorded id stands for; the Replayer
 // rewrites the recorded response with that mapping (and with every pair it
 // learned from earlier calls) before it returns it. When they differ, the

@@ -29,9 +29,9 @@ var IDPattern = regexp.MustCompile(`\b(?:(?:agent|role)-[0-9]+|(?:task|a|req)-[0
 // with errors.Is; neither is transient.
 var (
 	// ErrReplayMismatch means the live request is not the one recorded: its
-	// skeleton (the request with its ids ranked, see the package's section
-	// on recording) differs from the recorded call's, or no recorded agent
-	// not yet bound starts with it. The run has diverged from the recording.
+	// conversation, with its ids ranked (see [Skeleton]), differs from the
+	// recorded call's, or no recorded agent not yet bound starts with it.
+	// The run has diverged from the recording.
 	ErrReplayMismatch = errors.New("llm: the request does not match the recording")
 	// ErrReplayExhausted means the recording has no more calls for the agent
 	// and the Replayer has no live model to fall through to.
@@ -196,8 +196,7 @@ type Skeleton struct {
 	// Digest is the hex SHA-256 of the whole skeleton.
 	Digest string
 	// Conversation is the hex SHA-256 of the skeleton's agent and messages
-	// only: what a [Fork] matches, so that a fork may run under another
-	// system prompt or other tool descriptions.
+	// only: what a [Replayer] matches (see [Replay]).
 	Conversation string
 	// IDs are the ids of the request, in order of first appearance: the
 	// skeleton names each by its index here.
@@ -333,8 +332,6 @@ type Replayer struct {
 	rec   *Recording
 	live  Model          // nil for a pure replay
 	limit map[string]int // nil: replay every recorded call
-	// conv matches requests on their conversation only (a fork).
-	conv bool
 
 	mu       sync.Mutex
 	agents   map[string]*replayed // by live agent id
@@ -355,20 +352,27 @@ type replayed struct {
 // the package's section on recording, and fails with [ErrReplayMismatch]
 // when a request does not match its recorded call and with
 // [ErrReplayExhausted] when an agent has used all its recorded calls.
+//
+// A request matches its recorded call when their conversations (the agent
+// and the messages: [Skeleton].Conversation) match; the system prompt and
+// the tools may differ. They must be allowed to: an agent's system prompt
+// shows the society as it is when the call is made (its contacts, which of
+// its children reported, what it may still spend), and so depends on how
+// the agents interleaved; an agent that a queued message is from is
+// already a contact, though the message is not yet in the conversation.
+// The conversation is what the agent was told and did, one message at a
+// time, and is the same in every run that gives the same answers. The ids
+// of the two requests are paired over the conversation, or over the whole
+// requests when these match too.
 func Replay(rec *Recording) *Replayer {
 	return &Replayer{rec: rec, agents: map[string]*replayed{}, bound: map[string]bool{}, ids: map[string]string{}, liveIDs: map[string]string{}}
 }
 
 // Fork returns a Model that replays rec up to a point and then lets live
-// answer.
-//
-// A fork matches each request on its conversation only (the agent and the
-// messages: [Skeleton].Conversation), not on the system prompt or the
-// tools, so that it may run under other prompts (Config.Prompts, a
-// Config.Language with the same message framing): the recorded answers
-// are then replayed under the new prompts, which the live calls after the
-// point are made with. When a request's system prompt and tools differ
-// from the recorded ones, only the ids of the conversation are paired. upTo says, by recorded agent id, how many of each agent's
+// answer. Since requests are matched on their conversation, a fork may run
+// under other prompts (Config.Prompts): the recorded answers are replayed
+// under the new prompts, which the live calls after the point are made
+// with. upTo says, by recorded agent id, how many of each agent's
 // recorded calls to replay (see agentsociety.ModelCallsUpTo, which counts
 // them from the recorded run's events up to a chosen event); an agent it
 // does not name replays none, and a nil upTo replays every recorded call.
@@ -380,7 +384,7 @@ func Replay(rec *Recording) *Replayer {
 // live. Requests go to live exactly as the society made them.
 func Fork(rec *Recording, live Model, upTo map[string]int) *Replayer {
 	r := Replay(rec)
-	r.live, r.conv = live, true
+	r.live = live
 	if upTo != nil {
 		r.limit = maps.Clone(upTo)
 	}
@@ -410,7 +414,7 @@ func (r *Replayer) Generate(ctx context.Context, req *Request) (*Response, error
 // answer finds the recorded call for a live request and returns its answer
 // rewritten with the live ids, or goLive when the live model answers it.
 func (r *Replayer) answer(agent string, sk Skeleton) (resp *Response, err error, goLive bool) {
-	digest, ids := r.match(sk)
+	digest, ids := sk.Conversation, sk.IDs[:sk.ConversationIDs]
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	a := r.agents[agent]
@@ -436,7 +440,7 @@ func (r *Replayer) answer(agent string, sk Skeleton) (resp *Response, err error,
 		return nil, fmt.Errorf("%w: %s (recorded as %s) made call %d; %d were recorded", ErrReplayExhausted, agent, a.recorded, a.next, len(calls)), false
 	}
 	c := calls[a.next]
-	if recorded, _ := r.match(c.Skeleton); recorded != digest {
+	if c.Conversation != digest {
 		if r.live != nil {
 			a.diverged = true
 			return nil, nil, true
@@ -445,7 +449,7 @@ func (r *Replayer) answer(agent string, sk Skeleton) (resp *Response, err error,
 	}
 	a.next++
 	r.replayed++
-	_, old := r.match(c.Skeleton)
+	old := c.IDs[:c.ConversationIDs]
 	if c.Digest == sk.Digest { // the whole requests match: pair all their ids
 		old, ids = c.IDs, sk.IDs
 	}
@@ -470,8 +474,7 @@ func (r *Replayer) bind(agent, digest string) string {
 		if r.bound[rec] || len(calls) == 0 || r.limit != nil && r.limit[rec] == 0 {
 			return false
 		}
-		first, _ := r.match(calls[0].Skeleton)
-		return first == digest
+		return calls[0].Conversation == digest
 	}
 	if rec, ok := r.liveIDs[agent]; ok && fits(rec) {
 		return rec
@@ -485,14 +488,6 @@ func (r *Replayer) bind(agent, digest string) string {
 		}
 	}
 	return ""
-}
-
-// match returns the digest that r matches sk on, and the ids it pairs.
-func (r *Replayer) match(sk Skeleton) (digest string, ids []string) {
-	if r.conv {
-		return sk.Conversation, sk.IDs[:sk.ConversationIDs]
-	}
-	return sk.Digest, sk.IDs
 }
 
 // learn notes that recorded id old is live id now. Called with r.mu held.

@@ -388,24 +388,22 @@ func TestFork(t *testing.T) {
 	}
 }
 
-// TestFork_OtherSystemPrompt checks that a fork replays a request whose
-// system prompt changed, pairing the ids of its conversation only, where a
-// replay refuses it.
-func TestFork_OtherSystemPrompt(t *testing.T) {
+// TestReplay_OtherSystemPrompt checks that a request whose system prompt
+// changed is replayed, its ids paired over its conversation only.
+func TestReplay_OtherSystemPrompt(t *testing.T) {
 	rec := record(t, quoting, request("agent-1", task1, art1, "hello agent-1"))
 	req := request("agent-5", task2, art2, "hello agent-5")
 	req.System = "New rules for agent-5 on " + task2 + "."
-	if _, err := llm.Replay(rec).Generate(context.Background(), req); !errors.Is(err, llm.ErrReplayMismatch) {
-		t.Errorf("a replay under another system prompt: %v", err)
-	}
 	l := &live{}
-	got, err := llm.Fork(rec, l, nil).Generate(context.Background(), req)
-	if err != nil || len(l.calls) != 0 {
-		t.Fatalf("%v; live calls %q", err, l.calls)
-	}
-	// The recorded answer quoted agent-1 and task1: agent-1 is in the
-	// conversation, so it is paired; task1 was only in the system prompt.
-	if want := "saw agent-5, " + task1 + ", agent-5"; got.Message.Content != want {
-		t.Errorf("answer %q, want %q", got.Message.Content, want)
+	for name, r := range map[string]*llm.Replayer{"replay": llm.Replay(rec), "fork": llm.Fork(rec, l, nil)} {
+		got, err := r.Generate(context.Background(), req)
+		if err != nil || len(l.calls) != 0 {
+			t.Fatalf("%s: %v; live calls %q", name, err, l.calls)
+		}
+		// The recorded answer quoted agent-1 and task1: agent-1 is in the
+		// conversation, so it is paired; task1 was only in the system prompt.
+		if want := "saw agent-5, " + task1 + ", agent-5"; got.Message.Content != want {
+			t.Errorf("%s: answer %q, want %q", name, got.Message.Content, want)
+		}
 	}
 }
