@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -365,5 +366,40 @@ func TestFork_OtherPrompt(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, viewOf(t, s)); diff != "" {
 		t.Errorf("the fork (-recorded +forked):\n%s", diff)
+	}
+}
+
+// BenchmarkReplay_Quickstart runs the quick start on a fresh society per
+// operation: on the demo model (the baseline), on the demo model recorded,
+// and replayed from a recording.
+func BenchmarkReplay_Quickstart(b *testing.B) {
+	var buf bytes.Buffer
+	rec := llm.Record(demo.Model(), &buf)
+	s, done := openSociety(b, as.Config{Model: rec})
+	runQuickstart(b, s)
+	waitQuiet(b, s)
+	done()
+	recording, err := llm.ReadRecording(&buf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name  string
+		model func() llm.Model
+	}{
+		{"demo", func() llm.Model { return demo.Model() }},
+		{"recorded", func() llm.Model { return llm.Record(demo.Model(), io.Discard) }},
+		{"replayed", func() llm.Model { return llm.Replay(recording) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cpu := startCPU(b)
+			for b.Loop() {
+				s, done := openSociety(b, as.Config{Model: c.model()})
+				runQuickstart(b, s)
+				waitQuiet(b, s)
+				done()
+			}
+			cpu.report()
+		})
 	}
 }
