@@ -242,7 +242,7 @@ func SkeletonOf(req *Request) Skeleton {
 	return sk
 }
 
-// digester ranks the ids of a request as Digest meets them.
+// digester ranks the ids of a request as SkeletonOf meets them.
 type digester struct {
 	rank map[string]int
 	ids  []string
@@ -404,7 +404,7 @@ func (r *Replayer) Generate(ctx context.Context, req *Request) (*Response, error
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("llm: replay: %w", err)
 	}
-	resp, err, goLive := r.answer(req.Agent, SkeletonOf(req))
+	resp, goLive, err := r.answer(req.Agent, SkeletonOf(req))
 	if !goLive {
 		return resp, err
 	}
@@ -413,7 +413,7 @@ func (r *Replayer) Generate(ctx context.Context, req *Request) (*Response, error
 
 // answer finds the recorded call for a live request and returns its answer
 // rewritten with the live ids, or goLive when the live model answers it.
-func (r *Replayer) answer(agent string, sk Skeleton) (resp *Response, err error, goLive bool) {
+func (r *Replayer) answer(agent string, sk Skeleton) (resp *Response, goLive bool, err error) {
 	digest, ids := sk.Conversation, sk.IDs[:sk.ConversationIDs]
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -428,24 +428,24 @@ func (r *Replayer) answer(agent string, sk Skeleton) (resp *Response, err error,
 	}
 	if a.recorded == "" {
 		if r.live != nil {
-			return nil, nil, true
+			return nil, true, nil
 		}
-		return nil, fmt.Errorf("%w: no recorded agent that is not yet replayed starts with the first request of %s (digest %.12s)", ErrReplayMismatch, agent, digest), false
+		return nil, false, fmt.Errorf("%w: no recorded agent that is not yet replayed starts with the first request of %s (conversation %.12s)", ErrReplayMismatch, agent, digest)
 	}
 	calls := r.rec.calls[a.recorded]
 	if a.diverged || a.next >= len(calls) || r.limit != nil && a.next >= r.limit[a.recorded] {
 		if r.live != nil {
-			return nil, nil, true
+			return nil, true, nil
 		}
-		return nil, fmt.Errorf("%w: %s (recorded as %s) made call %d; %d were recorded", ErrReplayExhausted, agent, a.recorded, a.next, len(calls)), false
+		return nil, false, fmt.Errorf("%w: %s (recorded as %s) made call %d; %d were recorded", ErrReplayExhausted, agent, a.recorded, a.next, len(calls))
 	}
 	c := calls[a.next]
 	if c.Conversation != digest {
 		if r.live != nil {
 			a.diverged = true
-			return nil, nil, true
+			return nil, true, nil
 		}
-		return nil, fmt.Errorf("%w: call %d of %s (recorded as %s) has digest %.12s; the recording has %.12s", ErrReplayMismatch, a.next, agent, a.recorded, digest, c.Digest), false
+		return nil, false, fmt.Errorf("%w: call %d of %s (recorded as %s) has the conversation %.12s; the recording has %.12s", ErrReplayMismatch, a.next, agent, a.recorded, digest, c.Conversation)
 	}
 	a.next++
 	r.replayed++
@@ -459,9 +459,9 @@ func (r *Replayer) answer(agent string, sk Skeleton) (resp *Response, err error,
 		r.learn(old[i], now)
 	}
 	if c.Response == nil {
-		return nil, replayedError{text: c.Err, kind: c.ErrKind}, false
+		return nil, false, replayedError{text: c.Err, kind: c.ErrKind}
 	}
-	return r.rewrite(c.Response, pairs), nil, false
+	return r.rewrite(c.Response, pairs), false, nil
 }
 
 // bind returns the recorded agent a live agent making its first call, with
