@@ -116,6 +116,13 @@
 // Config.EventRetention bounds what is kept; a store that implements
 // store.EventLog keeps it across restarts.
 //
+// A run can be replayed: wrap Config.Model in llm.Record and save its
+// lines; llm.Replay answers a new run's model calls from them, matched per
+// agent and per call (agents interleave differently in each run) and with
+// the recorded ids mapped to the new run's, so that the same requirement
+// gives the same organisation, messages and artifacts. llm.Fork replays up
+// to the event [ModelCallsUpTo] is given, then lets a live model go on.
+//
 // # Contacts and introductions
 //
 // Every agent has a [ContactRegistry] entry list from birth: root knows user,

@@ -6,6 +6,48 @@
 // any model without importing the society. An OpenAI-compatible adapter is
 // in llm/openai, and a scripted model for tests and offline examples in
 // llm/llmtest.
+//
+// # Recording and replay
+//
+// A [Recorder] wraps a Model and writes each call it answers as one line of
+// JSON, a [Call]: which agent asked, the how-many-th call of that agent it
+// was, the request's [Skeleton] (digests of the request with its ids
+// ranked, and the ids) and the response (or the error). A host saves the lines beside its store. A
+// [Replayer] made from them with [Replay] answers the same calls again
+// without the model, so that a society run anew on the same requirement
+// reproduces the recorded run: the same organisation, messages and
+// artifacts. [Fork] replays a run up to a point and then lets a live model
+// answer: a different model, or the same one under new prompts.
+//
+// Agents call the model concurrently, so the global order of calls differs
+// from run to run; each agent's calls, though, are made one after the other
+// (an agent handles one message at a time). A recording is therefore keyed
+// by agent and by the index of the call among that agent's calls, never by
+// global order.
+//
+// A society names messages, tasks, requests and artifacts with random ids,
+// and agents and roles with sequential ones that follow the order of spawns,
+// which concurrency may change. A replayed run has other ids than the
+// recorded one, and a recorded response may quote an id it read (an
+// artifact reference, a request id, an agent to write to). A request is
+// therefore recognised by its skeleton: the request with every id (every
+// match of [IDPattern]) replaced by its rank of first appearance, so that
+// two requests that differ only in their ids have the same digest. When the
+// live request's skeleton is the recorded one (its conversation, the agent
+// and the messages: the system prompt shows the society as it is at the
+// time of the call, so it may differ; see [Replay]), the ids of the two, paired by
+// rank, say which live id each recorded id stands for; the Replayer
+// rewrites the recorded response with that mapping (and with every pair it
+// learned from earlier calls) before it returns it. When they differ, the
+// run has diverged from the recording: a replay fails with
+// [ErrReplayMismatch], and a fork lets the live model answer that agent
+// from then on.
+//
+// The same pairing identifies agents: a live agent is bound to a recorded
+// one at its first call, to the recorded agent its id was paired with
+// before, or else to the first recorded agent not yet bound whose first call
+// has the live request's digest. Recorded and live agent ids therefore need
+// not be equal.
 package llm
 
 import (
