@@ -154,13 +154,8 @@ func TestQuickstart(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close(context.Background())
-	task, err := s.SubmitRequirement(ctx, demo.Requirement)
+	task, _, err := demo.Run(ctx, s)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.WaitForUserMessage(ctx, func(m as.Message) bool {
-		return m.TaskID == task && strings.Contains(m.Text(), as.ArtifactRefPrefix)
-	}); err != nil {
 		t.Fatal(err)
 	}
 	var b bytes.Buffer

@@ -32,10 +32,7 @@ func Example() {
 	followed := make(chan error)
 	go func() { followed <- otel.Follow(ctx, s, otel.Options{TracerProvider: tp}) }()
 
-	task, _ := s.SubmitRequirement(ctx, demo.Requirement)
-	s.WaitForUserMessage(ctx, func(m as.Message) bool {
-		return m.TaskID == task && strings.Contains(m.Text(), as.ArtifactRefPrefix)
-	})
+	demo.Run(ctx, s)
 	for !settled(s) { // the user's turn ends once the host has the message
 		time.Sleep(time.Millisecond)
 	}

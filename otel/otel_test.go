@@ -25,28 +25,29 @@ import (
 // conditions.
 const hangGuard = time.Minute
 
-// quickstart runs the quick start on the demo model and returns the society,
-// still open, and the task, once every message of the task was handled.
-func quickstart(t testing.TB) (*as.Society, string) {
+// newSociety returns a society on the demo model, closed when t ends.
+func newSociety(t testing.TB) *as.Society {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
-	defer cancel()
-	s, err := as.New(ctx, as.Config{Model: demo.Model(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := as.New(context.Background(), as.Config{Model: demo.Model(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close(context.Background()) })
-	task, err := s.SubmitRequirement(ctx, demo.Requirement)
+	return s
+}
+
+// runQuickstart runs the quick start on s and returns the task once every
+// message of the task was handled.
+func runQuickstart(t testing.TB, s *as.Society) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	task, _, err := demo.Run(ctx, s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.WaitForUserMessage(ctx, func(m as.Message) bool {
-		return m.TaskID == task && strings.Contains(m.Text(), as.ArtifactRefPrefix)
-	}); err != nil {
-		t.Fatal(err)
-	}
 	waitSettled(t, s)
-	return s, task
+	return task
 }
 
 // waitSettled waits until every message s accepted was handled, failing
@@ -128,24 +129,10 @@ func TestFollow_Quickstart(t *testing.T) {
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 	ctx := context.Background()
-	s, err := as.New(ctx, as.Config{Model: demo.Model(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSociety(t)
 	done := make(chan error, 1)
 	go func() { done <- otel.Follow(ctx, s, otel.Options{TracerProvider: tp}) }()
-	task, err := s.SubmitRequirement(ctx, demo.Requirement)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, hangGuard)
-	defer cancel()
-	if _, err := s.WaitForUserMessage(wctx, func(m as.Message) bool {
-		return m.TaskID == task && strings.Contains(m.Text(), as.ArtifactRefPrefix)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	waitSettled(t, s)
+	task := runQuickstart(t, s)
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +275,8 @@ var contentKeys = []string{otel.AttrInputMessages, otel.AttrToolCallArguments, o
 // message text, tool arguments and thoughts are recorded only when the host
 // opts in.
 func TestTrace_Content(t *testing.T) {
-	s, _ := quickstart(t)
+	s := newSociety(t)
+	runQuickstart(t, s)
 	for _, record := range []bool{false, true} {
 		exp := tracetest.NewInMemoryExporter()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))

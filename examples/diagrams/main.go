@@ -16,7 +16,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strings"
 	"time"
 
 	as "agentsociety"
@@ -44,14 +43,9 @@ func run(ctx context.Context, path string) error {
 		return err
 	}
 	defer s.Close(context.WithoutCancel(ctx))
-	task, err := s.SubmitRequirement(ctx, demo.Requirement)
+	task, _, err := demo.Run(ctx, s)
 	if err != nil {
-		return err
-	}
-	if _, err := s.WaitForUserMessage(ctx, func(m as.Message) bool {
-		return m.TaskID == task && strings.Contains(m.Text(), as.ArtifactRefPrefix)
-	}); err != nil {
-		return fmt.Errorf("waiting for the answer: %w", err)
+		return fmt.Errorf("running the quick start: %w", err)
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# The quick start's society\n\nRequirement: %s\n\n", demo.Requirement)
