@@ -8,7 +8,8 @@
 //
 //	any text          a new requirement, submitted to root on a new task
 //	@agentId text     text sent from user to that agent, on its task
-//	/org              the organisation as it stands
+//	/org              the organisation as it stands, as a tree
+//	/org mermaid      the same as a Mermaid flowchart, with contacts
 //	/help             this list
 //	/quit             close the society and exit (so does end of input)
 //
@@ -35,6 +36,7 @@ import (
 	"agentsociety/examples/internal/show"
 	"agentsociety/internal/demo"
 	"agentsociety/llm"
+	"agentsociety/mermaid"
 )
 
 // closeTimeout bounds how long /quit waits for agents to finish the turns
@@ -45,6 +47,7 @@ const help = `commands:
   any text        submit a new requirement
   @agentId text   send text to an agent
   /org            show the organisation
+  /org mermaid    show it as a Mermaid flowchart
   /help           show this list
   /quit           close the society and exit
 `
@@ -134,6 +137,10 @@ func command(ctx context.Context, w *show.SyncWriter, s *as.Society, line string
 	case line == "/org":
 		var b strings.Builder
 		show.WriteOrg(&b, s)
+		w.Printf("%s\n", b.String())
+	case line == "/org mermaid":
+		var b strings.Builder
+		mermaid.WriteFlowchart(&b, mermaid.OrgOf(s, true))
 		w.Printf("%s\n", b.String())
 	case line == "/help":
 		w.Printf("%s\n", help)

@@ -103,6 +103,8 @@ func TestSession(t *testing.T) {
 
 	say("/org")
 	_, at = out.waitFor(t, at, `root\n└─ `+lead+` \(lead\) `+task+`\n   ├─ agent-\d+ \(tester\)\n   └─ agent-\d+ \(developer\)\n`)
+	say("/org mermaid")
+	_, at = out.waitFor(t, at, `flowchart TD\n(?s:.*)a1\["`+lead+`<br>lead"\]\n(?s:.*)root --> a1\n(?s:.*)a3 -\.->\|"preset"\| a2\n`)
 
 	// The lead may answer before the command line says the message went:
 	// the two lines come in either order.

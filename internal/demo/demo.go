@@ -26,6 +26,7 @@
 package demo
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -95,6 +96,20 @@ var (
 	developerMark = script.RoleMark("developer")
 	testerMark    = script.RoleMark("tester")
 )
+
+// Run submits [Requirement] to s and waits until the message that carries
+// the calculator's artifact reference reaches user, or ctx ends. It returns
+// the task and that message.
+func Run(ctx context.Context, s *as.Society) (task string, reply as.Message, err error) {
+	task, err = s.SubmitRequirement(ctx, Requirement)
+	if err != nil {
+		return "", as.Message{}, err
+	}
+	reply, err = s.WaitForUserMessage(ctx, func(m as.Message) bool {
+		return m.TaskID == task && strings.Contains(m.Text(), as.ArtifactRefPrefix)
+	})
+	return task, reply, err
+}
 
 // Model returns a new scripted model that plays the scenario described in
 // the package documentation. Each call returns a fresh model, with its own

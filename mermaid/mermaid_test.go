@@ -1,0 +1,180 @@
+package mermaid_test
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	as "agentsociety"
+	"agentsociety/internal/demo"
+	"agentsociety/mermaid"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// golden compares got with testdata/name, or rewrites it with -update.
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs; got:\n%s\nwant:\n%s", name, got, want)
+	}
+}
+
+// hostile is text a model could write to break a diagram out of its label.
+const hostile = "x\"]; click a1 \"javascript:alert(1)\"\n%%{init: {}}%%\r<script>end</script> #quot; `md` a|b {c} & ;\u202e\u2028"
+
+// org is an organisation whose names and ids are hostile.
+func org() mermaid.Org {
+	t0 := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+	return mermaid.Org{
+		Roles: []as.Role{
+			{ID: "role-1", Name: "lead", CreatedBy: as.RootID, CreatedAt: t0},
+			{ID: "role-2", Name: hostile, CreatedBy: "agent-1", CreatedAt: t0},
+		},
+		Agents: []as.Agent{
+			{ID: "agent-1", RoleID: "role-1", ParentID: as.RootID, Status: as.StatusActive},
+			{ID: "end", RoleID: "role-2", ParentID: "agent-1", Status: as.StatusActive},
+			{ID: "agent-3\"];x", RoleID: "role-2", ParentID: "agent-1", Status: as.StatusTerminated},
+		},
+		Contacts: map[string][]as.Contact{
+			as.RootID: {{ID: as.UserID, Source: as.SourceSystem}, {ID: "agent-1", Source: as.SourceChild}},
+			"agent-1": {{ID: as.RootID, Source: as.SourceParent}, {ID: as.UserID, Source: as.SourceFirstMessage}},
+			"end":     {{ID: "agent-1", Source: as.SourceParent}, {ID: "agent-3\"];x", Source: as.SourcePreset}, {ID: "agent-gone", Source: as.SourceIntroduction}},
+		},
+	}
+}
+
+// TestWriteFlowchart_Golden draws an organisation with hostile names and
+// ids, with and without contacts.
+func TestWriteFlowchart_Golden(t *testing.T) {
+	var b bytes.Buffer
+	if err := mermaid.WriteFlowchart(&b, org()); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "flowchart.golden", b.Bytes())
+	noContacts := org()
+	noContacts.Contacts = nil
+	b.Reset()
+	if err := mermaid.WriteFlowchart(&b, noContacts); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "flowchart-nocontacts.golden", b.Bytes())
+}
+
+// seq returns events as an event log.
+func seq(events []as.Event, err error) func(func(as.Event, error) bool) {
+	return func(yield func(as.Event, error) bool) {
+		if err != nil && !yield(as.Event{}, err) {
+			return
+		}
+		for _, e := range events {
+			if !yield(e, nil) {
+				return
+			}
+		}
+	}
+}
+
+// TestWriteSequence_Golden draws a task's messages from a hand-made log
+// with hostile text and a gap, leaving out another task's message.
+func TestWriteSequence_Golden(t *testing.T) {
+	msg := func(id, from, to, task string, typ as.MessageType, payload string) *as.Message {
+		return &as.Message{ID: id, From: from, To: to, TaskID: task, Type: typ, Payload: []byte(payload)}
+	}
+	events := []as.Event{
+		{Seq: 5, Kind: as.EventMessageAccepted, Message: msg("m1", as.UserID, as.RootID, "T", as.General, `{"text":"build   a\n\ncalculator"}`)},
+		{Seq: 6, Kind: as.EventAgentSpawned, Agent: as.RootID, Target: "agent-1", Name: "lead"},
+		{Seq: 7, Kind: as.EventMessageAccepted, Message: msg("m2", as.RootID, "agent-1", "T", as.TaskAssignment, `{"objective":"make it"}`)},
+		{Seq: 8, Kind: as.EventAgentSpawned, Agent: "agent-1", Target: "end", Name: hostile},
+		{Seq: 9, Kind: as.EventMessageAccepted, Message: msg("m3", "agent-1", "end", "T", as.CollaborationRequest, string(as.Text(hostile)))},
+		{Seq: 10, Kind: as.EventMessageAccepted, Message: msg("m4", "end", "agent-1", "T", as.CollaborationResponse, `{"request_id":"r1","status":"completed","result":"ok"}`)},
+		{Seq: 11, Kind: as.EventMessageAccepted, Message: msg("m5", "agent-1", as.UserID, "other", as.General, `{"text":"not this task"}`)},
+		{Seq: 12, Kind: as.EventMessageAccepted, Message: msg("m6", "agent-1", as.UserID, "T", as.General, `{"text":"`+strings.Repeat("很长的文本", 20)+`"}`)},
+	}
+	var b bytes.Buffer
+	if err := mermaid.WriteSequence(&b, seq(events, &as.MissedEventsError{From: 1, Oldest: 5}), "T"); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "sequence.golden", b.Bytes())
+}
+
+// TestWriteSequence_Error checks that an error reading the log other than
+// missed events is returned.
+func TestWriteSequence_Error(t *testing.T) {
+	want := &as.Error{Code: as.ErrStore, Message: "the disk is gone"}
+	if err := mermaid.WriteSequence(io.Discard, seq(nil, want), "T"); err != want {
+		t.Fatalf("WriteSequence = %v, want %v", err, want)
+	}
+}
+
+// TestEscape checks that what Escape returns holds no character Mermaid
+// reads as syntax, and keeps what is safe.
+func TestEscape(t *testing.T) {
+	got := mermaid.Escape(hostile + " 计算器，好的。 agent-1 (lead)")
+	bare := regexp.MustCompile(`#[0-9]+;`).ReplaceAllString(got, "")
+	if bad := regexp.MustCompile("[\"\\[\\]{}<>|`;#%&\\n\\r\u202e\u2028]").FindString(bare); bad != "" {
+		t.Errorf("Escape left %q in %q", bad, got)
+	}
+	for _, keep := range []string{"计算器，好的。", "agent-1 (lead)", "#34;", "#60;script#62;"} {
+		if !strings.Contains(got, keep) {
+			t.Errorf("Escape(...) = %q, lacks %q", got, keep)
+		}
+	}
+	// An entity code in the input is shown, not decoded.
+	if got := mermaid.Escape("#quot;"); got != "#35;quot#59;" {
+		t.Errorf("Escape(#quot;) = %q", got)
+	}
+}
+
+// TestQuickstart draws the quick start's organisation and messages.
+func TestQuickstart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard only
+	defer cancel()
+	s, err := as.New(ctx, as.Config{Model: demo.Model(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	task, _, err := demo.Run(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := mermaid.WriteFlowchart(&b, mermaid.OrgOf(s, true)); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		`a1["agent-1<br>lead"]`, `a2["agent-2<br>tester"]`, `a3["agent-3<br>developer"]`,
+		"root --> a1", "a1 --> a2", "a1 --> a3", "root -. creates .-> r1", "a1 -. creates .-> r3",
+		`a3 -.->|"preset"| a2`,
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("the flowchart lacks %q:\n%s", want, b.String())
+		}
+	}
+	b.Reset()
+	if err := mermaid.WriteSequence(&b, s.Events(ctx, 1), task); err != nil {
+		t.Fatal(err)
+	}
+	got := regexp.MustCompile(`artifact:[a-z0-9-]+`).ReplaceAllString(b.String(), "artifact:ID")
+	golden(t, "quickstart-sequence.golden", []byte(got))
+}

@@ -1,0 +1,543 @@
+// Package otel turns a society's events into OpenTelemetry spans that follow
+// the GenAI semantic conventions.
+//
+// [Follow] watches a live society; [Trace] turns any sequence of events, a
+// recorded log read with Society.Events for instance, into the same spans.
+// Each task is one trace:
+//
+//   - invoke_workflow: the task, the root of its trace, from the first event
+//     of the task until the task has no turn under way and no message in
+//     flight.
+//   - invoke_agent {role}: a turn, the handling of one message by an agent.
+//     Its parent is the turn that sent the message, so a trace shows who
+//     caused what across the asynchronous hop of a message; a message the
+//     host sent (the requirement, say) hangs under the workflow span. A
+//     message sent from another task's turn starts under the workflow span
+//     of its own task, linked to the turn that sent it.
+//   - chat: a model call, with gen_ai.usage.input_tokens and output_tokens;
+//     execute_tool {tool}: a tool call; create_agent {role}: a spawn. They
+//     are children of the turn they happened in.
+//
+// Everything else a turn does (a message sent, an artifact stored, a request
+// opened or settled, a refusal, a thought) is an event on the turn's span. A
+// failed turn, model call or tool call sets its span's status to Error with
+// error.type set to the society's error code.
+//
+// Spans carry the times of the events, not the time they are exported, so a
+// log traced after the fact shows when things happened. Message text, tool
+// arguments, thoughts and console output are recorded only when
+// Options.RecordContent is set.
+//
+// This package is the only one of the module that imports OpenTelemetry.
+package otel
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"iter"
+	"time"
+
+	as "agentsociety"
+
+	gotel "go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// The attribute names of the OpenTelemetry GenAI semantic conventions this
+// package sets. The Go semconv module does not carry them.
+const (
+	AttrOperationName       = "gen_ai.operation.name"
+	AttrAgentID             = "gen_ai.agent.id"
+	AttrAgentName           = "gen_ai.agent.name"
+	AttrConversationID      = "gen_ai.conversation.id"
+	AttrUsageInputTokens    = "gen_ai.usage.input_tokens"
+	AttrUsageOutputTokens   = "gen_ai.usage.output_tokens"
+	AttrToolName            = "gen_ai.tool.name"
+	AttrToolType            = "gen_ai.tool.type"
+	AttrToolCallArguments   = "gen_ai.tool.call.arguments" // content: only with RecordContent
+	AttrInputMessages       = "gen_ai.input.messages"      // content: only with RecordContent
+	AttrErrorType           = "error.type"
+	OperationInvokeWorkflow = "invoke_workflow"
+	OperationInvokeAgent    = "invoke_agent"
+	OperationCreateAgent    = "create_agent"
+	OperationChat           = "chat"
+	OperationExecuteTool    = "execute_tool"
+)
+
+// The attribute names this package sets that the conventions do not name:
+// the society's own ids and facts.
+const (
+	AttrMessageID   = "agentsociety.message.id"
+	AttrMessageType = "agentsociety.message.type"
+	AttrMessageFrom = "agentsociety.message.from"
+	AttrMessageTo   = "agentsociety.message.to"
+	AttrParentID    = "agentsociety.parent.id"
+	AttrRoleID      = "agentsociety.role.id"
+	AttrAttempt     = "agentsociety.attempt"
+	AttrRequestID   = "agentsociety.request.id"
+	AttrStatus      = "agentsociety.status"
+	AttrArtifactID  = "agentsociety.artifact.id"
+	AttrName        = "agentsociety.name"
+	AttrCode        = "agentsociety.code"
+	AttrDetail      = "agentsociety.detail"
+	AttrCount       = "agentsociety.count"
+	AttrText        = "agentsociety.text" // content: only with RecordContent
+	AttrEventSeq    = "agentsociety.event.seq"
+	// AttrUnfinished marks a span that was still open when the events
+	// ended (the society closed, or the follow stopped): it ends at the
+	// time of the last event seen.
+	AttrUnfinished = "agentsociety.unfinished"
+)
+
+// ScopeName is the instrumentation scope of the tracer this package uses.
+const ScopeName = "agentsociety/otel"
+
+// Options configure [Follow] and [Trace].
+type Options struct {
+	// TracerProvider makes the tracer; nil means the global one
+	// (go.opentelemetry.io/otel.GetTracerProvider).
+	TracerProvider trace.TracerProvider
+	// RecordContent records what models and agents said: message text,
+	// tool arguments, thoughts, console output and the requirement. It is
+	// off by default, as the conventions ask: content may be sensitive.
+	RecordContent bool
+	// From is the sequence number of the first event to trace; 0 or 1
+	// means every event the society keeps. Follow starts watching there;
+	// Trace skips the events before it.
+	From uint64
+}
+
+// Follow turns the events of s into spans, from Options.From on, as they
+// happen, until ctx ends or s is closed; then it ends the spans still open
+// and returns. It returns nil when s was closed, ctx.Err() when ctx ended,
+// and the error that ended the event stream otherwise (reading a store that
+// keeps events failed). Events the society no longer keeps are skipped: a
+// turn whose sender was skipped hangs under its task's workflow span.
+//
+// Run it in its own goroutine, started before the work to trace:
+//
+//	go otel.Follow(ctx, s, otel.Options{})
+func Follow(ctx context.Context, s *as.Society, opts Options) error {
+	t := newTracer(opts)
+	t.name = func(id string) string {
+		if a, ok := s.Agent(id); ok {
+			if r, ok := s.Role(a.RoleID); ok {
+				return r.Name
+			}
+		}
+		return ""
+	}
+	next := max(opts.From, 1)
+	err := t.consume(s.WatchEvents(ctx, next), &next)
+	if err == nil && ctx.Err() == nil {
+		// The watch ends when Close starts; take the events that were
+		// recorded up to then.
+		err = t.consume(s.Events(ctx, next), &next)
+	}
+	t.finish()
+	if err != nil {
+		return err
+	}
+	return ctx.Err()
+}
+
+// Trace turns events into spans, then ends the spans still open. It returns
+// the first error in events other than a [as.MissedEventsError], whose
+// events it skips.
+func Trace(events iter.Seq2[as.Event, error], opts Options) error {
+	t := newTracer(opts)
+	next := max(opts.From, 1)
+	err := t.consume(events, &next)
+	t.finish()
+	return err
+}
+
+// tracer turns events into spans. It is used by one goroutine.
+type tracer struct {
+	tr      trace.Tracer
+	content bool
+	// name returns the role name of an agent it has not seen spawned, or "".
+	name func(id string) string
+
+	tasks  map[string]*taskSpan
+	turns  map[string]*turnSpan  // open turns, by turn (message) id
+	sent   map[string]sentBy     // messages accepted and not yet delivered
+	chats  map[string]trace.Span // open model calls, by turn id
+	roles  map[string]string     // agent id → role name
+	active map[string]string     // agent id → its open turn
+	last   time.Time
+}
+
+type taskSpan struct {
+	span trace.Span
+	sc   trace.SpanContext
+	done bool
+	open int // turns under way and messages in flight
+	last time.Time
+}
+
+type turnSpan struct {
+	span  trace.Span
+	sc    trace.SpanContext
+	task  string
+	agent string
+}
+
+// sentBy is what a turn needs of the message that opened it: its parent,
+// and a link when the parent is another task's turn.
+type sentBy struct {
+	parent trace.SpanContext
+	link   trace.SpanContext
+}
+
+func newTracer(opts Options) *tracer {
+	tp := opts.TracerProvider
+	if tp == nil {
+		tp = gotel.GetTracerProvider()
+	}
+	return &tracer{
+		tr:      tp.Tracer(ScopeName),
+		content: opts.RecordContent,
+		name:    func(string) string { return "" },
+		tasks:   map[string]*taskSpan{},
+		turns:   map[string]*turnSpan{},
+		sent:    map[string]sentBy{},
+		chats:   map[string]trace.Span{},
+		roles:   map[string]string{as.RootID: as.RootID, as.UserID: as.UserID},
+		active:  map[string]string{},
+	}
+}
+
+// consume records the events from *next on, advancing *next past each.
+func (t *tracer) consume(events iter.Seq2[as.Event, error], next *uint64) error {
+	for e, err := range events {
+		if err != nil {
+			if _, missed := errors.AsType[*as.MissedEventsError](err); missed {
+				continue
+			}
+			return err
+		}
+		if e.Seq < *next {
+			continue
+		}
+		*next = e.Seq + 1
+		t.record(e)
+	}
+	return nil
+}
+
+// record turns one event into spans or span events.
+func (t *tracer) record(e as.Event) {
+	t.last = e.Time
+	at := trace.WithTimestamp(e.Time)
+	switch e.Kind {
+	case as.EventTaskSubmitted:
+		ts := t.task(e)
+		if t.content {
+			ts.span.SetAttributes(attribute.String(AttrInputMessages, inputMessages(e.Detail)))
+		}
+	case as.EventMessageAccepted:
+		t.accepted(e)
+	case as.EventMessageDelivered:
+		t.delivered(e)
+	case as.EventMessageHandled:
+		t.handled(e)
+	case as.EventModelCallStarted:
+		_, span := t.tr.Start(t.under(e), OperationChat, at, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(t.common(e, OperationChat)...),
+			trace.WithAttributes(attribute.Int(AttrAttempt, e.Attempt)))
+		t.chats[e.Turn] = span
+	case as.EventModelCallFinished:
+		span, ok := t.chats[e.Turn]
+		if !ok { // started before the events traced
+			_, span = t.tr.Start(t.under(e), OperationChat, trace.WithTimestamp(e.Time.Add(-e.Duration)),
+				trace.WithSpanKind(trace.SpanKindClient), trace.WithAttributes(t.common(e, OperationChat)...))
+		}
+		delete(t.chats, e.Turn)
+		if e.Usage != nil {
+			span.SetAttributes(attribute.Int(AttrUsageInputTokens, e.Usage.InputTokens), attribute.Int(AttrUsageOutputTokens, e.Usage.OutputTokens))
+		}
+		fail(span, e.Code, e.Detail)
+		span.End(at)
+	case as.EventToolCalled:
+		_, span := t.tr.Start(t.under(e), OperationExecuteTool+" "+e.Name, trace.WithTimestamp(e.Time.Add(-e.Duration)),
+			trace.WithAttributes(t.common(e, OperationExecuteTool)...),
+			trace.WithAttributes(attribute.String(AttrToolName, e.Name), attribute.String(AttrToolType, "function")))
+		if t.content && len(e.Args) > 0 {
+			span.SetAttributes(attribute.String(AttrToolCallArguments, string(e.Args)))
+		}
+		fail(span, e.Code, "")
+		span.End(at)
+	case as.EventAgentSpawned:
+		t.roles[e.Target] = e.Name
+		_, span := t.tr.Start(t.under(e), OperationCreateAgent+" "+e.Name, at,
+			trace.WithAttributes(
+				attribute.String(AttrOperationName, OperationCreateAgent),
+				attribute.String(AttrConversationID, e.Task),
+				attribute.String(AttrAgentID, e.Target),
+				attribute.String(AttrAgentName, e.Name),
+				attribute.String(AttrRoleID, e.Role),
+				attribute.String(AttrParentID, e.Agent),
+				attribute.Int64(AttrEventSeq, int64(e.Seq))))
+		span.End(at)
+	case as.EventRefused:
+		// A refusal names no task or turn: it belongs to the turn its
+		// agent has under way, if any.
+		if ts := t.turns[t.active[e.Agent]]; ts != nil {
+			ts.span.AddEvent(string(e.Kind), at, trace.WithAttributes(t.eventAttrs(e)...))
+		}
+	default:
+		if span := t.spanOf(e); span != nil {
+			span.AddEvent(string(e.Kind), at, trace.WithAttributes(t.eventAttrs(e)...))
+		}
+	}
+}
+
+// accepted records that a message was accepted: an event on the turn that
+// sent it, and what the turn that will handle it hangs under.
+func (t *tracer) accepted(e as.Event) {
+	m := e.Message
+	ts := t.task(e)
+	ts.open++
+	by := sentBy{parent: ts.sc}
+	if sender := t.turns[e.Turn]; sender != nil {
+		if sender.task == m.TaskID {
+			by.parent = sender.sc
+		} else {
+			by.link = sender.sc
+		}
+	}
+	t.sent[m.ID] = by
+	if span := t.spanOf(e); span != nil {
+		span.AddEvent(string(e.Kind), trace.WithTimestamp(e.Time), trace.WithAttributes(t.eventAttrs(e)...))
+	}
+}
+
+// delivered starts the span of the turn that handles e.Message.
+func (t *tracer) delivered(e as.Event) {
+	m := e.Message
+	ts := t.task(e)
+	by, ok := t.sent[m.ID]
+	if ok {
+		delete(t.sent, m.ID)
+	} else { // accepted before the events traced
+		ts.open++
+		by.parent = ts.sc
+	}
+	name := t.role(e.Agent)
+	opts := []trace.SpanStartOption{trace.WithTimestamp(e.Time),
+		trace.WithAttributes(t.common(e, OperationInvokeAgent)...),
+		trace.WithAttributes(
+			attribute.String(AttrMessageID, m.ID),
+			attribute.String(AttrMessageType, string(m.Type)),
+			attribute.String(AttrMessageFrom, m.From))}
+	if by.link.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: by.link}))
+	}
+	_, span := t.tr.Start(trace.ContextWithSpanContext(context.Background(), by.parent), spanName(OperationInvokeAgent, name), opts...)
+	if t.content {
+		span.SetAttributes(attribute.String(AttrInputMessages, inputMessages(payloadText(*m))))
+	}
+	t.turns[e.Turn] = &turnSpan{span: span, sc: span.SpanContext(), task: e.Task, agent: e.Agent}
+	t.active[e.Agent] = e.Turn
+}
+
+// handled ends the span of turn e.Turn, and the task's workflow span when
+// nothing of the task is under way any more.
+func (t *tracer) handled(e as.Event) {
+	ts := t.task(e)
+	turn := t.turns[e.Turn]
+	if turn == nil { // delivered before the events traced
+		return
+	}
+	delete(t.turns, e.Turn)
+	if t.active[e.Agent] == e.Turn {
+		delete(t.active, e.Agent)
+	}
+	fail(turn.span, e.Code, e.Detail)
+	turn.span.End(trace.WithTimestamp(e.Time))
+	if ts.open--; ts.open <= 0 && !ts.done {
+		ts.open, ts.done = 0, true
+		ts.span.End(trace.WithTimestamp(e.Time))
+	}
+}
+
+// task returns the workflow span of e's task, starting it at e if there is
+// none yet. An event with no task gets a span of its own task "".
+func (t *tracer) task(e as.Event) *taskSpan {
+	id := e.Task
+	if e.Message != nil && e.Message.TaskID != "" {
+		id = e.Message.TaskID
+	}
+	ts := t.tasks[id]
+	if ts == nil {
+		_, span := t.tr.Start(context.Background(), OperationInvokeWorkflow, trace.WithTimestamp(e.Time),
+			trace.WithAttributes(attribute.String(AttrOperationName, OperationInvokeWorkflow), attribute.String(AttrConversationID, id)))
+		ts = &taskSpan{span: span, sc: span.SpanContext()}
+		t.tasks[id] = ts
+	}
+	ts.last = e.Time
+	return ts
+}
+
+// under returns a context holding the span e happened under: its turn, or
+// its task's workflow span.
+func (t *tracer) under(e as.Event) context.Context {
+	if turn := t.turns[e.Turn]; turn != nil {
+		return trace.ContextWithSpanContext(context.Background(), turn.sc)
+	}
+	return trace.ContextWithSpanContext(context.Background(), t.task(e).sc)
+}
+
+// spanOf returns the span an event of e's kind is added to: e's turn, or
+// its task's workflow span while that is open, or nil.
+func (t *tracer) spanOf(e as.Event) trace.Span {
+	if turn := t.turns[e.Turn]; turn != nil {
+		return turn.span
+	}
+	if e.Task == "" && e.Message == nil {
+		return nil
+	}
+	if ts := t.task(e); !ts.done {
+		return ts.span
+	}
+	return nil
+}
+
+// common returns the attributes of an operation by e's agent in e's task.
+func (t *tracer) common(e as.Event, op string) []attribute.KeyValue {
+	kv := []attribute.KeyValue{
+		attribute.String(AttrOperationName, op),
+		attribute.String(AttrConversationID, e.Task),
+		attribute.String(AttrAgentID, e.Agent),
+		attribute.Int64(AttrEventSeq, int64(e.Seq)),
+	}
+	if name := t.role(e.Agent); name != "" {
+		kv = append(kv, attribute.String(AttrAgentName, name))
+	}
+	return kv
+}
+
+// eventAttrs returns the attributes of a span event for e: the fields e's
+// kind sets, content only when it is recorded.
+func (t *tracer) eventAttrs(e as.Event) []attribute.KeyValue {
+	kv := []attribute.KeyValue{attribute.Int64(AttrEventSeq, int64(e.Seq))}
+	add := func(k, v string) {
+		if v != "" {
+			kv = append(kv, attribute.String(k, v))
+		}
+	}
+	add(AttrAgentID, e.Agent)
+	add(AttrName, e.Name)
+	add(AttrRoleID, e.Role)
+	add(AttrRequestID, e.Request)
+	add(AttrArtifactID, e.Artifact)
+	add(AttrStatus, e.Status)
+	add(AttrCode, string(e.Code))
+	if m := e.Message; m != nil {
+		add(AttrMessageID, m.ID)
+		add(AttrMessageType, string(m.Type))
+		add(AttrMessageTo, m.To)
+		if t.content {
+			add(AttrText, payloadText(*m))
+		}
+	} else {
+		add(AttrMessageTo, e.Target)
+	}
+	switch e.Kind {
+	case as.EventThought, as.EventConsole: // what a model said
+		if t.content {
+			add(AttrText, e.Detail)
+		}
+	default:
+		add(AttrDetail, e.Detail)
+	}
+	if e.Count > 0 {
+		kv = append(kv, attribute.Int(AttrCount, e.Count))
+	}
+	return kv
+}
+
+// role returns the role name of agent id, or "" when it is not known.
+func (t *tracer) role(id string) string {
+	name, ok := t.roles[id]
+	if !ok {
+		name = t.name(id)
+		t.roles[id] = name
+	}
+	return name
+}
+
+// finish ends every span still open at the time of the last event seen.
+func (t *tracer) finish() {
+	at := trace.WithTimestamp(t.last)
+	unfinished := attribute.Bool(AttrUnfinished, true)
+	for _, span := range t.chats {
+		span.SetAttributes(unfinished)
+		span.End(at)
+	}
+	for _, turn := range t.turns {
+		turn.span.SetAttributes(unfinished)
+		turn.span.End(at)
+	}
+	for _, ts := range t.tasks {
+		if !ts.done {
+			if ts.open > 0 {
+				ts.span.SetAttributes(unfinished)
+				ts.span.End(at)
+			} else {
+				ts.span.End(trace.WithTimestamp(ts.last))
+			}
+		}
+	}
+	clear(t.chats)
+	clear(t.turns)
+	clear(t.tasks)
+}
+
+// fail sets span's status to Error when code is set.
+func fail(span trace.Span, code as.Code, detail string) {
+	if code == "" {
+		return
+	}
+	span.SetAttributes(attribute.String(AttrErrorType, string(code)))
+	if detail == "" {
+		detail = string(code)
+	}
+	span.SetStatus(codes.Error, detail)
+}
+
+// spanName returns "op name", or op when name is empty.
+func spanName(op, name string) string {
+	if name == "" {
+		return op
+	}
+	return op + " " + name
+}
+
+// payloadText returns a message's text, or its whole payload when it has
+// no text (a Task Brief, a request).
+func payloadText(m as.Message) string {
+	if s := m.Text(); s != "" {
+		return s
+	}
+	return string(m.Payload)
+}
+
+// inputMessages returns text as the value of gen_ai.input.messages: one
+// user message with one text part, in the conventions' JSON form.
+func inputMessages(text string) string {
+	type part struct {
+		Type    string `json:"type"`
+		Content string `json:"content"`
+	}
+	type message struct {
+		Role  string `json:"role"`
+		Parts []part `json:"parts"`
+	}
+	b, _ := json.Marshal([]message{{Role: "user", Parts: []part{{Type: "text", Content: text}}}}) // strings always encode
+	return string(b)
+}
