@@ -114,6 +114,10 @@ func New(s *as.Society, opts Options) http.Handler {
 	mux.HandleFunc("GET /api/org", h.org)
 	mux.HandleFunc("GET /api/agents/{id}", h.agent)
 	mux.HandleFunc("POST /api/agents/{id}/messages", h.send)
+	mux.HandleFunc("GET /api/agents/{id}/messages", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", "POST")
+		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "messages are sent with POST; the messages of a task are in /api/events?task=")
+	})
 	mux.HandleFunc("GET /api/tasks", h.tasks)
 	mux.HandleFunc("GET /api/requests", h.requests)
 	mux.HandleFunc("GET /api/artifacts", h.artifacts)
@@ -121,7 +125,7 @@ func New(s *as.Society, opts Options) http.Handler {
 	mux.HandleFunc("GET /api/artifacts/{id}/content", h.content)
 	mux.HandleFunc("GET /api/events", h.events)
 	mux.HandleFunc("GET /api/events/stream", h.stream)
-	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc("GET /api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no endpoint "+strconv.Quote(r.URL.Path))
 	})
 	return http.NewCrossOriginProtection().Handler(mux)
