@@ -7,6 +7,7 @@ const state = {
   last: 0,          // the newest event seen
   task: '',         // the selected task
   agent: '',        // the selected agent
+  brief: null,      // its brief, which /api/org does not carry
   artifact: '',     // the artifact shown
   allowSend: false,
   seen: new Set(),  // ids of the messages listed for the selected task
@@ -44,10 +45,22 @@ function clip(s, n) {
   return s.length > n ? s.slice(0, n - 1) + '…' : s;
 }
 
+// changed reports whether data differs from what part last showed, and
+// remembers it: a part is redrawn only when what it shows changed, so that
+// what the user points at or types into stays put.
+const shown = new Map();
+function changed(part, data) {
+  const key = JSON.stringify(data);
+  if (shown.get(part) === key) return false;
+  shown.set(part, key);
+  return true;
+}
+
 // ---- the organisation
 
 function renderOrg(org) {
   state.allowSend = org.allow_send;
+  if (!changed('org', [org.agents, state.agent])) return;
   const kids = new Map();
   const byId = new Map(org.agents.map((a) => [a.id, a]));
   const tops = [];
@@ -78,17 +91,25 @@ function renderOrg(org) {
   $('#org').replaceChildren(...tops.map(node), user ? node(user) : null);
   if (state.agent) {
     const a = byId.get(state.agent);
-    if (a) renderAgent(a);
+    if (a) renderAgent({ ...a, brief: state.brief });
   }
 }
 
 async function selectAgent(id) {
   state.agent = id;
+  state.brief = null;
+  shown.delete('agent');
+  const form = $('#agent-send');
+  form.replaceChildren();
+  if (state.allowSend && id !== 'user') form.append(sendForm(id));
   for (const b of document.querySelectorAll('#org .node')) b.classList.toggle('selected', b.dataset.id === id);
   try {
-    renderAgent(await getJSON('api/agents/' + encodeURIComponent(id)));
+    const a = await getJSON('api/agents/' + encodeURIComponent(id));
+    if (state.agent !== id) return;
+    state.brief = a.brief;
+    renderAgent(a);
   } catch (e) {
-    $('#agent').replaceChildren(el('p', { class: 'error', text: e.message }));
+    $('#agent-info').replaceChildren(el('p', { class: 'error', text: e.message }));
     $('#agent').hidden = false;
   }
 }
@@ -102,7 +123,7 @@ function usageText(u) {
 }
 
 function renderAgent(a) {
-  const box = $('#agent');
+  if (a.id !== state.agent || !changed('agent', a)) return;
   const dl = el('dl', {},
     el('dt', { text: 'agent' }), el('dd', { text: a.id }),
     el('dt', { text: 'role' }), el('dd', { text: a.role + (a.role_id ? ' (' + a.role_id + ')' : '') }),
@@ -116,17 +137,8 @@ function renderAgent(a) {
     ...(a.contacts || []).map((c) => el('li', {},
       el('span', { class: 'id', text: c.id }), ' ', el('span', { text: c.role || '' }), ' ',
       el('span', { class: 'muted', text: c.source + (c.introduced_by ? ' by ' + c.introduced_by : '') }))));
-  const parts = [el('h2', { text: 'Agent' }), dl, el('h2', { text: 'Contacts (' + (a.contacts || []).length + ')' }), contacts];
-  if (state.allowSend && a.id !== 'user') parts.push(sendForm(a.id));
-  // Keep what the user is typing when the agent is redrawn.
-  const old = box.querySelector('textarea');
-  box.replaceChildren(...parts);
-  const ta = box.querySelector('textarea');
-  if (old && ta && old.dataset.to === a.id) {
-    ta.value = old.value;
-    if (document.activeElement === old) ta.focus();
-  }
-  box.hidden = false;
+  $('#agent-info').replaceChildren(el('h2', { text: 'Agent' }), dl, el('h2', { text: 'Contacts (' + (a.contacts || []).length + ')' }), contacts);
+  $('#agent').hidden = false;
 }
 
 function sendForm(to) {
@@ -153,6 +165,8 @@ function sendForm(to) {
 // ---- tasks and their messages
 
 function renderTasks(tasks) {
+  if (!state.task && tasks.length > 0) selectTask(tasks[0].id);
+  if (!changed('tasks', [tasks, state.task])) return;
   const body = $('#tasks tbody');
   body.replaceChildren(...tasks.map((t) => {
     const b = t.usage.budget || {};
@@ -163,7 +177,6 @@ function renderTasks(tasks) {
       el('td', { text: b.model_calls ? b.model_calls + ' calls' : (b.input_tokens ? b.input_tokens + ' tokens' : '—') }));
     return tr;
   }));
-  if (!state.task && tasks.length > 0) selectTask(tasks[0].id);
 }
 
 async function selectTask(id) {
@@ -214,6 +227,7 @@ function addMessage(e) {
 // ---- requests and artifacts
 
 function renderRequests(reqs) {
+  if (!changed('requests', reqs)) return;
   $('#requests').replaceChildren(...(reqs.length ? reqs.map((r) => el('li', { 'data-id': r.id },
     el('span', { class: 'id', text: r.id }), ' ', el('span', { text: r.from + ' → ' + r.to }), ' ',
     r.deadline ? el('span', { class: 'countdown', 'data-deadline': r.deadline, title: 'times out at ' + time(r.deadline) }) :
@@ -231,6 +245,7 @@ function tick() {
 }
 
 function renderArtifacts(arts) {
+  if (!changed('artifacts', arts)) return;
   $('#artifacts').replaceChildren(...(arts.length ? arts.slice().reverse().map((a) => el('li', { 'data-id': a.id },
     el('button', { class: 'artifact', 'data-id': a.id, onclick: () => showArtifact(a.id), text: a.name || a.id }), ' ',
     el('span', { class: 'id', text: a.ref }), ' ', el('span', { class: 'muted', text: 'by ' + a.created_by }))) :
@@ -257,6 +272,7 @@ async function showArtifact(id) {
     // Sandboxed twice: by this attribute and by the content's own
     // Content-Security-Policy. Its script runs in an opaque origin.
     view = el('iframe', { id: 'artifact-frame', sandbox: 'allow-scripts', src, title: a.name, referrerpolicy: 'no-referrer' });
+    view.addEventListener('load', () => view.setAttribute('data-loaded', ''));
   } else if (mt.startsWith('image/')) {
     view = el('img', { src, alt: a.name });
   } else if (mt.startsWith('text/') || mt === 'application/json') {
