@@ -77,7 +77,7 @@ function renderOrg(org) {
     const label = el('button', { class: 'node' + (a.id === state.agent ? ' selected' : ''), 'data-id': a.id,
       onclick: () => selectAgent(a.id) },
       el('span', { class: 'role', text: a.role || '?' }),
-      el('span', { class: 'id', text: a.id }),
+      a.role === a.id ? null : el('span', { class: 'id', text: a.id }),
       el('span', { class: 'status', 'data-status': a.status, text: a.status }),
       a.queued > 0 ? el('span', { class: 'queue', title: 'messages waiting', text: 'queue ' + a.queued }) : null,
       a.handling ? el('span', { class: 'busy', title: 'handling ' + a.handling, text: '● working' }) : null,
