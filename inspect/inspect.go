@@ -440,8 +440,10 @@ func (h *handler) content(w http.ResponseWriter, r *http.Request) {
 	hd.Set("X-Content-Type-Options", "nosniff")
 	hd.Set("Cross-Origin-Resource-Policy", "same-origin")
 	hd.Set("Referrer-Policy", "no-referrer")
-	hd.Set("Cache-Control", "private, max-age=31536000, immutable")                            // an artifact never changes
-	if cd := mime.FormatMediaType("inline", map[string]string{"filename": a.Name}); cd != "" { // "" for a name it cannot encode
+	// An artifact never changes.
+	hd.Set("Cache-Control", "private, max-age=31536000, immutable")
+	// FormatMediaType returns "" for a name it cannot encode.
+	if cd := mime.FormatMediaType("inline", map[string]string{"filename": a.Name}); cd != "" {
 		hd.Set("Content-Disposition", cd)
 	}
 	hd.Set("Content-Length", strconv.Itoa(len(data)))
