@@ -41,15 +41,21 @@ func (r *rejection) conflict() bool {
 // publish writes ws as one atomic batch on the bucket's stream and returns
 // the revision of the last. The server stores every message of the batch
 // or none: it checks each expected revision when the commit arrives, with
-// no other write to the stream in between. An error of type *rejection
-// means none was stored; any other error leaves the outcome unknown.
+// no other write to the stream in between. One write goes as a plain
+// message, which is as atomic and costs the server less: for a stream on
+// one file-stored replica it stages every batch in files of its own. An
+// error of type *rejection means nothing was stored; any other error
+// leaves the outcome unknown.
 func (s *Store) publish(ctx context.Context, ws []write) (uint64, error) {
 	id := newID()
+	batch := len(ws) > 1
 	for i, w := range ws {
 		m := nats.NewMsg(s.prefix + w.key)
 		m.Data = w.data
-		m.Header.Set(hdrBatchID, id)
-		m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		if batch {
+			m.Header.Set(hdrBatchID, id)
+			m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		}
 		if w.del {
 			m.Header.Set(hdrKVOperation, "DEL")
 			m.Header.Set(jetstream.MsgTTLHeader, s.ttl)
@@ -65,7 +71,9 @@ func (s *Store) publish(ctx context.Context, ws []write) (uint64, error) {
 			}
 			continue
 		}
-		m.Header.Set(hdrBatchCommit, "1")
+		if batch {
+			m.Header.Set(hdrBatchCommit, "1")
+		}
 		resp, err := s.nc.RequestMsgWithContext(ctx, m)
 		if err != nil {
 			return 0, fmt.Errorf("natsstore: committing a change: %w", err)
@@ -81,7 +89,7 @@ func (s *Store) publish(ctx context.Context, ws []write) (uint64, error) {
 		if ack.Error != nil {
 			return 0, ack.Error
 		}
-		if ack.Count != len(ws) {
+		if batch && ack.Count != len(ws) {
 			return 0, fmt.Errorf("natsstore: the server committed %d messages of a batch of %d", ack.Count, len(ws))
 		}
 		return ack.Seq, nil

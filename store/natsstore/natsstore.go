@@ -320,6 +320,9 @@ func (s *Store) Apply(ctx context.Context, c store.Change) error {
 				return err
 			}
 		}
+		if err := s.confirmPending(ctx, c.Accepted); err != nil {
+			return err
+		}
 		p, err := s.plan(&c)
 		if err != nil {
 			return err
@@ -676,4 +679,20 @@ func (s *Store) refresh(ctx context.Context, ws []write) error {
 		s.revs[w.key] = r
 	}
 	return nil
+}
+
+// confirmPending reads again from the bucket the keys of the messages in
+// accepted that the index says are pending, so that a message another
+// writer finished since is not refused. Called with s.mu held.
+func (s *Store) confirmPending(ctx context.Context, accepted []store.Message) error {
+	var stale []write
+	for _, m := range accepted {
+		if key := pendingKey(m.ID); s.revs[key].live {
+			stale = append(stale, write{key: key, cas: true})
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	return s.refresh(ctx, stale)
 }
