@@ -22,8 +22,10 @@
 //	hm.<agent>.<n>    message n of a history, the society's JSON as given
 //	x.<id>            an artifact's metadata, naming its object
 //
-// and the artifacts' contents are objects in the object store
-// Bucket+"_artifacts". Nested documents are embedded as JSON; times are
+// the artifacts' contents are objects in the object store
+// Bucket+"_artifacts", and the society's events ([store.EventLog]) are the
+// messages of the stream Bucket+"_events", each at the stream sequence
+// that is its Seq. Nested documents are embedded as JSON; times are
 // RFC 3339 with nanoseconds. "first" is the revision at which a record was
 // created, present once it has been replaced, so that Load lists records
 // in the order they were first applied. A history holds messages lo to

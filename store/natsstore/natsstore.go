@@ -102,9 +102,13 @@ type Store struct {
 	ownConn bool
 	kv      jetstream.KeyValue
 	stream  jetstream.Stream // the bucket's
-	obs     jetstream.ObjectStore
-	prefix  string // the subject of every key starts with it: "$KV.<bucket>."
-	ttl     string // the Nats-TTL header of deletion markers
+	js      jetstream.JetStream
+	// events is the event log's stream, eventSubj its subject.
+	events    jetstream.Stream
+	eventSubj string
+	obs       jetstream.ObjectStore
+	prefix    string // the subject of every key starts with it: "$KV.<bucket>."
+	ttl       string // the Nats-TTL header of deletion markers
 
 	// closeMu is held for reading by every call in progress and for writing
 	// by Close, so that Close waits for them.
@@ -201,6 +205,7 @@ func (s *Store) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.js = js
 	o := s.opts
 	s.kv, err = js.KeyValue(ctx, o.Bucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
@@ -238,7 +243,10 @@ func (s *Store) open(ctx context.Context) error {
 			s.obs, err = js.ObjectStore(ctx, objects)
 		}
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return s.openEvents(ctx, js)
 }
 
 // bound returns ctx with the store's Timeout as its deadline if it has

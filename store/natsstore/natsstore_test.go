@@ -40,6 +40,28 @@ func open(t testing.TB, url string, opts natsstore.Options) *natsstore.Store {
 func TestConformance(t *testing.T) {
 	url := natstest.Server(t)
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t, url, natsstore.Options{}) })
+	storetest.RunEventLog(t, func(t *testing.T) store.EventLog { return open(t, url, natsstore.Options{}) })
+}
+
+// An event log whose first event is not 1, as a society's is when it
+// reopens on a bucket whose log was removed, starts there.
+func TestEvents_StartPastOne(t *testing.T) {
+	s := open(t, natstest.Server(t), natsstore.Options{})
+	ctx := t.Context()
+	ev := func(seq uint64) store.Event { return store.Event{Seq: seq, Data: json.RawMessage(fmt.Sprint(seq))} }
+	if err := s.AppendEvents(ctx, []store.Event{ev(41), ev(42)}); err != nil {
+		t.Fatal(err)
+	}
+	if first, last, err := s.EventBounds(ctx); err != nil || first != 41 || last != 42 {
+		t.Fatalf("EventBounds = %d, %d, %v; want 41, 42", first, last, err)
+	}
+	got, err := s.ReadEvents(ctx, 1, 10)
+	if err != nil || len(got) != 2 || got[0].Seq != 41 || string(got[1].Data) != "42" {
+		t.Fatalf("ReadEvents = %+v, %v", got, err)
+	}
+	if err := s.AppendEvents(ctx, []store.Event{ev(44)}); err == nil {
+		t.Fatal("appending event 44 after 42: got no error")
+	}
 }
 
 // New with a URL where no server listens fails at once, within its
