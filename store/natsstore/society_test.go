@@ -74,6 +74,7 @@ func TestDemo_OnNATSStore_Reopened(t *testing.T) {
 		t.Fatal(err)
 	}
 	st.Close()
+	events := readEvents(t, s)
 
 	s, st = open()
 	defer st.Close()
@@ -85,7 +86,14 @@ func TestDemo_OnNATSStore_Reopened(t *testing.T) {
 		t.Fatalf("reopened, artifact %s: %q, %v", page.ID, data, err)
 	}
 
+	// The event log goes on from the first run's, which it keeps.
+	if got := readEvents(t, s); len(got) < len(events) || !slices.Equal(got[:len(events)], events) {
+		t.Fatalf("reopened, the events are %v, want %v first", got, events)
+	}
 	second := play(s)
+	if got := readEvents(t, s); len(got) <= len(events) || got[len(events)] != events[len(events)-1]+1 {
+		t.Errorf("the second run's events do not follow the first's %d", len(events))
+	}
 	if second.ID == page.ID {
 		t.Errorf("the second run's artifact reuses the id %s", page.ID)
 	}
@@ -114,4 +122,24 @@ func TestDemo_OnNATSStore_Reopened(t *testing.T) {
 // sameAgent compares the records of an agent, not its live status.
 func sameAgent(a, b as.Agent) bool {
 	return a.ID == b.ID && a.RoleID == b.RoleID && a.ParentID == b.ParentID && a.TaskID == b.TaskID && a.CreatedAt.Equal(b.CreatedAt)
+}
+
+// readEvents returns the Seqs of every event s can read, failing t on a
+// gap or an error.
+func readEvents(t *testing.T, s *as.Society) []uint64 {
+	t.Helper()
+	var seqs []uint64
+	for e, err := range s.Events(t.Context(), 1) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(seqs) > 0 && e.Seq != seqs[len(seqs)-1]+1 {
+			t.Fatalf("event %d follows %d", e.Seq, seqs[len(seqs)-1])
+		}
+		seqs = append(seqs, e.Seq)
+	}
+	if len(seqs) == 0 || seqs[0] != 1 {
+		t.Fatalf("the events start at %v, want 1", seqs)
+	}
+	return seqs
 }
