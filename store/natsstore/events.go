@@ -44,18 +44,14 @@ func (s *Store) openEvents(ctx context.Context, js jetstream.JetStream) error {
 // is refused by the server unless it directly follows the last one kept.
 // A failure part way leaves the events before it appended.
 func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
-	if err := ctx.Err(); err != nil {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
 		return err
 	}
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.closeMu.RUnlock()
+	defer done()
 	if len(events) == 0 {
 		return nil
 	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
 
 	// A log that starts past 1 (or after a gap nobody kept) starts its
 	// stream there, so that sequences stay Seqs.
@@ -96,15 +92,11 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 // ReadEvents returns up to limit events from the first kept whose Seq is
 // at least from; see [store.EventLog].
 func (s *Store) ReadEvents(ctx context.Context, from uint64, limit int) ([]store.Event, error) {
-	if err := ctx.Err(); err != nil {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
 		return nil, err
 	}
-	if err := s.enter(); err != nil {
-		return nil, err
-	}
-	defer s.closeMu.RUnlock()
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	defer done()
 
 	info, err := s.events.Info(ctx)
 	if err != nil {
@@ -160,15 +152,11 @@ func (s *Store) ReadEvents(ctx context.Context, from uint64, limit int) ([]store
 // TrimEvents removes the events whose Seq is below before, never the
 // newest; see [store.EventLog].
 func (s *Store) TrimEvents(ctx context.Context, before uint64) error {
-	if err := ctx.Err(); err != nil {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
 		return err
 	}
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.closeMu.RUnlock()
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	defer done()
 	info, err := s.events.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("natsstore: %w", err)
@@ -185,15 +173,11 @@ func (s *Store) TrimEvents(ctx context.Context, before uint64) error {
 // EventBounds returns the Seqs of the oldest and newest events kept; see
 // [store.EventLog].
 func (s *Store) EventBounds(ctx context.Context) (first, last uint64, err error) {
-	if err := ctx.Err(); err != nil {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
 		return 0, 0, err
 	}
-	if err := s.enter(); err != nil {
-		return 0, 0, err
-	}
-	defer s.closeMu.RUnlock()
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	defer done()
 	info, err := s.events.Info(ctx)
 	if err != nil {
 		return 0, 0, fmt.Errorf("natsstore: %w", err)

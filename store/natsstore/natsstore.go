@@ -274,30 +274,31 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// enter starts a call, or reports that the store is closed. The caller
-// calls s.closeMu.RUnlock when done, if enter returned nil.
-func (s *Store) enter() error {
+// begin starts a call: it fails if ctx has ended or the store is closed,
+// and otherwise returns ctx bounded by Options.Timeout if it has no
+// deadline, and the function that ends the call.
+func (s *Store) begin(ctx context.Context) (context.Context, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
 	s.closeMu.RLock()
 	if s.closed {
 		s.closeMu.RUnlock()
-		return ErrClosed
+		return nil, nil, ErrClosed
 	}
-	return nil
+	ctx, cancel := s.bound(ctx)
+	return ctx, func() { cancel(); s.closeMu.RUnlock() }, nil
 }
 
 // Load reads the whole bucket; see [store.Store]. It holds off this
 // Store's Applies while it reads, so it sees each of them whole or not at
 // all.
 func (s *Store) Load(ctx context.Context) (store.State, error) {
-	if err := ctx.Err(); err != nil {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
 		return store.State{}, err
 	}
-	if err := s.enter(); err != nil {
-		return store.State{}, err
-	}
-	defer s.closeMu.RUnlock()
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	defer done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.scan(ctx)
@@ -307,18 +308,14 @@ func (s *Store) Load(ctx context.Context) (store.State, error) {
 // [store.Store] and the package documentation. A change that needs more
 // writes than Options.MaxBatch is refused whole.
 func (s *Store) Apply(ctx context.Context, c store.Change) error {
-	if err := ctx.Err(); err != nil {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
 		return err
 	}
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.closeMu.RUnlock()
+	defer done()
 	if c.Empty() {
 		return nil
 	}
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
@@ -411,15 +408,11 @@ func (s *Store) collect(ctx context.Context, garbage []write) {
 // id, in this process or another, one creates the key and the other fails
 // with an error wrapping [store.ErrExists].
 func (s *Store) PutArtifact(ctx context.Context, a store.Artifact, data []byte) error {
-	if err := ctx.Err(); err != nil {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
 		return err
 	}
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.closeMu.RUnlock()
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	defer done()
 
 	key := artifactKey(a.ID)
 	if _, err := s.kv.Get(ctx, key); err == nil {
@@ -455,15 +448,11 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact, data []byte) 
 // GetArtifact returns an artifact's metadata and content, or an error
 // wrapping [store.ErrNotFound].
 func (s *Store) GetArtifact(ctx context.Context, id string) (store.Artifact, []byte, error) {
-	if err := ctx.Err(); err != nil {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
 		return store.Artifact{}, nil, err
 	}
-	if err := s.enter(); err != nil {
-		return store.Artifact{}, nil, err
-	}
-	defer s.closeMu.RUnlock()
-	ctx, cancel := s.bound(ctx)
-	defer cancel()
+	defer done()
 
 	e, err := s.kv.Get(ctx, artifactKey(id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
