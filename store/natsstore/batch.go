@@ -1,0 +1,98 @@
+package natsstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Headers of JetStream's atomic batch publish (ADR-50, nats-server 2.12 and
+// later), which nats.go v1.55.0 has no API for.
+const (
+	hdrBatchID     = "Nats-Batch-Id"
+	hdrBatchSeq    = "Nats-Batch-Sequence"
+	hdrBatchCommit = "Nats-Batch-Commit"
+	hdrKVOperation = "KV-Operation"
+)
+
+// rejection is an error the server answered a batch's commit with: the
+// batch was not stored.
+type rejection struct {
+	Code        int                 `json:"code"`
+	ErrCode     jetstream.ErrorCode `json:"err_code"`
+	Description string              `json:"description"`
+}
+
+func (r *rejection) Error() string {
+	return fmt.Sprintf("natsstore: the server refused the change: %s (error %d)", r.Description, r.ErrCode)
+}
+
+// conflict reports whether the batch was refused because a key's revision
+// was not the one expected.
+func (r *rejection) conflict() bool {
+	return r.ErrCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		r.ErrCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// publish writes ws as one atomic batch on the bucket's stream and returns
+// the revision of the last. The server stores every message of the batch
+// or none: it checks each expected revision when the commit arrives, with
+// no other write to the stream in between. One write goes as a plain
+// message, which is as atomic and costs the server less: for a stream on
+// one file-stored replica it stages every batch in files of its own. An
+// error of type *rejection means nothing was stored; any other error
+// leaves the outcome unknown.
+func (s *Store) publish(ctx context.Context, ws []write) (uint64, error) {
+	id := newID()
+	batch := len(ws) > 1
+	for i, w := range ws {
+		m := nats.NewMsg(s.prefix + w.key)
+		m.Data = w.data
+		if batch {
+			m.Header.Set(hdrBatchID, id)
+			m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+		}
+		if w.del {
+			m.Header.Set(hdrKVOperation, "DEL")
+			m.Header.Set(jetstream.MsgTTLHeader, s.ttl)
+		}
+		if w.cas {
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.expect, 10))
+		}
+		if i < len(ws)-1 {
+			// Staged by the server; a message it refuses abandons the
+			// batch, and the commit reports it.
+			if err := s.nc.PublishMsg(m); err != nil {
+				return 0, fmt.Errorf("natsstore: publishing a change: %w", err)
+			}
+			continue
+		}
+		if batch {
+			m.Header.Set(hdrBatchCommit, "1")
+		}
+		resp, err := s.nc.RequestMsgWithContext(ctx, m)
+		if err != nil {
+			return 0, fmt.Errorf("natsstore: committing a change: %w", err)
+		}
+		var ack struct {
+			Error *rejection `json:"error"`
+			Seq   uint64     `json:"seq"`
+			Count int        `json:"count"`
+		}
+		if err := json.Unmarshal(resp.Data, &ack); err != nil {
+			return 0, fmt.Errorf("natsstore: reading the commit's answer %q: %w", resp.Data, err)
+		}
+		if ack.Error != nil {
+			return 0, ack.Error
+		}
+		if batch && ack.Count != len(ws) {
+			return 0, fmt.Errorf("natsstore: the server committed %d messages of a batch of %d", ack.Count, len(ws))
+		}
+		return ack.Seq, nil
+	}
+	return 0, nil
+}

@@ -1,0 +1,58 @@
+// Package natsstore is a durable [store.Store] on NATS JetStream, for a
+// society whose state must outlive its process or live where several
+// processes reach it.
+//
+// Open one with [New], hand it to the society, and [Store.Close] it when
+// the society is done. The package's tests, and the host's, can run the
+// server inside the test process with package natstest.
+//
+// # Layout
+//
+// A society's records are the keys of one key-value bucket (Options.Bucket,
+// "agentsociety" by default), each id encoded as one key token
+// (unpadded base64url; "=" for the empty id):
+//
+//	r.<id>            a role         {"id","name","rolePrompt","interfaceSpec","createdBy","createdAt","first"}
+//	a.<id>            an agent       {"id","roleId","parentAgentId","taskId","taskBrief","status","createdAt","spawnKey","first"}
+//	c.<owner>.<id>    a contact      {"owner","id","role","interfaceSpec","source","introducedBy","note","addedAt","first"}
+//	q.<id>            a request      {"id","from","to","taskId","status","createdAt","deadline","first"}
+//	m.<id>            a pending message {"id","seq","from","to","taskId","type","payload","sentAt"}
+//	s.<scope>.<key>   a state entry  {"scope","key","value","writer","updatedAt"}
+//	h.<agent>         a history's head {"agentId","summary","dropped","lo","hi"}
+//	hm.<agent>.<n>    message n of a history, the society's JSON as given
+//	x.<id>            an artifact's metadata, naming its object
+//
+// the artifacts' contents are objects in the object store
+// Bucket+"_artifacts", and the society's events ([store.EventLog]) are the
+// messages of the stream Bucket+"_events", each at the stream sequence
+// that is its Seq. Nested documents are embedded as JSON; times are
+// RFC 3339 with nanoseconds. "first" is the revision at which a record was
+// created, present once it has been replaced, so that Load lists records
+// in the order they were first applied. A history holds messages lo to
+// hi-1; indices only grow.
+//
+// # Guarantees
+//
+// Apply writes a change as one JetStream atomic batch on the bucket's
+// stream (the server must be 2.12 or later; New enables atomic batches on
+// the stream), so the server stores all of it or none. Each record's write
+// expects the key's revision as the store last saw it, so two stores on
+// one bucket never interleave halves of their changes: the loser reads the
+// keys again and retries, and a message pending through one is refused by
+// the other with [store.ErrExists]. A change needing more writes than
+// Options.MaxBatch (at most the server's max_batch_size, 1000 by default)
+// is refused whole. A history append costs the messages it adds and the
+// messages it drops, never the history's length. Deleted keys leave
+// markers that expire after Options.MarkerTTL.
+//
+// Durability is the server's: what its stream's storage and replicas keep,
+// this store keeps. Load reads the bucket while holding off this store's
+// Applies; writes by other stores meanwhile may show in part. An Apply
+// whose commit goes unanswered (its context ended, the connection
+// dropped) may or may not have taken effect, whole; the store then reads
+// the bucket again before its next change.
+//
+// The store is not [store.Volatile]: every message a society accepts and
+// finishes is recorded. docs/distributed.md in the repository describes
+// how a society spread over several processes will build on it.
+package natsstore

@@ -1,0 +1,695 @@
+package natsstore
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"agentsociety/store"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// ErrClosed is returned, wrapped, by the methods of a closed [Store].
+var ErrClosed = errors.New("natsstore: store is closed")
+
+// ErrConflict is returned, wrapped, by [Store.Apply] when another writer
+// kept changing the keys of a change while Apply tried it again and again.
+var ErrConflict = errors.New("natsstore: conflicting writes")
+
+// ErrCorrupt is returned, wrapped, by [Store.Load] when the bucket holds
+// something this package did not write or cannot read: a value that does
+// not parse, or a history whose head names messages that are missing.
+var ErrCorrupt = errors.New("natsstore: corrupt bucket")
+
+// Defaults for the zero fields of [Options].
+const (
+	DefaultBucket    = "agentsociety"
+	DefaultMaxBatch  = 1000
+	DefaultMarkerTTL = time.Hour
+	DefaultTimeout   = 10 * time.Second
+)
+
+// conflictRetries is how many times Apply refreshes the keys of a change
+// that lost a compare-and-set to another writer and tries again.
+const conflictRetries = 4
+
+// Options configures a [Store]. The zero value connects to
+// nats.DefaultURL and uses the bucket [DefaultBucket].
+type Options struct {
+	// URL is the NATS server or cluster to connect to, as nats.Connect
+	// takes it; empty means nats.DefaultURL. Ignored when Conn is set.
+	URL string
+
+	// NATSOptions are passed to nats.Connect when the store makes its own
+	// connection.
+	NATSOptions []nats.Option
+
+	// Conn is a connection the store uses instead of making one. The store
+	// does not close it.
+	Conn *nats.Conn
+
+	// Bucket names the key-value bucket that holds the society; the
+	// artifacts' contents go to the object store Bucket+"_artifacts".
+	// Letters, digits, "-" and "_". Empty means DefaultBucket.
+	Bucket string
+
+	// Storage and Replicas configure the bucket and the object store when
+	// New creates them: file storage and one replica by default.
+	Storage  jetstream.StorageType
+	Replicas int
+
+	// MaxBatch is the most writes one Apply may make, which must not be
+	// above the server's limit on the size of an atomic batch (its
+	// jetstream max_batch_size, 1000 unless configured). Zero means
+	// DefaultMaxBatch.
+	MaxBatch int
+
+	// MarkerTTL is how long the marker a deleted key leaves stays in the
+	// bucket (a finished message, a deleted state key, a dropped history
+	// message), so that the bucket does not grow with every message the
+	// society handles. Zero means DefaultMarkerTTL; at least a second.
+	MarkerTTL time.Duration
+
+	// Timeout bounds each call whose context has no deadline, so that a
+	// server that does not answer is an error, not a hang. Zero means
+	// DefaultTimeout.
+	Timeout time.Duration
+
+	// Logger receives what the store cannot return: the removal of
+	// messages a history dropped, when it fails after the change that
+	// dropped them was recorded. Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+// Store is a durable [store.Store] on NATS JetStream; see the package
+// documentation for its layout and guarantees. It is safe for concurrent
+// use. Make one with [New] and release it with [Store.Close].
+type Store struct {
+	opts    Options
+	log     *slog.Logger
+	nc      *nats.Conn
+	ownConn bool
+	kv      jetstream.KeyValue
+	stream  jetstream.Stream // the bucket's
+	js      jetstream.JetStream
+	// events is the event log's stream, eventSubj its subject.
+	events    jetstream.Stream
+	eventSubj string
+	obs       jetstream.ObjectStore
+	prefix    string // the subject of every key starts with it: "$KV.<bucket>."
+	ttl       string // the Nats-TTL header of deletion markers
+
+	// closeMu is held for reading by every call in progress and for writing
+	// by Close, so that Close waits for them.
+	closeMu sync.RWMutex
+	closed  bool
+
+	// mu orders Apply and Load: a Load sees every change this Store
+	// applied before it, and none half. It also guards the index.
+	mu sync.Mutex
+	// indexed says whether revs and heads mirror the bucket, as far as
+	// this Store knows: they are rebuilt by a scan after an Apply whose
+	// outcome is unknown.
+	indexed bool
+	revs    map[string]rev     // by key, for every key written with compare-and-set
+	heads   map[string]headRec // the histories' heads, by agent id
+}
+
+// rev is what the store knows of a key: the revision (the stream sequence)
+// of its last write, whether that write holds a value or marks the key
+// deleted, and, for roles, agents, contacts and requests, the revision at
+// which the record was created, which orders it.
+type rev struct {
+	seq   uint64
+	first uint64
+	live  bool
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New connects to NATS, or uses Options.Conn, and opens the store in
+// Options.Bucket, creating the key-value bucket and the object store if they
+// do not exist and enabling atomic batches on the bucket's stream. A server
+// that cannot be reached, or that has no JetStream, is an error returned
+// within ctx's deadline, or Options.Timeout if ctx has none.
+func New(ctx context.Context, opts Options) (*Store, error) {
+	if opts.URL == "" {
+		opts.URL = nats.DefaultURL
+	}
+	if opts.Bucket == "" {
+		opts.Bucket = DefaultBucket
+	}
+	if opts.Storage == 0 {
+		opts.Storage = jetstream.FileStorage
+	}
+	if opts.Replicas == 0 {
+		opts.Replicas = 1
+	}
+	if opts.MaxBatch == 0 {
+		opts.MaxBatch = DefaultMaxBatch
+	}
+	if opts.MarkerTTL == 0 {
+		opts.MarkerTTL = DefaultMarkerTTL
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	switch {
+	case opts.MaxBatch < 1:
+		return nil, fmt.Errorf("natsstore: MaxBatch %d is below 1", opts.MaxBatch)
+	case opts.MarkerTTL < time.Second:
+		return nil, fmt.Errorf("natsstore: MarkerTTL %v is below a second", opts.MarkerTTL)
+	case opts.Timeout < 0:
+		return nil, fmt.Errorf("natsstore: negative Timeout %v", opts.Timeout)
+	}
+	s := &Store{
+		opts:   opts,
+		log:    cmp.Or(opts.Logger, slog.Default()),
+		prefix: "$KV." + opts.Bucket + ".",
+		ttl:    opts.MarkerTTL.String(),
+	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
+
+	s.nc = opts.Conn
+	if s.nc == nil {
+		nc, err := nats.Connect(opts.URL, append([]nats.Option{nats.Timeout(opts.Timeout)}, opts.NATSOptions...)...)
+		if err != nil {
+			return nil, fmt.Errorf("natsstore: connecting to %s: %w", opts.URL, err)
+		}
+		s.nc, s.ownConn = nc, true
+	}
+	if err := s.open(ctx); err != nil {
+		if s.ownConn {
+			s.nc.Close()
+		}
+		return nil, fmt.Errorf("natsstore: opening bucket %q: %w", opts.Bucket, err)
+	}
+	return s, nil
+}
+
+// open binds the bucket and the object store, creating them if need be.
+func (s *Store) open(ctx context.Context) error {
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return err
+	}
+	s.js = js
+	o := s.opts
+	s.kv, err = js.KeyValue(ctx, o.Bucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		s.kv, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: o.Bucket, History: 1, Storage: o.Storage, Replicas: o.Replicas,
+			Description: "agentsociety: one society's organisation, messages, state and histories",
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) { // made meanwhile by another store
+			s.kv, err = js.KeyValue(ctx, o.Bucket)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	// Apply writes each change as one atomic batch; deletion markers
+	// expire by their Nats-TTL header.
+	s.stream, err = js.Stream(ctx, "KV_"+o.Bucket)
+	if err != nil {
+		return err
+	}
+	if cfg := s.stream.CachedInfo().Config; !cfg.AllowAtomicPublish || !cfg.AllowMsgTTL {
+		cfg.AllowAtomicPublish, cfg.AllowMsgTTL = true, true
+		if _, err := js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("enabling atomic batches: %w", err)
+		}
+	}
+	objects := o.Bucket + "_artifacts"
+	s.obs, err = js.ObjectStore(ctx, objects)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		s.obs, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: objects, Storage: o.Storage, Replicas: o.Replicas,
+			Description: "agentsociety: the contents of the artifacts of bucket " + o.Bucket,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) {
+			s.obs, err = js.ObjectStore(ctx, objects)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return s.openEvents(ctx, js)
+}
+
+// bound returns ctx with the store's Timeout as its deadline if it has
+// none.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, s.opts.Timeout)
+}
+
+// Close ends the store: it waits for the calls in progress and closes the
+// connection if New made it. Later calls fail with [ErrClosed]. Close is
+// idempotent.
+func (s *Store) Close() error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	if s.ownConn {
+		s.nc.Close()
+	}
+	return nil
+}
+
+// begin starts a call: it fails if ctx has ended or the store is closed,
+// and otherwise returns ctx bounded by Options.Timeout if it has no
+// deadline, and the function that ends the call.
+func (s *Store) begin(ctx context.Context) (context.Context, func(), error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	s.closeMu.RLock()
+	if s.closed {
+		s.closeMu.RUnlock()
+		return nil, nil, ErrClosed
+	}
+	ctx, cancel := s.bound(ctx)
+	return ctx, func() { cancel(); s.closeMu.RUnlock() }, nil
+}
+
+// Load reads the whole bucket; see [store.Store]. It holds off this
+// Store's Applies while it reads, so it sees each of them whole or not at
+// all.
+func (s *Store) Load(ctx context.Context) (store.State, error) {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
+		return store.State{}, err
+	}
+	defer done()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.scan(ctx)
+}
+
+// Apply records c as one atomic batch on the bucket's stream; see
+// [store.Store] and the package documentation. A change that needs more
+// writes than Options.MaxBatch is refused whole.
+func (s *Store) Apply(ctx context.Context, c store.Change) error {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if c.Empty() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	for try := 0; ; try++ {
+		if !s.indexed {
+			if _, err := s.scan(ctx); err != nil {
+				return err
+			}
+		}
+		if err := s.confirmPending(ctx, c.Accepted); err != nil {
+			return err
+		}
+		p, err := s.plan(&c)
+		if err != nil {
+			return err
+		}
+		if len(p.writes) > s.opts.MaxBatch {
+			return fmt.Errorf("natsstore: the change needs %d writes, over the limit of %d for one atomic batch", len(p.writes), s.opts.MaxBatch)
+		}
+		// The removal of dropped history messages rides along if there is
+		// room; it is not part of the state, so it may also follow.
+		room := min(len(p.garbage), s.opts.MaxBatch-len(p.writes))
+		ws := append(p.writes, p.garbage[:room]...)
+		last, err := s.publish(ctx, ws)
+		var rej *rejection
+		switch {
+		case err == nil:
+			s.committed(p, ws, last)
+			s.collect(ctx, p.garbage[room:])
+			return nil
+		case errors.As(err, &rej) && rej.conflict() && try < conflictRetries:
+			// Another writer changed a key since this Store last saw it:
+			// learn the keys' revisions and plan the change again.
+			if err := s.refresh(ctx, p.writes); err != nil {
+				return err
+			}
+		case errors.As(err, &rej) && rej.conflict():
+			return fmt.Errorf("%w: %w", ErrConflict, err)
+		case errors.As(err, &rej):
+			return err // refused: nothing was written
+		default:
+			// The batch may or may not have been committed: forget what
+			// this Store knows, so that the next call reads it again.
+			s.indexed = false
+			return err
+		}
+	}
+}
+
+// committed updates the index after ws were written, the last at
+// revision last.
+func (s *Store) committed(p *plan, ws []write, last uint64) {
+	base := last - uint64(len(ws)) + 1
+	for i, w := range ws {
+		if !w.cas {
+			continue
+		}
+		seq := base + uint64(i)
+		switch {
+		case w.del:
+			s.revs[w.key] = rev{seq: seq}
+		case w.first != 0:
+			s.revs[w.key] = rev{seq: seq, first: w.first, live: true}
+		default:
+			s.revs[w.key] = rev{seq: seq, first: seq, live: true}
+		}
+	}
+	for id, h := range p.heads {
+		s.heads[id] = h
+	}
+}
+
+// collect deletes the keys of history messages dropped by a change that
+// has been recorded, in batches of their own. They are not part of the
+// state (Load reads a history's messages from its head's range only), so
+// a failure is only logged.
+func (s *Store) collect(ctx context.Context, garbage []write) {
+	for len(garbage) > 0 {
+		n := min(len(garbage), s.opts.MaxBatch)
+		if _, err := s.publish(ctx, garbage[:n]); err != nil {
+			s.log.Warn("natsstore: removing dropped history messages", "bucket", s.opts.Bucket, "keys", len(garbage), "err", err)
+			return
+		}
+		garbage = garbage[n:]
+	}
+}
+
+// PutArtifact stores data in the object store and then creates the
+// artifact's key, whose creation is the commit point: of two puts of one
+// id, in this process or another, one creates the key and the other fails
+// with an error wrapping [store.ErrExists].
+func (s *Store) PutArtifact(ctx context.Context, a store.Artifact, data []byte) error {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+
+	key := artifactKey(a.ID)
+	if _, err := s.kv.Get(ctx, key); err == nil {
+		return fmt.Errorf("%w: artifact %q", store.ErrExists, a.ID)
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("natsstore: %w", err)
+	}
+	rec := artifactRec{ID: a.ID, Name: a.Name, MediaType: a.MediaType, CreatedBy: a.CreatedBy, Size: a.Size, CreatedAt: a.CreatedAt,
+		Object: tok(a.ID) + "." + newID()}
+	value, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("natsstore: encoding artifact %q: %w", a.ID, err)
+	}
+	if _, err := s.obs.PutBytes(ctx, rec.Object, data); err != nil {
+		return fmt.Errorf("natsstore: storing artifact %q: %w", a.ID, err)
+	}
+	if _, err := s.kv.Create(ctx, key, value); err != nil {
+		// The content is nobody's: remove it, on a context of its own, as
+		// ctx may be what failed.
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
+		defer cancel()
+		if derr := s.obs.Delete(dctx, rec.Object); derr != nil {
+			s.log.Warn("natsstore: removing the content of an artifact not stored", "artifact", a.ID, "err", derr)
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("%w: artifact %q", store.ErrExists, a.ID)
+		}
+		return fmt.Errorf("natsstore: storing artifact %q: %w", a.ID, err)
+	}
+	return nil
+}
+
+// GetArtifact returns an artifact's metadata and content, or an error
+// wrapping [store.ErrNotFound].
+func (s *Store) GetArtifact(ctx context.Context, id string) (store.Artifact, []byte, error) {
+	ctx, done, err := s.begin(ctx)
+	if err != nil {
+		return store.Artifact{}, nil, err
+	}
+	defer done()
+
+	e, err := s.kv.Get(ctx, artifactKey(id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return store.Artifact{}, nil, fmt.Errorf("%w: artifact %q", store.ErrNotFound, id)
+	}
+	if err != nil {
+		return store.Artifact{}, nil, fmt.Errorf("natsstore: %w", err)
+	}
+	var rec artifactRec
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return store.Artifact{}, nil, fmt.Errorf("%w: artifact %q: %w", ErrCorrupt, id, err)
+	}
+	data, err := s.obs.GetBytes(ctx, rec.Object)
+	if err != nil {
+		return store.Artifact{}, nil, fmt.Errorf("natsstore: reading artifact %q: %w", id, err)
+	}
+	a := store.Artifact{ID: rec.ID, Name: rec.Name, MediaType: rec.MediaType, CreatedBy: rec.CreatedBy, Size: rec.Size, CreatedAt: rec.CreatedAt}
+	return a, data, nil
+}
+
+// newID returns a random id of 22 characters, for batches and objects.
+func newID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// scan reads the bucket's last value of every key into a State, and
+// rebuilds the index from it. Called with s.mu held.
+func (s *Store) scan(ctx context.Context) (store.State, error) {
+	w, err := s.kv.WatchAll(ctx)
+	if err != nil {
+		return store.State{}, fmt.Errorf("natsstore: reading the bucket: %w", err)
+	}
+	defer w.Stop()
+
+	var (
+		st       store.State
+		revs     = make(map[string]rev)
+		heads    = make(map[string]headRec)
+		roles    []ordered[store.Role]
+		agents   []ordered[store.Agent]
+		requests []ordered[store.Request]
+		contacts = make(map[string][]ordered[store.Contact])
+		histMsgs = make(map[string]map[uint64][]byte)
+	)
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return store.State{}, ctx.Err()
+		case u, ok := <-w.Updates():
+			if !ok {
+				return store.State{}, fmt.Errorf("natsstore: reading the bucket: the watcher stopped")
+			}
+			e = u
+		}
+		if e == nil { // every key has been read
+			break
+		}
+		key, seq := e.Key(), e.Revision()
+		switch {
+		case strings.HasPrefix(key, prefixArtifact):
+			continue
+		case strings.HasPrefix(key, prefixHistMsg):
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			agent, n, err := parseHistMsgKey(key)
+			if err != nil {
+				return store.State{}, fmt.Errorf("%w: %w", ErrCorrupt, err)
+			}
+			if histMsgs[agent] == nil {
+				histMsgs[agent] = make(map[uint64][]byte)
+			}
+			histMsgs[agent][n] = e.Value()
+			continue
+		}
+		if e.Operation() != jetstream.KeyValuePut {
+			revs[key] = rev{seq: seq}
+			continue
+		}
+		data := e.Value()
+		var first uint64
+		var err error
+		switch {
+		case strings.HasPrefix(key, prefixRole):
+			var r roleRec
+			if err = json.Unmarshal(data, &r); err == nil {
+				first = cmp.Or(r.First, seq)
+				roles = append(roles, ordered[store.Role]{first, r.record()})
+			}
+		case strings.HasPrefix(key, prefixAgent):
+			var a agentRec
+			if err = json.Unmarshal(data, &a); err == nil {
+				first = cmp.Or(a.First, seq)
+				agents = append(agents, ordered[store.Agent]{first, a.record()})
+			}
+		case strings.HasPrefix(key, prefixContact):
+			var c contactRec
+			if err = json.Unmarshal(data, &c); err == nil {
+				first = cmp.Or(c.First, seq)
+				contacts[c.Owner] = append(contacts[c.Owner], ordered[store.Contact]{first, c.record()})
+			}
+		case strings.HasPrefix(key, prefixRequest):
+			var r requestRec
+			if err = json.Unmarshal(data, &r); err == nil {
+				first = cmp.Or(r.First, seq)
+				requests = append(requests, ordered[store.Request]{first, r.record()})
+			}
+		case strings.HasPrefix(key, prefixPending):
+			var m messageRec
+			if err = json.Unmarshal(data, &m); err == nil {
+				st.Pending = append(st.Pending, m.record())
+			}
+		case strings.HasPrefix(key, prefixState):
+			var e stateRec
+			if err = json.Unmarshal(data, &e); err == nil {
+				st.States = append(st.States, e.record())
+			}
+		case strings.HasPrefix(key, prefixHead):
+			var h headRec
+			if err = json.Unmarshal(data, &h); err == nil {
+				heads[h.AgentID] = h
+			}
+		default:
+			err = errors.New("unknown kind of key")
+		}
+		if err != nil {
+			return store.State{}, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
+		}
+		revs[key] = rev{seq: seq, first: first, live: true}
+	}
+
+	st.Roles = inOrder(roles)
+	st.Agents = inOrder(agents)
+	st.Requests = inOrder(requests)
+	for owner, list := range contacts {
+		if st.Contacts == nil {
+			st.Contacts = make(map[string][]store.Contact, len(contacts))
+		}
+		st.Contacts[owner] = inOrder(list)
+	}
+	slices.SortFunc(st.Pending, func(a, b store.Message) int {
+		return cmp.Or(cmp.Compare(a.Seq, b.Seq), strings.Compare(a.ID, b.ID))
+	})
+	slices.SortFunc(st.States, func(a, b store.StateEntry) int {
+		return cmp.Or(strings.Compare(a.Scope, b.Scope), strings.Compare(a.Key, b.Key))
+	})
+	for _, h := range heads {
+		hist := store.History{AgentID: h.AgentID, Summary: h.Summary, Dropped: h.Dropped}
+		for n := h.Lo; n < h.Hi; n++ {
+			m, ok := histMsgs[h.AgentID][n]
+			if !ok {
+				return store.State{}, fmt.Errorf("%w: the history of %q lacks its message %d", ErrCorrupt, h.AgentID, n)
+			}
+			hist.Messages = append(hist.Messages, raw(m))
+		}
+		st.Histories = append(st.Histories, hist)
+	}
+	slices.SortFunc(st.Histories, func(a, b store.History) int { return strings.Compare(a.AgentID, b.AgentID) })
+
+	s.revs, s.heads, s.indexed = revs, heads, true
+	return st, nil
+}
+
+// ordered is a record with the revision that orders it.
+type ordered[T any] struct {
+	first uint64
+	rec   T
+}
+
+// inOrder returns the records of list in the order of their creation.
+func inOrder[T any](list []ordered[T]) []T {
+	slices.SortFunc(list, func(a, b ordered[T]) int { return cmp.Compare(a.first, b.first) })
+	out := make([]T, len(list))
+	for i, o := range list {
+		out[i] = o.rec
+	}
+	return out
+}
+
+// refresh reads the current revision of the keys ws writes with
+// compare-and-set, and the heads among them, into the index. Called with
+// s.mu held, after a batch lost a compare-and-set.
+func (s *Store) refresh(ctx context.Context, ws []write) error {
+	for _, w := range ws {
+		if !w.cas {
+			continue
+		}
+		m, err := s.stream.GetLastMsgForSubject(ctx, s.prefix+w.key)
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			delete(s.revs, w.key)
+			if strings.HasPrefix(w.key, prefixHead) {
+				delete(s.heads, w.headOf)
+			}
+			continue
+		case err != nil:
+			return fmt.Errorf("natsstore: %w", err)
+		}
+		if op := m.Header.Get("KV-Operation"); op != "" {
+			s.revs[w.key] = rev{seq: m.Sequence}
+			continue
+		}
+		r := rev{seq: m.Sequence, first: m.Sequence, live: true}
+		switch {
+		case strings.HasPrefix(w.key, prefixHead):
+			var h headRec
+			if err := json.Unmarshal(m.Data, &h); err != nil {
+				return fmt.Errorf("%w: key %q: %w", ErrCorrupt, w.key, err)
+			}
+			s.heads[h.AgentID] = h
+		case w.ordered:
+			first, err := firstOf(m.Data)
+			if err != nil {
+				return fmt.Errorf("%w: key %q: %w", ErrCorrupt, w.key, err)
+			}
+			r.first = cmp.Or(first, m.Sequence)
+		}
+		s.revs[w.key] = r
+	}
+	return nil
+}
+
+// confirmPending reads again from the bucket the keys of the messages in
+// accepted that the index says are pending, so that a message another
+// writer finished since is not refused. Called with s.mu held.
+func (s *Store) confirmPending(ctx context.Context, accepted []store.Message) error {
+	var stale []write
+	for _, m := range accepted {
+		if key := pendingKey(m.ID); s.revs[key].live {
+			stale = append(stale, write{key: key, cas: true})
+		}
+	}
+	if len(stale) == 0 {
+		return nil
+	}
+	return s.refresh(ctx, stale)
+}
