@@ -199,7 +199,7 @@ func TestModelCallsInFlightAreCapped(t *testing.T) {
 			var arrived atomic.Int32
 			reached := make(chan struct{})
 			var once sync.Once
-			done := make(chan string, agents)
+			done := make(chan string, 2*agents)
 			model := llmtest.New(llmtest.Rule{Reply: func(req *llm.Request) (*llm.Response, error) {
 				if int(arrived.Add(1)) >= c.want {
 					once.Do(func() { close(reached) })
@@ -220,8 +220,10 @@ func TestModelCallsInFlightAreCapped(t *testing.T) {
 			for _, w := range workers {
 				sendAs(t, s, as.RootID, w.ID, "go")
 			}
+			// Each agent makes two calls, one on its brief and one on "go":
+			// wait for all of them, whichever come first.
 			seen := map[string]bool{}
-			for range agents {
+			for range 2 * agents {
 				seen[recv(t, done, "a model call")] = true
 			}
 			if len(seen) != agents {
