@@ -115,16 +115,25 @@ func TestBudget_BadBudgetsAreRefused(t *testing.T) {
 // TestProperty_BudgetIsNeverExceeded: however many agents of a task call
 // the model at once, the task makes at most its budget of model calls, and
 // its input tokens exceed their budget by less than one call per agent; a
-// worker given a share of its own never exceeds it.
+// worker given a share of its own never exceeds it. What the workers
+// spent adds up to what their parent and the task were charged, and a
+// society reopened on the store reports the same figures.
 func TestProperty_BudgetIsNeverExceeded(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		agents := rapid.IntRange(1, 6).Draw(rt, "agents")
 		calls := rapid.Int64Range(1, 12).Draw(rt, "model calls")
 		tokens := rapid.Int64Range(50, 2000).Draw(rt, "input tokens")
 		ctx := context.Background()
-		s, closeSociety := openSociety(rt, as.Config{Model: busyModel(), MaxSteps: 20, MaxModelCalls: agents, Root: noop,
-			TaskBudget: as.Budget{ModelCalls: calls, InputTokens: tokens}})
-		defer closeSociety()
+		st := store.NewMemory()
+		cfg := as.Config{Store: st, Model: busyModel(), MaxSteps: 20, MaxModelCalls: agents, Root: noop,
+			TaskBudget: as.Budget{ModelCalls: calls, InputTokens: tokens}}
+		s, closeSociety := openSociety(rt, cfg)
+		closed := false
+		defer func() {
+			if !closed {
+				closeSociety()
+			}
+		}()
 		root := actorOf(rt, s, as.RootID).WithTask("t")
 		role, _, _ := root.CreateRole(ctx, as.RoleSpec{Name: "worker"})
 		lead, _, err := root.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief(), Behavior: noop})
@@ -174,6 +183,36 @@ func TestProperty_BudgetIsNeverExceeded(t *testing.T) {
 		// reports, so only the last call can go over, and by its own.
 		if u.InputTokens >= tokens+100 {
 			rt.Fatalf("%d input tokens with a budget of %d, calls of 100 tokens", u.InputTokens, tokens)
+		}
+		// The subtree's sum is what its root was charged.
+		var sum int64
+		for _, id := range ids {
+			if id != "" {
+				au, _ := s.AgentUsage(id)
+				sum += au.ModelCalls
+			}
+		}
+		if lu, _ := s.AgentUsage(lead.ID); lu.ModelCalls != sum || u.ModelCalls != sum {
+			rt.Fatalf("the workers spent %d calls in all; the lead was charged %d and the task %d", sum, lu.ModelCalls, u.ModelCalls)
+		}
+		// After a restart the figures are the same.
+		before := map[string]as.Usage{}
+		for i, id := range ids {
+			if id != "" && shares[i] > 0 {
+				before[id], _ = s.AgentUsage(id)
+			}
+		}
+		closeSociety()
+		closed = true
+		s2, close2 := openSociety(rt, cfg)
+		defer close2()
+		if u2, _ := s2.Usage("t"); u2.ModelCalls != u.ModelCalls || u2.InputTokens != u.InputTokens {
+			rt.Fatalf("after reopening the task's usage is %+v, before %+v", u2, u)
+		}
+		for id, b := range before {
+			if a, _ := s2.AgentUsage(id); a.ModelCalls != b.ModelCalls {
+				rt.Fatalf("after reopening %s spent %d calls, before %d", id, a.ModelCalls, b.ModelCalls)
+			}
 		}
 	})
 }
