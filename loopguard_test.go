@@ -82,6 +82,9 @@ func TestLoopGuard_Acknowledgers(t *testing.T) {
 	if err := m.Decode(&p); err != nil || m.Type != as.StatusReport || p.Status != string(as.ErrLoopDetected) || !strings.Contains(p.Text, a.ID) || !strings.Contains(p.Text, b.ID) {
 		t.Fatalf("the parent got %+v (%s), want a loop_detected report naming %s and %s", m, m.Payload, a.ID, b.ID)
 	}
+	if !hasEvent(t, s, as.EventLoopDetected) {
+		t.Error("no loop_detected event")
+	}
 }
 
 // TestLoopGuard_RepeatsAndCycles: the same payload to the same receiver is
