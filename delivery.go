@@ -101,9 +101,16 @@ type idleTask struct {
 func (s *Society) deliver(a *agent, m Message, done *idleTask) {
 	ctx := s.runCtx
 	s.logMessage(ctx, "message delivered", &m)
-	ev := Event{Kind: EventMessageDelivered, Task: m.TaskID, Agent: a.info.ID, Turn: m.ID, Message: &m}
-	s.emit(ev)
-	start := time.Now()
+	// The events of the turn, when events are on: the message they point
+	// to is a copy only then.
+	var ev Event
+	var start time.Time
+	if !s.events.off {
+		msg := m
+		ev = Event{Kind: EventMessageDelivered, Task: m.TaskID, Agent: a.info.ID, Turn: m.ID, Message: &msg}
+		s.emit(ev)
+		start = time.Now()
+	}
 	s.mu.Lock()
 	if done.set {
 		s.idler(done.task)
@@ -122,11 +129,13 @@ func (s *Society) deliver(a *agent, m Message, done *idleTask) {
 		return // Close cut the turn short: the message is handled again on reopening
 	}
 	s.handled(ctx, a, m.ID)
-	ev.Kind, ev.Duration = EventMessageHandled, time.Since(start)
-	if err != nil {
-		ev.Code, ev.Detail = toolError(err).Code, err.Error()
+	if !s.events.off {
+		ev.Kind, ev.Duration = EventMessageHandled, time.Since(start)
+		if err != nil {
+			ev.Code, ev.Detail = toolError(err).Code, err.Error()
+		}
+		s.emit(ev)
 	}
-	s.emit(ev)
 	if err != nil && !errors.Is(err, errTold) { // the budget's running out was reported, once
 		s.reportFailure(a, m, err)
 	}
