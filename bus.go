@@ -236,6 +236,10 @@ func (s *Society) emitSend(p *pendingSend) {
 		return
 	}
 	m := &p.msg // not changed once committed
+	if m.From == UserID && m.To == RootID && s.tasks[m.TaskID] == nil {
+		// A task starts with the user's first message to root on it.
+		s.emit(Event{Kind: EventTaskSubmitted, Task: m.TaskID, Agent: UserID, Detail: m.Text()})
+	}
 	e := Event{Kind: EventMessageAccepted, Task: m.TaskID, Agent: m.From, Turn: p.cause, Target: m.To, Message: m}
 	if r := p.request; r != nil {
 		e.Request = r.id

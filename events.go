@@ -21,8 +21,9 @@ type EventKind string
 // of the event's fields it sets, besides Seq, Time, Kind and, where there
 // is one, Task and Turn.
 const (
-	// EventTaskSubmitted: the host submitted a requirement (SubmitRequirement);
-	// Agent is "user", Message the requirement's message.
+	// EventTaskSubmitted: a task starts: user's first message to root on it
+	// (SubmitRequirement, or SendTextToAgent to root) was accepted; Agent is
+	// "user", Detail the requirement. Its message_accepted follows.
 	EventTaskSubmitted EventKind = "task_submitted"
 	// EventRoleCreated: Agent created role Role, named Name.
 	EventRoleCreated EventKind = "role_created"
@@ -219,7 +220,8 @@ func newEventLog(retention int, st store.EventLog, next uint64, log *slog.Logger
 	if retention == 0 {
 		retention = DefaultEventRetention
 	}
-	l.ring, l.keep = make([]Event, 0, retention), uint64(retention)
+	// The ring grows as events come, up to the retention.
+	l.ring, l.keep = make([]Event, 0, min(retention, 256)), uint64(retention)
 	return l
 }
 
@@ -228,11 +230,10 @@ func (l *eventLog) emit(e Event) {
 	if l.off {
 		return
 	}
-	e.Time = time.Now()
 	l.mu.Lock()
-	e.Seq = l.next
+	e.Seq, e.Time = l.next, time.Now() // under the lock, so that times follow seqs
 	l.next++
-	if len(l.ring) < cap(l.ring) {
+	if uint64(len(l.ring)) < l.keep {
 		l.ring = append(l.ring, e)
 	} else {
 		l.ring[l.at(e.Seq)] = e
@@ -458,16 +459,14 @@ func (l *eventLog) save(ctx context.Context, batch []store.Event) error {
 }
 
 // close stops the writer, if there is one, and waits until it wrote what
-// is left or ctx ends.
-func (l *eventLog) close(ctx context.Context) {
+// is left: Close's caller may stop waiting for Close, but Close itself
+// finishes only once the store has every event.
+func (l *eventLog) close() {
 	if l.stop == nil {
 		return
 	}
 	close(l.stop)
-	select {
-	case <-l.stopped:
-	case <-ctx.Done():
-	}
+	<-l.stopped
 }
 
 // emit adds e to the society's event log.

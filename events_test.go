@@ -318,3 +318,39 @@ func TestEvents_Restart(t *testing.T) {
 		t.Fatalf("the first event after reopening: %+v", more[0])
 	}
 }
+
+// TestEvents_CloseWritesEveryEvent checks that a Close that stops waiting
+// early still writes every event before the society counts as closed: a
+// second Close waits for it, and a reopened society has them all.
+func TestEvents_CloseWritesEveryEvent(t *testing.T) {
+	dir := t.TempDir()
+	s, st := openFS(t, dir, filestore.SyncBatched, as.Config{})
+	for range 3000 {
+		s.SubmitRequirement(context.Background(), "") // refused: one event each
+	}
+	last := s.LastEvent()
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	s.Close(gone)
+	closeFS(t, s, st) // waits for the rest, then closes the store
+
+	s, st = openFS(t, dir, filestore.SyncBatched, as.Config{})
+	defer closeFS(t, s, st)
+	if got := s.LastEvent(); got != last {
+		t.Fatalf("after reopening LastEvent = %d, want %d", got, last)
+	}
+}
+
+// TestEvents_LargeRetention checks that a retention far beyond what a
+// society holds costs nothing up front.
+func TestEvents_LargeRetention(t *testing.T) {
+	s := newSociety(t, as.Config{EventRetention: 1 << 60})
+	lead, _ := hostLead(t, s, "task-big", "worker")
+	if _, err := lead.SendText(context.Background(), as.UserID, "hi"); err != nil {
+		t.Fatal(err)
+	}
+	waitQuiet(t, s)
+	if evs, missed := collect(t, s, 1); missed != nil || len(evs) == 0 || uint64(len(evs)) != s.LastEvent() {
+		t.Fatalf("%d events, missed %v, last %d", len(evs), missed, s.LastEvent())
+	}
+}

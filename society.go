@@ -446,7 +446,7 @@ func (s *Society) Close(ctx context.Context) error {
 	s.user.close()
 	go func() { // not counted in wg: it is what waits for wg
 		s.wg.Wait()
-		s.events.close(ctx)
+		s.events.close()
 		s.cancel()
 		s.closeErr = s.saveQueued(nil)
 		close(s.closeDone)

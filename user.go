@@ -25,7 +25,6 @@ func (s *Society) SubmitRequirement(ctx context.Context, text string, opts ...Re
 			return "", err
 		}
 	}
-	s.emit(Event{Kind: EventTaskSubmitted, Task: taskID, Agent: UserID, Detail: text})
 	if _, err := s.userActor().WithTask(taskID).SendText(ctx, RootID, text); err != nil {
 		return "", err
 	}

@@ -23,8 +23,11 @@ import (
 // one JSON line per event. Appends go to the newest segment; trimming
 // removes whole segments, so a store keeps up to one segment more than
 // asked. A crash may leave the newest segment's last line torn: opening
-// the log cuts it off. Event writes are synced as the journal's are (see
-// Options.Sync), and never wait for the journal or hold it up.
+// the log cuts it off, and so does the next call after a failed write.
+// Under SyncEveryRecord each append is synced; under SyncBatched a segment
+// is synced when the next one starts and at Close, so a machine crash may
+// lose the newest segment's unsynced events. Event writes never wait for
+// the journal or hold it up.
 const (
 	eventsName       = "events"
 	eventsPerSegment = 1024
@@ -99,13 +102,16 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 			}
 			l.line = append(append(l.line, line...), '\n')
 		}
-		if _, err := l.file.Write(l.line); err != nil {
-			return fmt.Errorf("filestore: writing events: %w", err)
+		_, err := l.file.Write(l.line)
+		if err == nil && s.opts.Sync == SyncEveryRecord {
+			err = datasync(l.file)
 		}
-		if s.opts.Sync == SyncEveryRecord {
-			if err := datasync(l.file); err != nil {
-				return fmt.Errorf("filestore: syncing events: %w", err)
-			}
+		if err != nil {
+			// What was written of the batch may be half a line: open the
+			// log again on the next call, which cuts it off.
+			l.file.Close()
+			l.file, l.segments, l.opened = nil, nil, false
+			return fmt.Errorf("filestore: writing events: %w", err)
 		}
 		cur.last = batch[len(batch)-1].Seq
 		events = events[len(batch):]
@@ -127,7 +133,12 @@ func (s *Store) newSegment(first uint64) error {
 		return fmt.Errorf("filestore: %w", err)
 	}
 	if l.file != nil {
-		l.file.Close() // written and synced already
+		// Only the newest segment may end torn (see openEvents).
+		if err := datasync(l.file); err != nil {
+			f.Close()
+			return fmt.Errorf("filestore: syncing events: %w", err)
+		}
+		l.file.Close()
 	}
 	l.file = f
 	l.segments = append(l.segments, segment{first, first - 1})
