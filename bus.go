@@ -189,7 +189,9 @@ func (p *pendingSend) record(ch *store.Change, withMessage bool) {
 // is one, else to the receiver's mailbox. Called with s.mu held, after the
 // store recorded them.
 func (s *Society) commitSend(p *pendingSend) {
-	s.emitSend(p)
+	if !s.events.off {
+		s.emitSend(p)
+	}
 	s.sentToTask(p)
 	s.commitLoop(p)
 	s.contacts.addAll(p.contacts)
@@ -230,42 +232,53 @@ func (s *Society) commitSend(p *pendingSend) {
 
 // emitSend adds to the event log that p's message was accepted, and the
 // request it opens or settles. Called with s.mu held, so that these events
-// come before any event of the message's delivery.
+// come before any event of the message's delivery. Not inlined: its frame
+// is large, and is only wanted when events are on.
+//
+//go:noinline
 func (s *Society) emitSend(p *pendingSend) {
-	if s.events.off {
-		return
-	}
 	m := &p.msg // not changed once committed
 	if m.From == UserID && m.To == RootID && s.tasks[m.TaskID] == nil {
 		// A task starts with the user's first message to root on it.
 		s.emit(Event{Kind: EventTaskSubmitted, Task: m.TaskID, Agent: UserID, Detail: m.Text()})
 	}
-	e := Event{Kind: EventMessageAccepted, Task: m.TaskID, Agent: m.From, Turn: p.cause, Target: m.To, Message: m}
+	request := ""
 	if r := p.request; r != nil {
-		e.Request = r.id
-		s.emit(e)
-		e.Kind = EventRequestOpened
-		s.emit(e)
-		return
+		request = r.id
+	} else if r := p.answered; r != nil {
+		request = r.id
 	}
-	if r := p.answered; r != nil {
-		e.Request = r.id
-		s.emit(e)
-		e.Kind, e.Status = EventRequestSettled, string(p.status)
-		if p.from == nil {
-			e.Detail = "settled by the society"
-		}
-		s.emit(e)
-		return
+	// Made in place (see eventLog.add): this runs deep in a drainer's stack.
+	accepted := func(e *Event) {
+		e.Kind, e.Task, e.Agent, e.Turn, e.Target, e.Message, e.Request = EventMessageAccepted, m.TaskID, m.From, p.cause, m.To, m, request
 	}
-	s.emit(e)
+	s.events.add(accepted)
+	switch {
+	case p.request != nil:
+		s.events.add(func(e *Event) { accepted(e); e.Kind = EventRequestOpened })
+	case p.answered != nil:
+		s.events.add(func(e *Event) {
+			accepted(e)
+			e.Kind, e.Status = EventRequestSettled, string(p.status)
+			if p.from == nil {
+				e.Detail = "settled by the society"
+			}
+		})
+	}
 }
 
 // logMessage records a step of m's journey at Debug level.
 func (s *Society) logMessage(ctx context.Context, what string, m *Message) {
-	if !s.log.Enabled(ctx, slog.LevelDebug) {
-		return
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.logMessageNow(ctx, what, m)
 	}
+}
+
+// logMessageNow is logMessage's record, in a frame of its own: a drainer's
+// stack need not grow for a record that is not wanted.
+//
+//go:noinline
+func (s *Society) logMessageNow(ctx context.Context, what string, m *Message) {
 	s.log.LogAttrs(ctx, slog.LevelDebug, what,
 		slog.String("msg", m.ID), slog.String("from", m.From), slog.String("to", m.To),
 		slog.String("type", string(m.Type)), slog.String("task", m.TaskID))

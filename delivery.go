@@ -101,16 +101,7 @@ type idleTask struct {
 func (s *Society) deliver(a *agent, m Message, done *idleTask) {
 	ctx := s.runCtx
 	s.logMessage(ctx, "message delivered", &m)
-	// The events of the turn, when events are on: the message they point
-	// to is a copy only then.
-	var ev Event
-	var start time.Time
-	if !s.events.off {
-		msg := m
-		ev = Event{Kind: EventMessageDelivered, Task: m.TaskID, Agent: a.info.ID, Turn: m.ID, Message: &msg}
-		s.emit(ev)
-		start = time.Now()
-	}
+	start := s.emitDelivered(a, &m)
 	s.mu.Lock()
 	if done.set {
 		s.idler(done.task)
@@ -129,13 +120,7 @@ func (s *Society) deliver(a *agent, m Message, done *idleTask) {
 		return // Close cut the turn short: the message is handled again on reopening
 	}
 	s.handled(ctx, a, m.ID)
-	if !s.events.off {
-		ev.Kind, ev.Duration = EventMessageHandled, time.Since(start)
-		if err != nil {
-			ev.Code, ev.Detail = toolError(err).Code, err.Error()
-		}
-		s.emit(ev)
-	}
+	s.emitHandled(a, &m, start, err)
 	if err != nil && !errors.Is(err, errTold) { // the budget's running out was reported, once
 		s.reportFailure(a, m, err)
 	}
@@ -148,6 +133,42 @@ func (s *Society) deliver(a *agent, m Message, done *idleTask) {
 	if a != s.user.self {
 		*done = idleTask{m.TaskID, true}
 	}
+}
+
+// emitDelivered adds to the event log that a starts handling m, and
+// returns the time it started. The events of a delivery are made in
+// functions of their own, not in deliver's frame: an Event is large, and
+// every drainer's stack would grow for it.
+//
+//go:noinline
+func (s *Society) emitDelivered(a *agent, m *Message) time.Time {
+	if s.events.off {
+		return time.Time{}
+	}
+	msg := *m // the message the events point to is a copy only when events are on
+	s.events.add(func(e *Event) {
+		e.Kind, e.Task, e.Agent, e.Turn, e.Message = EventMessageDelivered, m.TaskID, a.info.ID, m.ID, &msg
+	})
+	return time.Now()
+}
+
+// emitHandled adds to the event log that a finished handling m, which it
+// started at start, with err.
+//
+//go:noinline
+func (s *Society) emitHandled(a *agent, m *Message, start time.Time, err error) {
+	if s.events.off {
+		return
+	}
+	d := time.Since(start)
+	var code Code
+	var detail string
+	if err != nil {
+		code, detail = toolError(err).Code, err.Error()
+	}
+	s.events.add(func(e *Event) {
+		e.Kind, e.Task, e.Agent, e.Turn, e.Duration, e.Code, e.Detail = EventMessageHandled, m.TaskID, a.info.ID, m.ID, d, code, detail
+	})
 }
 
 // handled records that the handling of message id by a ended, with the

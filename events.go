@@ -225,19 +225,25 @@ func newEventLog(retention int, st store.EventLog, next uint64, log *slog.Logger
 	return l
 }
 
-// emit numbers e, stamps it with the time and adds it to the log.
-func (l *eventLog) emit(e Event) {
+// add adds an event to the log, which fill makes in its slot of the ring,
+// then numbers it and stamps it with the time. fill runs under l.mu and
+// must only set fields. The event is made in place rather than passed: an
+// Event is large, and events are made deep in a drainer's stack, which
+// would grow for it.
+func (l *eventLog) add(fill func(e *Event)) {
 	if l.off {
 		return
 	}
 	l.mu.Lock()
-	e.Seq, e.Time = l.next, time.Now() // under the lock, so that times follow seqs
+	seq := l.next
 	l.next++
 	if uint64(len(l.ring)) < l.keep {
-		l.ring = append(l.ring, e)
-	} else {
-		l.ring[l.at(e.Seq)] = e
+		l.ring = append(l.ring, Event{})
 	}
+	e := &l.ring[l.at(seq)]
+	*e = Event{}
+	fill(e)
+	e.Seq, e.Time = seq, time.Now() // under the lock, so that times follow seqs
 	var wake chan struct{}
 	if l.watched {
 		wake = l.wake
@@ -470,4 +476,4 @@ func (l *eventLog) close() {
 }
 
 // emit adds e to the society's event log.
-func (s *Society) emit(e Event) { s.events.emit(e) }
+func (s *Society) emit(e Event) { s.events.add(func(x *Event) { *x = e }) }
