@@ -3,6 +3,7 @@ package agentsociety
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
@@ -325,7 +326,7 @@ func (l *eventLog) read(ctx context.Context, from uint64, follow <-chan struct{}
 	}
 }
 
-var errStopped = fmt.Errorf("stopped")
+var errStopped = errors.New("stopped") // the reader stopped the iteration
 
 // fromStore yields the events from seq from on, up to the ring's oldest,
 // from the store, and returns where the ring takes over. Events the store

@@ -62,19 +62,11 @@ type eventLine struct {
 
 // AppendEvents appends events to the log; see [store.EventLog].
 func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.closeMu.RUnlock()
-	l := &s.events
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := s.openEvents(); err != nil {
-		return err
-	}
+	return s.withEvents(ctx, func(l *eventLog) error { return s.appendEvents(l, events) })
+}
+
+// appendEvents is AppendEvents, called by withEvents.
+func (s *Store) appendEvents(l *eventLog, events []store.Event) error {
 	for len(events) > 0 {
 		e := events[0]
 		n := len(l.segments)
@@ -220,19 +212,11 @@ func (s *Store) readSegment(sg segment, from uint64, limit int) ([]store.Event, 
 // TrimEvents removes the segments whose events all come before before,
 // except the newest; see [store.EventLog].
 func (s *Store) TrimEvents(ctx context.Context, before uint64) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if err := s.enter(); err != nil {
-		return err
-	}
-	defer s.closeMu.RUnlock()
-	l := &s.events
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := s.openEvents(); err != nil {
-		return err
-	}
+	return s.withEvents(ctx, func(l *eventLog) error { return s.trimEvents(l, before) })
+}
+
+// trimEvents is TrimEvents, called by withEvents.
+func (s *Store) trimEvents(l *eventLog, before uint64) error {
 	dir := filepath.Join(s.dir, eventsName)
 	n := 0
 	for n < len(l.segments)-1 && l.segments[n].last < before {
@@ -248,23 +232,32 @@ func (s *Store) TrimEvents(ctx context.Context, before uint64) error {
 
 // EventBounds returns the oldest and newest Seqs kept; see [store.EventLog].
 func (s *Store) EventBounds(ctx context.Context) (first, last uint64, err error) {
+	err = s.withEvents(ctx, func(l *eventLog) error {
+		if n := len(l.segments); n > 0 {
+			first, last = l.segments[0].first, l.segments[n-1].last
+		}
+		return nil
+	})
+	return first, last, err
+}
+
+// withEvents runs f on the opened event log, with the log's lock held, as
+// a call of the store (see enter).
+func (s *Store) withEvents(ctx context.Context, f func(l *eventLog) error) error {
 	if err := ctx.Err(); err != nil {
-		return 0, 0, err
+		return err
 	}
 	if err := s.enter(); err != nil {
-		return 0, 0, err
+		return err
 	}
 	defer s.closeMu.RUnlock()
 	l := &s.events
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := s.openEvents(); err != nil {
-		return 0, 0, err
+		return err
 	}
-	if len(l.segments) == 0 {
-		return 0, 0, nil
-	}
-	return l.segments[0].first, l.segments[len(l.segments)-1].last, nil
+	return f(l)
 }
 
 // openEvents lists the segments, once, and cuts a torn last line off the
