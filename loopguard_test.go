@@ -62,12 +62,21 @@ func TestLoopGuard_Acknowledgers(t *testing.T) {
 	// rounds times; the next is refused, and so is the retry.
 	var sent int
 	var refused []string
-	for len(refused) < 2 {
-		if r := recv(t, results, "a send's result"); strings.Contains(r, `"error"`) {
+	count := func(r string) {
+		if strings.Contains(r, `"error"`) {
 			refused = append(refused, r)
 		} else {
 			sent++
 		}
+	}
+	for len(refused) < 2 {
+		count(recv(t, results, "a send's result"))
+	}
+	// The other agent's last success may be told to its model after the
+	// refusals: count what came once every turn has ended.
+	waitQuiet(t, s)
+	for len(results) > 0 {
+		count(<-results)
 	}
 	if sent != rounds {
 		t.Errorf("%d thanks were accepted, want %d", sent, rounds)

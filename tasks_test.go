@@ -66,6 +66,16 @@ func TestTasks(t *testing.T) {
 	running := submit("REQ-RUN")
 	recv(t, started, "the running task's call")
 	want := map[string]as.TaskState{done: as.TaskDone, stuck: as.TaskStuck, out: as.TaskOutOfBudget, running: as.TaskRunning}
+	// An answer reaches user before the turn that sent it ends: wait for
+	// the turns to end.
+	waitFor(t, "the tasks' states", func() bool {
+		for _, ti := range s.Tasks() {
+			if ti.State != want[ti.ID] {
+				return false
+			}
+		}
+		return true
+	})
 	got := s.Tasks()
 	if len(got) != len(want) {
 		t.Fatalf("%d tasks, want %d: %+v", len(got), len(want), got)
