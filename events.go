@@ -185,7 +185,7 @@ const DefaultEventRetention = 10_000
 // eventLog keeps the newest events in a ring, numbers them, wakes readers,
 // and writes them behind to a store that keeps events.
 //
-// emit may be called with s.mu held: the lock order is s.mu, then
+// add may be called with s.mu held: the lock order is s.mu, then
 // eventLog.mu. Nothing under eventLog.mu calls out.
 type eventLog struct {
 	mu   sync.Mutex
@@ -418,7 +418,7 @@ func (l *eventLog) writeBehind() {
 // unsaved returns, encoded for the store, up to n events the store does not
 // have yet, and marks them saved; lost counts the events the ring dropped
 // before they could be written. wake is closed at the next event. The
-// events are encoded after l.mu is released, so that emit, which may run
+// events are encoded after l.mu is released, so that add, which may run
 // under s.mu, never waits for the encoding.
 func (l *eventLog) unsaved(n int) (batch []store.Event, lost uint64, wake chan struct{}) {
 	l.mu.Lock()
