@@ -240,7 +240,9 @@ func (s *Society) emitSend(p *pendingSend) {
 	m := &p.msg // not changed once committed
 	if m.From == UserID && m.To == RootID && s.tasks[m.TaskID] == nil {
 		// A task starts with the user's first message to root on it.
-		s.emit(Event{Kind: EventTaskSubmitted, Task: m.TaskID, Agent: UserID, Detail: m.Text()})
+		s.events.add(func(e *Event) {
+			e.Kind, e.Task, e.Agent, e.Detail = EventTaskSubmitted, m.TaskID, UserID, m.Text()
+		})
 	}
 	request := ""
 	if r := p.request; r != nil {
