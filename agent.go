@@ -82,11 +82,11 @@ type agent struct {
 	role     *Role  // shared, never modified; for root and user, a stand-in named after them
 	depth    int
 	behavior Behavior
-	box      atomic.Pointer[mailbox.Box[Message]] // nil until the first message: idle agents need none
-	mind     *mind                                // a model-driven agent's history, from its first turn
-	spawnKey string                               // the spawn that made it (see turn), or ""
-	reported bool                                 // it has sent its parent a status_report; guarded by s.mu
-	reports  int32                                // how many of its children have reported; guarded by s.mu
+	box      atomic.Pointer[mailbox.Box[*Message]] // nil until the first message: idle agents need none; its messages are not changed once queued
+	mind     *mind                                 // a model-driven agent's history, from its first turn
+	spawnKey string                                // the spawn that made it (see turn), or ""
+	reported bool                                  // it has sent its parent a status_report; guarded by s.mu
+	reports  int32                                 // how many of its children have reported; guarded by s.mu
 }
 
 // roleName returns the name of a's role.
@@ -522,10 +522,10 @@ func (a *agent) taskBrief() *TaskBrief {
 }
 
 // inbox returns a's mailbox, making it on first use.
-func (a *agent) inbox() *mailbox.Box[Message] {
+func (a *agent) inbox() *mailbox.Box[*Message] {
 	if b := a.box.Load(); b != nil {
 		return b
 	}
-	a.box.CompareAndSwap(nil, new(mailbox.Box[Message]))
+	a.box.CompareAndSwap(nil, new(mailbox.Box[*Message]))
 	return a.box.Load()
 }

@@ -227,7 +227,7 @@ func (s *Society) commitSend(p *pendingSend) {
 			}
 		}
 	}
-	p.start = s.enqueue(p.to, p.msg)
+	p.start = s.enqueue(p.to, &p.msg)
 }
 
 // emitSend adds to the event log that p's message was accepted, and the

@@ -27,7 +27,7 @@ import (
 // held, by a change's commit; once the society is closed the message stays
 // queued and no drainer starts (a durable store keeps it pending; Close
 // records a volatile store's queue).
-func (s *Society) enqueue(a *agent, m Message) (start bool) {
+func (s *Society) enqueue(a *agent, m *Message) (start bool) {
 	if a != s.user.self {
 		s.busier(m.TaskID)
 	}
@@ -98,31 +98,31 @@ type idleTask struct {
 // message is handled again from the history before it. The user endpoint
 // records the end of its messages itself, when the host has them (see
 // userEndpoint).
-func (s *Society) deliver(a *agent, m Message, done *idleTask) {
+func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 	ctx := s.runCtx
-	s.logMessage(ctx, "message delivered", &m)
-	start := s.emitDelivered(a, &m)
+	s.logMessage(ctx, "message delivered", m)
+	start := s.emitDelivered(a, m)
 	s.mu.Lock()
 	if done.set {
 		s.idler(done.task)
 		done.set = false
 	}
-	s.touch(&m)
+	s.touch(m)
 	status, handoff := a.info.Status, s.handoffs[a.info.ID]
 	s.mu.Unlock()
 	var err error
 	if status == StatusTerminated {
 		s.dropped(ctx, a, m.ID, "message dropped: the agent was terminated")
 	} else {
-		err = s.handle(ctx, a, m)
+		err = s.handle(ctx, a, *m)
 	}
 	if ctx.Err() != nil {
 		return // Close cut the turn short: the message is handled again on reopening
 	}
 	s.handled(ctx, a, m.ID)
-	s.emitHandled(a, &m, start, err)
+	s.emitHandled(a, m, start, err)
 	if err != nil && !errors.Is(err, errTold) { // the budget's running out was reported, once
-		s.reportFailure(a, m, err)
+		s.reportFailure(a, *m, err)
 	}
 	if m.ID == handoff {
 		if err := s.finishTermination(ctx, a); err != nil && !errors.Is(err, ErrClosed) {
@@ -145,9 +145,8 @@ func (s *Society) emitDelivered(a *agent, m *Message) time.Time {
 	if s.events.off {
 		return time.Time{}
 	}
-	msg := *m // the message the events point to is a copy only when events are on
 	s.events.add(func(e *Event) {
-		e.Kind, e.Task, e.Agent, e.Turn, e.Message = EventMessageDelivered, m.TaskID, a.info.ID, m.ID, &msg
+		e.Kind, e.Task, e.Agent, e.Turn, e.Message = EventMessageDelivered, m.TaskID, a.info.ID, m.ID, m
 	})
 	return time.Now()
 }

@@ -110,9 +110,12 @@ type Event struct {
 	Turn string `json:"turn,omitempty"`
 	// Target is the other agent involved: a message's receiver, a spawned
 	// or terminated agent, the agent asked for collaboration.
-	Target   string          `json:"target,omitempty"`
-	Role     string          `json:"role,omitempty"`
-	Name     string          `json:"name,omitempty"`
+	Target string `json:"target,omitempty"`
+	Role   string `json:"role,omitempty"`
+	Name   string `json:"name,omitempty"`
+	// Message is the message accepted, delivered or refused. It is shared
+	// with the society, which hands it to its receiver: read it, never
+	// change it.
 	Message  *Message        `json:"message,omitempty"`
 	Request  string          `json:"request,omitempty"`
 	Artifact string          `json:"artifact,omitempty"`

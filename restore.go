@@ -146,7 +146,7 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 		if a != s.user.self {
 			s.busier(m.TaskID)
 		}
-		if a.inbox().Push(m) {
+		if a.inbox().Push(&m) {
 			waiting = append(waiting, a)
 		}
 	}
@@ -224,7 +224,7 @@ func (s *Society) saveQueued(err error) error {
 	for _, a := range s.agents {
 		if box := a.box.Load(); box != nil {
 			for _, m := range box.Items() {
-				keep(m)
+				keep(*m)
 			}
 		}
 	}
