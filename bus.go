@@ -61,6 +61,7 @@ type pendingSend struct {
 	status   RequestStatus
 	own      bool   // the society's own message: exempt from Config.MaxQueued
 	cause    string // the turn that sent the message, if any (see Event.Turn)
+	trace    string // the host's trace context, for a message sent outside a turn (see WithTrace)
 	start    bool   // set by commitSend: the receiver's drainer is to be started
 }
 
@@ -87,6 +88,9 @@ func (s *Society) sendOwn(ctx context.Context, x *Actor, out Outgoing) (Message,
 func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter chan Message, own bool) (Message, error) {
 	from := x.a
 	p := &pendingSend{own: own, cause: x.turn.id()}
+	if x.turn == nil {
+		p.trace = traceOf(ctx)
+	}
 	f, err := compose(&p.msg, from, x.taskID, out)
 	if err != nil {
 		return Message{}, s.refuse("send_message", from.info.ID, err)
@@ -241,7 +245,7 @@ func (s *Society) emitSend(p *pendingSend) {
 	if m.From == UserID && m.To == RootID && s.tasks[m.TaskID] == nil {
 		// A task starts with the user's first message to root on it.
 		s.events.add(func(e *Event) {
-			e.Kind, e.Task, e.Agent, e.Detail = EventTaskSubmitted, m.TaskID, UserID, m.Text()
+			e.Kind, e.Task, e.Agent, e.Detail, e.Trace = EventTaskSubmitted, m.TaskID, UserID, m.Text(), p.trace
 		})
 	}
 	request := ""
@@ -252,7 +256,7 @@ func (s *Society) emitSend(p *pendingSend) {
 	}
 	// Made in place (see eventLog.add): this runs deep in a drainer's stack.
 	accepted := func(e *Event) {
-		e.Kind, e.Task, e.Agent, e.Turn, e.Target, e.Message, e.Request = EventMessageAccepted, m.TaskID, m.From, p.cause, m.To, m, request
+		e.Kind, e.Task, e.Agent, e.Turn, e.Target, e.Message, e.Request, e.Trace = EventMessageAccepted, m.TaskID, m.From, p.cause, m.To, m, request, p.trace
 	}
 	s.events.add(accepted)
 	switch {

@@ -113,6 +113,10 @@ type Event struct {
 	Target string `json:"target,omitempty"`
 	Role   string `json:"role,omitempty"`
 	Name   string `json:"name,omitempty"`
+	// Trace is the host's trace context, a W3C traceparent, that the
+	// host's call carried (see WithTrace): on the message_accepted and
+	// task_submitted events of a message the host sent.
+	Trace string `json:"trace,omitempty"`
 	// Message is the message accepted, delivered or refused. It is shared
 	// with the society, which hands it to its receiver: read it, never
 	// change it.
@@ -481,3 +485,23 @@ func (l *eventLog) close() {
 
 // emit adds e to the society's event log.
 func (s *Society) emit(e Event) { s.events.add(func(x *Event) { *x = e }) }
+
+// traceKey is the context key of WithTrace.
+type traceKey struct{}
+
+// WithTrace returns a copy of ctx carrying traceparent, the host's own
+// trace context in the W3C format ("00-<trace id>-<span id>-<flags>"). A
+// message the host sends with such a context (SubmitRequirement,
+// SendTextToAgent, an Actor's Send outside a turn) records it on its
+// events (Event.Trace), so that a tracer can hang the society's work under
+// the host's span; package otel's Inject makes the context from a span.
+// The society stores the string and does not check it.
+func WithTrace(ctx context.Context, traceparent string) context.Context {
+	return context.WithValue(ctx, traceKey{}, traceparent)
+}
+
+// traceOf returns the trace context ctx carries (see WithTrace), or "".
+func traceOf(ctx context.Context) string {
+	t, _ := ctx.Value(traceKey{}).(string)
+	return t
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
 
@@ -352,5 +353,44 @@ func TestEvents_LargeRetention(t *testing.T) {
 	waitQuiet(t, s)
 	if evs, missed := collect(t, s, 1); missed != nil || len(evs) == 0 || uint64(len(evs)) != s.LastEvent() {
 		t.Fatalf("%d events, missed %v, last %d", len(evs), missed, s.LastEvent())
+	}
+}
+
+// TestEvents_Trace checks that the host's trace context reaches the events
+// of the messages the host sends, and only those.
+func TestEvents_Trace(t *testing.T) {
+	const parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	s := newSociety(t, as.Config{Model: demo.Model()})
+	ctx, cancel := context.WithTimeout(as.WithTrace(context.Background(), parent), hangGuard)
+	defer cancel()
+	task, err := s.SubmitRequirement(ctx, demo.Requirement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.WaitForUserMessage(ctx, func(m as.Message) bool {
+		return m.TaskID == task && strings.Contains(m.Text(), as.ArtifactRefPrefix)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SendTextToAgent(context.Background(), as.RootID, "no trace here", task); err != nil {
+		t.Fatal(err)
+	}
+	waitQuiet(t, s)
+	evs, _ := collect(t, s, 1)
+	traced := map[as.EventKind]int{}
+	for _, e := range evs {
+		if e.Trace == "" {
+			continue
+		}
+		traced[e.Kind]++
+		if e.Trace != parent || e.Turn != "" || e.Agent != as.UserID {
+			t.Errorf("event %d (%s by %s in turn %q) carries trace %q", e.Seq, e.Kind, e.Agent, e.Turn, e.Trace)
+		}
+		if e.Kind == as.EventMessageAccepted && e.Message.Text() != demo.Requirement {
+			t.Errorf("the traced message is %q, not the requirement", e.Message.Text())
+		}
+	}
+	if want := (map[as.EventKind]int{as.EventTaskSubmitted: 1, as.EventMessageAccepted: 1}); !maps.Equal(traced, want) {
+		t.Errorf("traced events %v, want %v", traced, want)
 	}
 }

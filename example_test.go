@@ -377,3 +377,28 @@ func ExampleWithBudget() {
 	// budget_exhausted
 	// 3 calls, 3000 input tokens, 60 output tokens
 }
+
+// ExampleWithTrace sends a requirement with the host's trace context: the
+// task's first events carry it, for a tracer to hang the task under the
+// host's span (package otel's Inject makes such a context from a span).
+func ExampleWithTrace() {
+	ctx := context.Background()
+	s, err := as.New(ctx, as.Config{Root: as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil }),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		panic(err)
+	}
+	defer s.Close(ctx)
+	traced := as.WithTrace(ctx, "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+	if _, err := s.SubmitRequirement(traced, "a calculator"); err != nil {
+		panic(err)
+	}
+	for e := range s.Events(ctx, 1) {
+		if e.Trace != "" { // the root's own events, if any yet, carry none
+			fmt.Println(e.Kind, e.Trace)
+		}
+	}
+	// Output:
+	// task_submitted 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
+	// message_accepted 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
+}

@@ -73,3 +73,36 @@ func Example() {
 	//               invoke_agent user
 	//       invoke_agent tester
 }
+
+// ExampleInject submits a requirement under the host's own span: the
+// society's trace of the task is that span's child.
+func ExampleInject() {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	ctx := context.Background()
+	s, err := as.New(ctx, as.Config{Model: demo.Model(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		panic(err)
+	}
+	followed := make(chan error)
+	go func() { followed <- otel.Follow(ctx, s, otel.Options{TracerProvider: tp}) }()
+
+	hostCtx, host := tp.Tracer("host").Start(ctx, "handle request")
+	demo.Run(otel.Inject(hostCtx), s)
+	host.End()
+	for !settled(s) {
+		time.Sleep(time.Millisecond)
+	}
+	s.Close(ctx)
+	<-followed
+
+	for _, sp := range exp.GetSpans() {
+		if sp.Name == otel.OperationInvokeWorkflow {
+			fmt.Println("workflow under the host's span:", sp.Parent.SpanID() == host.SpanContext().SpanID())
+			fmt.Println("in the host's trace:", sp.SpanContext.TraceID() == host.SpanContext().TraceID())
+		}
+	}
+	// Output:
+	// workflow under the host's span: true
+	// in the host's trace: true
+}

@@ -7,11 +7,14 @@
 //
 //   - invoke_workflow: the task, the root of its trace, from the first event
 //     of the task until the task has no turn under way and no message in
-//     flight.
+//     flight. When the host submitted the task under a span of its own,
+//     with a context made by [Inject], the workflow span is that span's
+//     child, in the host's trace.
 //   - invoke_agent {role}: a turn, the handling of one message by an agent.
 //     Its parent is the turn that sent the message, so a trace shows who
 //     caused what across the asynchronous hop of a message; a message the
-//     host sent (the requirement, say) hangs under the workflow span. A
+//     host sent (the requirement, say) hangs under the workflow span, linked
+//     to the host's span when it was sent with a context made by Inject. A
 //     message sent from another task's turn starts under the workflow span
 //     of its own task, linked to the turn that sent it.
 //   - chat: a model call, with gen_ai.usage.input_tokens and output_tokens;
@@ -43,6 +46,7 @@ import (
 	gotel "go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -108,6 +112,30 @@ type Options struct {
 	// means every event the society keeps. Follow starts watching there;
 	// Trace skips the events before it.
 	From uint64
+}
+
+// Inject returns a copy of ctx that carries the span in ctx to the society
+// (see agentsociety.WithTrace), in the W3C trace context format: the task a
+// requirement submitted with it opens is traced under that span, and a turn
+// a message sent with it causes is linked to it. A ctx without a valid span
+// is returned as it is.
+func Inject(ctx context.Context) context.Context {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	return as.WithTrace(ctx, carrier.Get("traceparent"))
+}
+
+// hostSpan returns the host's span an event's Trace names, or an invalid
+// span context when it names none.
+func hostSpan(e as.Event) trace.SpanContext {
+	if e.Trace == "" {
+		return trace.SpanContext{}
+	}
+	ctx := propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier{"traceparent": e.Trace})
+	return trace.SpanContextFromContext(ctx)
 }
 
 // Follow turns the events of s into spans, from Options.From on, as they
@@ -187,7 +215,8 @@ type turnSpan struct {
 }
 
 // sentBy is what a turn needs of the message that opened it: its parent,
-// and a link when the parent is another task's turn.
+// and a link to the turn of another task that sent it, or to the host's
+// span the host sent it under.
 type sentBy struct {
 	parent trace.SpanContext
 	link   trace.SpanContext
@@ -302,7 +331,7 @@ func (t *tracer) accepted(e as.Event) {
 	m := e.Message
 	ts := t.task(e)
 	ts.open++
-	by := sentBy{parent: ts.sc}
+	by := sentBy{parent: ts.sc, link: hostSpan(e)}
 	if sender := t.turns[e.Turn]; sender != nil {
 		if sender.task == m.TaskID {
 			by.parent = sender.sc
@@ -374,7 +403,8 @@ func (t *tracer) task(e as.Event) *taskSpan {
 	}
 	ts := t.tasks[id]
 	if ts == nil {
-		_, span := t.tr.Start(context.Background(), OperationInvokeWorkflow, trace.WithTimestamp(e.Time),
+		parent := trace.ContextWithRemoteSpanContext(context.Background(), hostSpan(e))
+		_, span := t.tr.Start(parent, OperationInvokeWorkflow, trace.WithTimestamp(e.Time),
 			trace.WithAttributes(attribute.String(AttrOperationName, OperationInvokeWorkflow), attribute.String(AttrConversationID, id)))
 		ts = &taskSpan{span: span, sc: span.SpanContext()}
 		t.tasks[id] = ts

@@ -407,3 +407,61 @@ func seqOf(events []as.Event) func(func(as.Event, error) bool) {
 		}
 	}
 }
+
+// TestFollow_UnderHostSpan checks that a requirement submitted under the
+// host's span, with otel.Inject, is traced in the host's trace: the
+// workflow span is the host span's child, and the turns the host's
+// messages start are linked to the span each was sent under.
+func TestFollow_UnderHostSpan(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+	s := newSociety(t)
+	done := make(chan error, 1)
+	go func() { done <- otel.Follow(context.Background(), s, otel.Options{TracerProvider: tp}) }()
+
+	ctx, host := tp.Tracer("host").Start(context.Background(), "host request")
+	ctx, cancel := context.WithTimeout(otel.Inject(ctx), hangGuard)
+	defer cancel()
+	task, _, err := demo.Run(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host.End()
+	ctx2, later := tp.Tracer("host").Start(context.Background(), "host follow-up")
+	followUp, err := s.SendTextToAgent(otel.Inject(ctx2), as.RootID, "how is it going?", task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later.End()
+	waitSettled(t, s)
+	if err := s.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Follow: %v", err)
+	}
+
+	tr := newTree(exp.GetSpans())
+	spans := map[string]*tracetest.SpanStub{}
+	for _, sp := range tr.spans {
+		spans[sp.Name] = sp
+	}
+	hostSpan, laterSpan, workflow := spans["host request"], spans["host follow-up"], spans[otel.OperationInvokeWorkflow]
+	if hostSpan == nil || laterSpan == nil || workflow == nil {
+		t.Fatalf("spans missing: host %v, follow-up %v, workflow %v", hostSpan != nil, laterSpan != nil, workflow != nil)
+	}
+	if workflow.Parent.SpanID() != hostSpan.SpanContext.SpanID() || !workflow.Parent.IsRemote() {
+		t.Errorf("the workflow span's parent is %v, want the host's span %v (remote)", workflow.Parent, hostSpan.SpanContext)
+	}
+	for _, sp := range tr.spans {
+		if sp != laterSpan && sp.SpanContext.TraceID() != hostSpan.SpanContext.TraceID() {
+			t.Errorf("span %q is in trace %s, not the host's %s", sp.Name, sp.SpanContext.TraceID(), hostSpan.SpanContext.TraceID())
+		}
+	}
+	linked := func(sp *tracetest.SpanStub, to *tracetest.SpanStub) bool {
+		return slices.ContainsFunc(sp.Links, func(l sdktrace.Link) bool { return l.SpanContext.SpanID() == to.SpanContext.SpanID() })
+	}
+	if turn := tr.turn(t, followUp.ID); tr.parent(turn) != workflow || !linked(turn, laterSpan) || linked(turn, hostSpan) {
+		t.Errorf("the follow-up's turn: parent %v, links %v; want the workflow span, linked to the follow-up's host span", turn.Parent, turn.Links)
+	}
+}
