@@ -258,7 +258,7 @@ func (s *Society) emitSend(p *pendingSend) {
 	accepted := func(e *Event) {
 		e.Kind, e.Task, e.Agent, e.Turn, e.Target, e.Message, e.Request, e.Trace = EventMessageAccepted, m.TaskID, m.From, p.cause, m.To, m, request, p.trace
 	}
-	s.events.add(accepted)
+	s.events.addAt(m.SentAt, accepted)
 	switch {
 	case p.request != nil:
 		s.events.add(func(e *Event) { accepted(e); e.Kind = EventRequestOpened })

@@ -145,10 +145,9 @@ func (s *Society) emitDelivered(a *agent, m *Message) time.Time {
 	if s.events.off {
 		return time.Time{}
 	}
-	s.events.add(func(e *Event) {
+	return s.events.add(func(e *Event) {
 		e.Kind, e.Task, e.Agent, e.Turn, e.Message = EventMessageDelivered, m.TaskID, a.info.ID, m.ID, m
 	})
-	return time.Now()
 }
 
 // emitHandled adds to the event log that a finished handling m, which it
@@ -159,14 +158,13 @@ func (s *Society) emitHandled(a *agent, m *Message, start time.Time, err error) 
 	if s.events.off {
 		return
 	}
-	d := time.Since(start)
 	var code Code
 	var detail string
 	if err != nil {
 		code, detail = toolError(err).Code, err.Error()
 	}
 	s.events.add(func(e *Event) {
-		e.Kind, e.Task, e.Agent, e.Turn, e.Duration, e.Code, e.Detail = EventMessageHandled, m.TaskID, a.info.ID, m.ID, d, code, detail
+		e.Kind, e.Task, e.Agent, e.Turn, e.Duration, e.Code, e.Detail = EventMessageHandled, m.TaskID, a.info.ID, m.ID, e.Time.Sub(start), code, detail
 	})
 }
 

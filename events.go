@@ -196,10 +196,11 @@ const DefaultEventRetention = 10_000
 // eventLog.mu. Nothing under eventLog.mu calls out.
 type eventLog struct {
 	mu   sync.Mutex
-	ring []Event // capacity is the retention; event seq is at ring[at(seq)]
-	base uint64  // the seq of ring[0] when the ring was empty
-	keep uint64  // the retention: cap(ring), read without the lock
-	next uint64  // the seq of the next event
+	ring []Event   // capacity is the retention; event seq is at ring[at(seq)]
+	base uint64    // the seq of ring[0] when the ring was empty
+	keep uint64    // the retention: cap(ring), read without the lock
+	next uint64    // the seq of the next event
+	last time.Time // the time of the last event: times follow seqs
 	// saved is the last seq the store has; unsaved events after it.
 	saved uint64
 	// wake is closed, and replaced, when an event is added while someone
@@ -233,14 +234,20 @@ func newEventLog(retention int, st store.EventLog, next uint64, log *slog.Logger
 	return l
 }
 
-// add adds an event to the log, which fill makes in its slot of the ring,
-// then numbers it and stamps it with the time. fill runs under l.mu and
-// must only set fields. The event is made in place rather than passed: an
+// add adds an event to the log, numbered and stamped with the time, which
+// fill then makes in its slot of the ring, and returns the time (zero when
+// events are off). fill runs under l.mu, must only set fields, and may read
+// Seq and Time. The event is made in place rather than passed: an
 // Event is large, and events are made deep in a drainer's stack, which
 // would grow for it.
-func (l *eventLog) add(fill func(e *Event)) {
+func (l *eventLog) add(fill func(e *Event)) time.Time { return l.addAt(time.Time{}, fill) }
+
+// addAt is add with the event's time taken before, at: the caller holds
+// s.mu, which need not wait for the clock. An event's time is never before
+// the previous event's.
+func (l *eventLog) addAt(at time.Time, fill func(e *Event)) time.Time {
 	if l.off {
-		return
+		return time.Time{}
 	}
 	l.mu.Lock()
 	seq := l.next
@@ -249,9 +256,16 @@ func (l *eventLog) add(fill func(e *Event)) {
 		l.ring = append(l.ring, Event{})
 	}
 	e := &l.ring[l.at(seq)]
-	*e = Event{}
+	now := at
+	if now.IsZero() {
+		now = time.Now() // under the lock, so that times follow seqs
+	}
+	if now.Before(l.last) {
+		now = l.last
+	}
+	l.last = now
+	*e = Event{Seq: seq, Time: now}
 	fill(e)
-	e.Seq, e.Time = seq, time.Now() // under the lock, so that times follow seqs
 	var wake chan struct{}
 	if l.watched {
 		wake = l.wake
@@ -261,6 +275,7 @@ func (l *eventLog) add(fill func(e *Event)) {
 	if wake != nil {
 		close(wake)
 	}
+	return now
 }
 
 // at returns the index in the ring of event seq.
@@ -483,8 +498,13 @@ func (l *eventLog) close() {
 	<-l.stopped
 }
 
-// emit adds e to the society's event log.
-func (s *Society) emit(e Event) { s.events.add(func(x *Event) { *x = e }) }
+// emit adds e to the society's event log, numbered and stamped there.
+func (s *Society) emit(e Event) {
+	s.events.add(func(x *Event) {
+		e.Seq, e.Time = x.Seq, x.Time
+		*x = e
+	})
+}
 
 // traceKey is the context key of WithTrace.
 type traceKey struct{}
