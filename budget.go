@@ -124,18 +124,19 @@ type ledger struct {
 type halt struct{ agent, task string }
 
 // exhausted names what of l's budget ran out, counting what is reserved,
-// or "".
+// or "": by the names the budget line of the prompt uses, in every
+// language.
 func (l *ledger) exhausted() string {
 	b := l.budget
 	var out []string
 	if b.ModelCalls > 0 && l.spent.ModelCalls+l.reserved.ModelCalls >= b.ModelCalls {
-		out = append(out, "model calls")
+		out = append(out, "model_calls")
 	}
 	if b.InputTokens > 0 && l.spent.InputTokens+l.reserved.InputTokens >= b.InputTokens {
-		out = append(out, "input tokens")
+		out = append(out, "input_tokens")
 	}
 	if b.OutputTokens > 0 && l.spent.OutputTokens >= b.OutputTokens {
-		out = append(out, "output tokens")
+		out = append(out, "output_tokens")
 	}
 	if !b.Deadline.IsZero() && !time.Now().Before(b.Deadline) {
 		out = append(out, "deadline")
@@ -461,15 +462,12 @@ func (s *Society) tellExhausted(key, what string, spent counts) {
 	if from == nil {
 		return
 	}
-	subject := "task " + id
+	tmpl, subject := s.lang.Strings.BudgetTask, "task"
 	if kind == "agent" {
-		subject = id
+		tmpl, subject = s.lang.Strings.BudgetAgent, "id"
 	}
-	text := subject + " ran out of its budget (" + what + ") and makes no more model calls. Spent: " +
-		itoa(int(spent.ModelCalls)) + " model calls, " + itoa(int(spent.InputTokens)) + " input tokens, " + itoa(int(spent.OutputTokens)) + " output tokens."
-	if kind == "task" {
-		text += " Raise the budget with SetBudget: the agents it stopped go on by themselves."
-	}
+	text := expand(tmpl, subject, id, "what", what,
+		"calls", itoa(int(spent.ModelCalls)), "input", itoa(int(spent.InputTokens)), "output", itoa(int(spent.OutputTokens)))
 	s.log.LogAttrs(ctx, slog.LevelWarn, "budget exhausted", slog.String("budget", key), slog.String("what", what))
 	s.emit(Event{Kind: EventBudgetExhausted, Task: task, Agent: from.info.ID, Name: key, Detail: what})
 	if _, err := s.sendOwn(ctx, &Actor{s: s, a: from, taskID: task}, Outgoing{To: to, Type: StatusReport, Payload: StatusReportPayload{Status: StatusBudgetExhausted, Text: text}}); err != nil && !errors.Is(err, ErrClosed) {

@@ -35,7 +35,7 @@ func busyModel() llm.Model {
 // to it.
 func TestBudget_RunsOutThenRaised(t *testing.T) {
 	ctx := context.Background()
-	s := newSociety(t, as.Config{Model: busyModel(), MaxSteps: 50, TaskBudget: as.Budget{ModelCalls: 3}})
+	s := newSociety(t, as.Config{Language: as.English, Model: busyModel(), MaxSteps: 50, TaskBudget: as.Budget{ModelCalls: 3}})
 	inbox := userInbox(s)
 	task, err := s.SubmitRequirement(ctx, "work")
 	if err != nil {
@@ -43,7 +43,7 @@ func TestBudget_RunsOutThenRaised(t *testing.T) {
 	}
 	m := recv(t, inbox, "the budget report")
 	var p as.StatusReportPayload
-	if err := m.Decode(&p); err != nil || m.From != as.RootID || p.Status != as.StatusBudgetExhausted || !strings.Contains(p.Text, "model calls") || !strings.Contains(p.Text, "3 model calls, 300 input tokens, 30 output tokens") {
+	if err := m.Decode(&p); err != nil || m.From != as.RootID || p.Status != as.StatusBudgetExhausted || !strings.Contains(p.Text, "(model_calls)") || !strings.Contains(p.Text, "3 model calls, 300 input tokens, 30 output tokens") {
 		t.Fatalf("user got %+v (%s)", m, m.Payload)
 	}
 	waitQuiet(t, s)
@@ -223,7 +223,7 @@ func TestProperty_BudgetIsNeverExceeded(t *testing.T) {
 // parent has left is refused with budget_too_large and spawns nothing.
 func TestBudget_ChildShares(t *testing.T) {
 	ctx := context.Background()
-	s := newSociety(t, as.Config{Model: busyModel(), MaxSteps: 50, Root: noop, TaskBudget: as.Budget{ModelCalls: 10}})
+	s := newSociety(t, as.Config{Language: as.English, Model: busyModel(), MaxSteps: 50, Root: noop, TaskBudget: as.Budget{ModelCalls: 10}})
 	parent := newInbox()
 	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", parent.behavior()).ID)
 	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "worker", Prompt: "work"})
@@ -453,7 +453,7 @@ func TestBudget_FailedCallsAreNotCharged(t *testing.T) {
 // raised within it, the worker goes on by itself to its new share.
 func TestBudget_RaiseAgentShare(t *testing.T) {
 	ctx := context.Background()
-	s := newSociety(t, as.Config{Model: busyModel(), MaxSteps: 50, Root: noop, TaskBudget: as.Budget{ModelCalls: 20}})
+	s := newSociety(t, as.Config{Language: as.English, Model: busyModel(), MaxSteps: 50, Root: noop, TaskBudget: as.Budget{ModelCalls: 20}})
 	parent := newInbox()
 	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", parent.behavior()).ID)
 	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "worker", Prompt: "work"})
@@ -564,7 +564,7 @@ func TestBudget_ResumesAfterRaise(t *testing.T) {
 	s := newSociety(t, as.Config{Model: model, MaxSteps: 50, Root: noop, TaskBudget: as.Budget{ModelCalls: 2}})
 	inbox := userInbox(s)
 	rootSpawn(t, s, "t", "lead", "lead", nil) // its brief starts its work
-	if m := recv(t, inbox, "the budget report"); !strings.Contains(m.Text(), "2 model calls") {
+	if m := recv(t, inbox, "the budget report"); !strings.Contains(m.Text(), "2 次模型调用") {
 		t.Fatalf("user got %+v (%s)", m, m.Payload)
 	}
 	waitQuiet(t, s)

@@ -240,7 +240,7 @@ func (s *Society) reportStuck(r *request) {
 		}
 		return
 	}
-	text := r.from + " has waited " + s.cfg.StuckAfter.String() + " for " + r.to + " to answer collaboration request " + r.id + ", which has no timeout."
+	text := expand(s.lang.Strings.StuckRequest, "from", r.from, "to", r.to, "request", r.id, "after", s.cfg.StuckAfter.String())
 	s.log.LogAttrs(ctx, slog.LevelWarn, "request stuck", slog.String("request", r.id), slog.String("from", r.from), slog.String("to", r.to))
 	s.emit(Event{Kind: EventRequestStuck, Task: r.taskID, Agent: r.from, Target: r.to, Request: r.id, Detail: text})
 	if _, err := s.sendOwn(ctx, &Actor{s: s, a: from, taskID: r.taskID}, Outgoing{To: parent, Type: StatusReport, Payload: StatusReportPayload{Status: StatusStuck, Text: text}}); err != nil && !errors.Is(err, ErrClosed) {

@@ -16,8 +16,10 @@ import (
 // Language selects the set of model-facing text a society uses: the system
 // prompts, the tool descriptions, the framing of messages (see
 // FormatMessage), the markers of a trimmed history, the handoff notice and
-// the report of a failed turn. Error messages in tool results are English
-// in every language; their codes are what a model acts on.
+// the reports the society writes itself (a task gone quiet or stalled, a
+// request stuck, a budget run out). Error messages in tool results, and
+// the report of a failed turn, which quotes one, are English in every
+// language; their codes are what a model acts on.
 type Language string
 
 // The languages that ship. The zero Language is Chinese, the language of the

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 	"testing/fstest"
+	"time"
 	"unicode"
 
 	as "agentsociety"
@@ -416,4 +417,62 @@ func TestProperty9_EnglishHeaderIsUnforgeable(t *testing.T) {
 		},
 		sourceMark: "[Message from",
 	}.check)
+}
+
+// TestReportsFollowLanguage: the reports the society writes itself (a
+// budget run out, a request stuck, a task stalled) are in the society's
+// language: Chinese ones in Chinese, English ones with no Chinese in them.
+func TestReportsFollowLanguage(t *testing.T) {
+	ctx := context.Background()
+	// Each scenario runs on a society of lang and returns the report's text.
+	scenarios := map[string]func(t *testing.T, lang as.Language) string{
+		"budget": func(t *testing.T, lang as.Language) string {
+			s := newSociety(t, as.Config{Language: lang, Model: busyModel(), MaxSteps: 50, TaskBudget: as.Budget{ModelCalls: 1}})
+			inbox := userInbox(s)
+			if _, err := s.SubmitRequirement(ctx, "work"); err != nil {
+				t.Fatal(err)
+			}
+			return recv(t, inbox, "the budget report").Text()
+		},
+		"stuck": func(t *testing.T, lang as.Language) string {
+			parent := newInbox()
+			s := newSociety(t, as.Config{Language: lang, Root: noop, StuckAfter: 50 * time.Millisecond})
+			lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", parent.behavior()).ID)
+			role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
+			asker, silent := spawnWith(t, s, lead, role.ID, noop), spawnWith(t, s, lead, role.ID, noop)
+			if _, err := asker.RequestCollaboration(ctx, silent.ID(), as.CollaborationRequestPayload{SubtaskDescription: "never answered"}, 0); err != nil {
+				t.Fatal(err)
+			}
+			return parent.next(t).Text()
+		},
+		"stalled": func(t *testing.T, lang as.Language) string {
+			s := newSociety(t, as.Config{Language: lang, Root: noop, StuckAfter: 50 * time.Millisecond})
+			inbox := userInbox(s)
+			lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
+			role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "worker"})
+			release := make(chan struct{})
+			t.Cleanup(func() { close(release) }) // before the society's Close, which waits for the turn
+			worker := spawnWith(t, s, lead, role.ID, as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+				<-release
+				return nil
+			}))
+			sendAs(t, s, lead.ID(), worker.ID(), "hang")
+			sendAs(t, s, lead.ID(), worker.ID(), "then this")
+			return recv(t, inbox, "the stall report").Text()
+		},
+	}
+	for name, run := range scenarios {
+		for _, lang := range []as.Language{as.Chinese, as.English} {
+			t.Run(name+"/"+string(lang), func(t *testing.T) {
+				text := run(t, lang)
+				r, chinese := chineseRune(text)
+				if lang == as.English && chinese {
+					t.Errorf("an English society's %s report holds %q: %s", name, r, text)
+				}
+				if lang == as.Chinese && !chinese {
+					t.Errorf("a Chinese society's %s report is not Chinese: %s", name, text)
+				}
+			})
+		}
+	}
 }

@@ -98,22 +98,20 @@ func (s *Society) checkStall(task string, t *activity) {
 	after := s.cfg.StuckAfter.String()
 	var parts []string
 	var reports []report
+	str := &s.lang.Strings
 	for _, a := range waiting {
 		queued := 0
 		if b := a.box.Load(); b != nil {
 			queued = b.Len()
 		}
-		what := a.info.ID + " (" + a.roleName() + "), busy, with " + itoa(queued) + " messages queued"
-		parts = append(parts, what)
+		parts = append(parts, expand(str.StalledAgent, "id", a.info.ID, "role", s.lang.shownRole(a.roleName()), "queued", itoa(queued)))
 		p := a.info.ParentID
 		if p == "" || p == RootID || slices.ContainsFunc(waiting, func(w *agent) bool { return w.info.ID == p }) {
 			continue // user is told of the lead; a stalled parent could not read it
 		}
-		reports = append(reports, report{a, p, a.info.ID + " of task " + task + " has handled no message of it for " + after + ": it is " +
-			strings.TrimPrefix(what, a.info.ID+" ("+a.roleName()+"), ") + ". Its work, or a tool it called, may hang; you may terminate it."})
+		reports = append(reports, report{a, p, expand(str.StalledChild, "id", a.info.ID, "task", task, "after", after, "queued", itoa(queued))})
 	}
-	reports = append(reports, report{s.agents[RootID], UserID, "task " + task + " has had work in flight and no message of it handled for " + after +
-		". It waits for: " + strings.Join(parts, "; ") + "."})
+	reports = append(reports, report{s.agents[RootID], UserID, expand(str.Stalled, "task", task, "after", after, "agents", strings.Join(parts, "; "))})
 	s.mu.Unlock()
 	ctx := s.runCtx
 	s.log.LogAttrs(ctx, slog.LevelWarn, "task stalled", slog.String("task", task), slog.Int("agents", len(waiting)))

@@ -19,7 +19,7 @@ import (
 func TestWatchdog_StalledTask(t *testing.T) {
 	ctx := context.Background()
 	parent := newInbox()
-	s := newSociety(t, as.Config{Root: noop, StuckAfter: 100 * time.Millisecond})
+	s := newSociety(t, as.Config{Language: as.English, Root: noop, StuckAfter: 100 * time.Millisecond})
 	inbox := userInbox(s)
 	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", parent.behavior()).ID)
 	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "worker"})

@@ -77,6 +77,27 @@ type Strings struct {
 	// BudgetRaised is the note an agent stopped by a budget that ran out
 	// is sent when the host raises it, so that it goes on.
 	BudgetRaised string `json:"budget_raised"`
+	// BudgetTask reports to user that a task's budget ran out: {task},
+	// {what} (the figure that ran out), {calls}, {input}, {output} (what
+	// was spent).
+	BudgetTask string `json:"budget_task"`
+	// BudgetAgent reports to an agent's parent that its share ran out:
+	// {id}, {what}, {calls}, {input}, {output}.
+	BudgetAgent string `json:"budget_agent"`
+	// Stalled reports to user a task with work in flight and no message
+	// handled for a while: {task}, {after} (how long), {agents} (the
+	// StalledAgent lines, joined by "; ").
+	Stalled string `json:"stalled"`
+	// StalledAgent names an agent a stalled task waits for: {id}, {role},
+	// {queued} (how many messages it has queued).
+	StalledAgent string `json:"stalled_agent"`
+	// StalledChild reports to its parent an agent that has handled no
+	// message for a while: {id}, {task}, {after}, {queued}.
+	StalledChild string `json:"stalled_child"`
+	// StuckRequest reports to the requester's parent a collaboration
+	// request without a timeout that has waited long: {from}, {to},
+	// {request}, {after}.
+	StuckRequest string `json:"stuck_request"`
 	// Tools are the built-in tools' texts, by tool name. A host's
 	// strings.json replaces a tool's entry whole.
 	Tools map[string]ToolText `json:"tools"`
@@ -114,6 +135,12 @@ func (s *Strings) placeholders() []struct {
 		{"quiet_mute", s.QuietMute, []string{"id", "role", "words"}},
 		{"quiet_waiting", s.QuietWaiting, []string{"id", "role"}},
 		{"budget_raised", s.BudgetRaised, nil},
+		{"budget_task", s.BudgetTask, []string{"task", "what", "calls", "input", "output"}},
+		{"budget_agent", s.BudgetAgent, []string{"id", "what", "calls", "input", "output"}},
+		{"stalled", s.Stalled, []string{"task", "after", "agents"}},
+		{"stalled_agent", s.StalledAgent, []string{"id", "role", "queued"}},
+		{"stalled_child", s.StalledChild, []string{"id", "task", "after", "queued"}},
+		{"stuck_request", s.StuckRequest, []string{"from", "to", "request", "after"}},
 	}
 }
 
