@@ -199,11 +199,10 @@ func (s *Society) restoreLedger(e store.StateEntry) bool {
 // (see keep). It changes nothing, so that a check may call it. Called
 // with s.mu held.
 func (s *Society) taskLedger(task string) *ledger {
-	key := "task:" + task
-	if l := s.ledgers[key]; l != nil {
+	if l := s.ledgers["task:"+task]; l != nil { // found without making the key
 		return l
 	}
-	return &ledger{key: key, budget: s.cfg.TaskBudget}
+	return &ledger{key: "task:" + task, budget: s.cfg.TaskBudget}
 }
 
 // keep returns the ledger the society keeps under l's key, keeping l when
@@ -244,7 +243,11 @@ func (s *Society) charged(a *agent, task string) []*ledger {
 		path = append(path, s.keep(s.taskLedger(task)))
 	}
 	for x := a; x != nil && x.info.ID != RootID && x.info.ID != UserID; x = s.agents[x.info.ParentID] {
-		path = append(path, s.keep(&ledger{key: "agent:" + x.info.ID}))
+		l := s.ledgers["agent:"+x.info.ID] // found without making the key
+		if l == nil {
+			l = s.keep(&ledger{key: "agent:" + x.info.ID})
+		}
+		path = append(path, l)
 	}
 	return path
 }
