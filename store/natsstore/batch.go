@@ -3,6 +3,7 @@ package natsstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -46,7 +47,44 @@ func (r *rejection) conflict() bool {
 // one file-stored replica it stages every batch in files of its own. An
 // error of type *rejection means nothing was stored; any other error
 // leaves the outcome unknown.
+//
+// With Options.Fence, the batch expects the stream's last sequence to be
+// s.last, and a write refused for another store's or of unknown outcome
+// fences s (see Options.Fence). Called with s.mu held.
 func (s *Store) publish(ctx context.Context, ws []write) (uint64, error) {
+	if !s.opts.Fence || len(ws) == 0 {
+		return s.send(ctx, ws, false)
+	}
+	if s.isFenced() {
+		return 0, fmt.Errorf("%w", ErrFenced)
+	}
+	seq, err := s.send(ctx, ws, true)
+	var rej *rejection
+	switch {
+	case err == nil:
+		s.last = seq
+		return seq, nil
+	case errors.As(err, &rej) && rej.conflict():
+		// Either a key's revision or the stream's last sequence was not
+		// the one expected: only another store moves the latter.
+		info, ierr := s.stream.Info(ctx)
+		if ierr != nil {
+			return 0, s.fence(fmt.Errorf("reading the stream after a refused write: %w", ierr))
+		}
+		if info.State.LastSeq != s.last {
+			return 0, s.fence(err)
+		}
+		return 0, err
+	case errors.As(err, &rej):
+		return 0, err
+	default:
+		return 0, s.fence(err)
+	}
+}
+
+// send publishes ws (see publish), the first expecting the stream's last
+// sequence to be s.last if expectLast is set.
+func (s *Store) send(ctx context.Context, ws []write, expectLast bool) (uint64, error) {
 	id := newID()
 	batch := len(ws) > 1
 	for i, w := range ws {
@@ -62,6 +100,9 @@ func (s *Store) publish(ctx context.Context, ws []write) (uint64, error) {
 		}
 		if w.cas {
 			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.expect, 10))
+		}
+		if expectLast && i == 0 {
+			m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(s.last, 10))
 		}
 		if i < len(ws)-1 {
 			// Staged by the server; a message it refuses abandons the

@@ -52,6 +52,9 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	if s.isFenced() {
+		return fmt.Errorf("%w", ErrFenced)
+	}
 
 	// A log that starts past 1 (or after a gap nobody kept) starts its
 	// stream there, so that sequences stay Seqs.

@@ -27,6 +27,11 @@ var ErrClosed = errors.New("natsstore: store is closed")
 // kept changing the keys of a change while Apply tried it again and again.
 var ErrConflict = errors.New("natsstore: conflicting writes")
 
+// ErrFenced is returned, wrapped, by the writes of a [Store] opened with
+// Options.Fence once another store has claimed its bucket: nothing of the
+// refused write was stored, and the store writes nothing more.
+var ErrFenced = errors.New("natsstore: another store has claimed the bucket")
+
 // ErrCorrupt is returned, wrapped, by [Store.Load] when the bucket holds
 // something this package did not write or cannot read: a value that does
 // not parse, or a history whose head names messages that are missing.
@@ -86,6 +91,21 @@ type Options struct {
 	// DefaultTimeout.
 	Timeout time.Duration
 
+	// Fence makes the store its bucket's one writer. New claims the bucket
+	// by writing its key "fence", and every later write of the store
+	// expects the last sequence of the bucket's stream to be the one its
+	// own last write left, which the server checks with the write
+	// (Nats-Expected-Last-Sequence, on the first message of a batch). Once
+	// another store has claimed the bucket, this one's next write is
+	// refused by the server, nothing of it stored, and it and every later
+	// write fail with [ErrFenced]; [Store.Fenced] is closed. A write whose
+	// outcome is unknown fences the store too: it cannot tell its own
+	// write from another's. Artifacts are then written through the same
+	// path. The event log, a stream of its own, is not fenced by the
+	// server; the store refuses to append events once it knows it is
+	// fenced.
+	Fence bool
+
 	// Logger receives what the store cannot return: the removal of
 	// messages a history dropped, when it fails after the change that
 	// dropped them was recorded. Nil means slog.Default().
@@ -124,6 +144,12 @@ type Store struct {
 	indexed bool
 	revs    map[string]rev     // by key, for every key written with compare-and-set
 	heads   map[string]headRec // the histories' heads, by agent id
+
+	// last is, with Options.Fence, the sequence of the stream's last
+	// message as this store's last write left it. Guarded by mu.
+	last       uint64
+	fenced     chan struct{} // closed once the store is fenced
+	fencedOnce sync.Once
 }
 
 // rev is what the store knows of a key: the revision (the stream sequence)
@@ -178,6 +204,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		log:    cmp.Or(opts.Logger, slog.Default()),
 		prefix: "$KV." + opts.Bucket + ".",
 		ttl:    opts.MarkerTTL.String(),
+		fenced: make(chan struct{}),
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -190,7 +217,11 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		}
 		s.nc, s.ownConn = nc, true
 	}
-	if err := s.open(ctx); err != nil {
+	err := s.open(ctx)
+	if err == nil && opts.Fence {
+		err = s.claim(ctx)
+	}
+	if err != nil {
 		if s.ownConn {
 			s.nc.Close()
 		}
@@ -415,6 +446,11 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact, data []byte) 
 	defer done()
 
 	key := artifactKey(a.ID)
+	if s.opts.Fence {
+		// The key is written through publish, which keeps the fence.
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
 	if _, err := s.kv.Get(ctx, key); err == nil {
 		return fmt.Errorf("%w: artifact %q", store.ErrExists, a.ID)
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -429,7 +465,7 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact, data []byte) 
 	if _, err := s.obs.PutBytes(ctx, rec.Object, data); err != nil {
 		return fmt.Errorf("natsstore: storing artifact %q: %w", a.ID, err)
 	}
-	if _, err := s.kv.Create(ctx, key, value); err != nil {
+	if err := s.createArtifactKey(ctx, key, value); err != nil {
 		// The content is nobody's: remove it, on a context of its own, as
 		// ctx may be what failed.
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
@@ -515,6 +551,8 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 		}
 		key, seq := e.Key(), e.Revision()
 		switch {
+		case key == keyFence:
+			continue
 		case strings.HasPrefix(key, prefixArtifact):
 			continue
 		case strings.HasPrefix(key, prefixHistMsg):
@@ -692,4 +730,19 @@ func (s *Store) confirmPending(ctx context.Context, accepted []store.Message) er
 		return nil
 	}
 	return s.refresh(ctx, stale)
+}
+
+// createArtifactKey creates an artifact's key, failing with an error
+// wrapping jetstream.ErrKeyExists if it exists. With Options.Fence it is
+// written through publish, with s.mu held by the caller.
+func (s *Store) createArtifactKey(ctx context.Context, key string, value []byte) error {
+	if !s.opts.Fence {
+		_, err := s.kv.Create(ctx, key, value)
+		return err
+	}
+	_, err := s.publish(ctx, []write{{key: key, data: value, cas: true}})
+	if rej := (*rejection)(nil); errors.As(err, &rej) && rej.conflict() {
+		return jetstream.ErrKeyExists
+	}
+	return err
 }

@@ -1,0 +1,64 @@
+package natsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// keyFence is the key a store opened with Options.Fence writes to claim
+// its bucket. Load skips it.
+const keyFence = "fence"
+
+// claimTries bounds how many times claim tries again when another store
+// wrote between its reading the stream's last sequence and its write.
+const claimTries = 8
+
+// claim makes s its bucket's one writer (see Options.Fence): it writes
+// keyFence, after which a write of any store that claimed the bucket
+// before is refused by the server.
+func (s *Store) claim(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for try := 0; ; try++ {
+		info, err := s.stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("claiming the bucket: %w", err)
+		}
+		s.last = info.State.LastSeq
+		seq, err := s.send(ctx, []write{{key: keyFence, data: []byte(newID())}}, true)
+		var rej *rejection
+		switch {
+		case err == nil:
+			s.last = seq
+			return nil
+		case try < claimTries && errors.As(err, &rej) && rej.conflict():
+			// Another store wrote meanwhile: read the stream again.
+		default:
+			return fmt.Errorf("claiming the bucket: %w", err)
+		}
+	}
+}
+
+// Fenced returns a channel that is closed once the store is fenced: with
+// Options.Fence, when another store has claimed its bucket or a write's
+// outcome was unknown. It is never closed for a store without it.
+func (s *Store) Fenced() <-chan struct{} { return s.fenced }
+
+func (s *Store) isFenced() bool {
+	select {
+	case <-s.fenced:
+		return true
+	default:
+		return false
+	}
+}
+
+// fence marks s fenced and returns the error its writes fail with.
+func (s *Store) fence(cause error) error {
+	s.fencedOnce.Do(func() {
+		close(s.fenced)
+		s.log.Warn("natsstore: fenced: this store writes no more", "bucket", s.opts.Bucket, "cause", cause)
+	})
+	return fmt.Errorf("%w (%v)", ErrFenced, cause)
+}

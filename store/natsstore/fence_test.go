@@ -1,0 +1,105 @@
+package natsstore_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"agentsociety/store"
+	"agentsociety/store/natsstore"
+	"agentsociety/store/natsstore/natstest"
+	"agentsociety/store/storetest"
+)
+
+// A store opened with Fence on a bucket that a later fenced store claimed
+// is refused by the server: its single writes, its batches and its
+// artifacts change nothing, and it says it is fenced. The later store
+// writes on, and reads none of the refused writes.
+func TestFence_DeposedWriterChangesNothing(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	old := open(t, url, natsstore.Options{Bucket: "fenced", Fence: true})
+	msg := func(id string) store.Message {
+		return store.Message{ID: id, Seq: 1, From: "user", To: "root", Type: "text", Payload: json.RawMessage(`{}`), SentAt: time.Unix(1, 0).UTC()}
+	}
+	state := func(key, value string) store.StateEntry {
+		return store.StateEntry{Scope: "task", Key: key, Value: json.RawMessage(value), Writer: "root", UpdatedAt: time.Unix(1, 0).UTC()}
+	}
+	if err := old.Apply(ctx, store.Change{Accepted: []store.Message{msg("m1")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Apply(ctx, store.Change{States: []store.StateEntry{state("a", "1"), state("b", "2")}}); err != nil {
+		t.Fatal(err)
+	}
+
+	next := open(t, url, natsstore.Options{Bucket: "fenced", Fence: true})
+	before, err := next.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-old.Fenced():
+		t.Fatal("the old store is fenced before it wrote again")
+	default:
+	}
+
+	refused := []struct {
+		name  string
+		write func() error
+	}{
+		{"single write", func() error { return old.Apply(ctx, store.Change{Finished: []string{"m1"}}) }},
+		{"batch", func() error {
+			return old.Apply(ctx, store.Change{Accepted: []store.Message{msg("m2")}, States: []store.StateEntry{state("a", "3")}})
+		}},
+		{"artifact", func() error {
+			return old.PutArtifact(ctx, store.Artifact{ID: "x1", Name: "x", CreatedBy: "root", Size: 1, CreatedAt: time.Unix(1, 0).UTC()}, []byte("x"))
+		}},
+		{"events", func() error {
+			return old.AppendEvents(ctx, []store.Event{{Seq: 1, Data: json.RawMessage(`1`)}})
+		}},
+	}
+	for _, r := range refused {
+		if err := r.write(); !errors.Is(err, natsstore.ErrFenced) {
+			t.Errorf("%s by the deposed store: %v, want ErrFenced", r.name, err)
+		}
+	}
+	select {
+	case <-old.Fenced():
+	default:
+		t.Error("Fenced() is not closed after a refused write")
+	}
+
+	after, err := next.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Pending) != 1 || after.Pending[0].ID != "m1" || len(after.States) != 2 || string(after.States[0].Value) != "1" {
+		t.Fatalf("after the deposed store's writes the bucket holds %+v, want what it held before: %+v", after, before)
+	}
+	if _, _, err := next.GetArtifact(ctx, "x1"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the deposed store's artifact: %v, want ErrNotFound", err)
+	}
+	// The new writer writes on, artifacts included.
+	if err := next.Apply(ctx, store.Change{Finished: []string{"m1"}, States: []store.StateEntry{state("a", "4")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.PutArtifact(ctx, store.Artifact{ID: "x2", Name: "x", CreatedBy: "root", Size: 1, CreatedAt: time.Unix(1, 0).UTC()}, []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := next.PutArtifact(ctx, store.Artifact{ID: "x2", Name: "x", CreatedBy: "root", Size: 1, CreatedAt: time.Unix(1, 0).UTC()}, []byte("x")); !errors.Is(err, store.ErrExists) {
+		t.Fatalf("a second put of x2: %v, want ErrExists", err)
+	}
+	select {
+	case <-next.Fenced():
+		t.Fatal("the new store fenced itself")
+	default:
+	}
+}
+
+// A fenced store passes the conformance suite: the fence changes nothing
+// for its one writer.
+func TestFence_Conformance(t *testing.T) {
+	url := natstest.Server(t)
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t, url, natsstore.Options{Fence: true}) })
+}
