@@ -1,0 +1,241 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	as "agentsociety"
+	"agentsociety/llm"
+	"agentsociety/store/natsstore"
+)
+
+// leaderKey is the key of the leader's lease in the leases bucket; its
+// value is the leader's node id.
+const leaderKey = "leader"
+
+// nodeKey is the key of this node's heartbeat in the leases bucket.
+func (n *Node) nodeKey() string { return "node." + n.opts.NodeID }
+
+// heartbeat renews the node's heartbeat.
+func (n *Node) heartbeat(ctx context.Context) error {
+	_, err := n.leases.PutString(ctx, n.nodeKey(), n.opts.NodeID)
+	return err
+}
+
+// step bounds one call of the lease loop to the NATS server.
+func (n *Node) step() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(n.ctx, n.opts.LeaseTTL/3)
+}
+
+// leaseLoop renews the node's heartbeat and, every third of the lease
+// time, takes the leader's lease if it is free or renews it if the node
+// holds it. While the node holds the lease, lead runs the society; the
+// moment a renewal fails, the node stops leading.
+func (n *Node) leaseLoop() {
+	defer n.wg.Done()
+	tick := time.NewTicker(n.opts.LeaseTTL / 3)
+	defer tick.Stop()
+	wake := n.watchLeader()
+
+	var (
+		rev  uint64             // the lease's revision, while leading
+		stop context.CancelFunc // ends the leadership
+		done chan struct{}      // closed once lead has returned
+	)
+	resign := func(why string) {
+		stop()
+		<-done
+		done = nil
+		ctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL/3)
+		defer cancel()
+		// Only if it is still this node's: a lease lost meanwhile is another's.
+		if err := n.leases.Delete(ctx, leaderKey, jetstream.LastRevision(rev)); err == nil {
+			n.setLeader("")
+		}
+		n.log.Info("cluster: no longer leading", "why", why)
+	}
+	for {
+		n.beat()
+		ctx, cancel := n.step()
+		if done == nil {
+			r, err := n.leases.Create(ctx, leaderKey, []byte(n.opts.NodeID))
+			if err == nil {
+				rev = r
+				n.setLeader(n.opts.NodeID)
+				n.log.Info("cluster: took the leader's lease")
+				stop, done = n.startLeading()
+			} else if !errors.Is(err, jetstream.ErrKeyExists) && n.ctx.Err() == nil {
+				n.log.Debug("cluster: taking the leader's lease", "err", err)
+			}
+		} else {
+			r, err := n.leases.Update(ctx, leaderKey, []byte(n.opts.NodeID), rev)
+			if err == nil {
+				rev = r
+			} else if n.ctx.Err() == nil {
+				n.log.Error("cluster: renewing the leader's lease failed: this node stops leading", "err", err)
+				cancel()
+				resign("the lease was not renewed")
+				continue
+			}
+		}
+		cancel()
+		select {
+		case <-n.ctx.Done():
+			if done != nil {
+				resign("the node is closing")
+			}
+			return
+		case <-done:
+			resign("the society stopped")
+		case <-tick.C:
+		case <-wake:
+		}
+	}
+}
+
+// startLeading starts lead, and returns the function that stops it and
+// the channel closed once it has returned.
+func (n *Node) startLeading() (stop context.CancelFunc, done chan struct{}) {
+	ctx, stop := context.WithCancel(n.ctx)
+	done = make(chan struct{})
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		n.lead(ctx, done)
+	}()
+	return stop, done
+}
+
+// beat renews the node's heartbeat, and logs when the node loses its
+// connection to NATS (it then takes no work: the leader sees no
+// heartbeat) and when it is back.
+func (n *Node) beat() {
+	ctx, cancel := n.step()
+	err := n.heartbeat(ctx)
+	cancel()
+	n.mu.Lock()
+	was := n.offline
+	n.offline = err != nil
+	n.mu.Unlock()
+	switch {
+	case err != nil && !was && n.ctx.Err() == nil:
+		n.log.Error("cluster: the node lost its connection to NATS: it takes no work until it is back", "err", err)
+	case err == nil && was:
+		n.log.Info("cluster: the node is back: it takes work again")
+	}
+}
+
+func (n *Node) setLeader(id string) {
+	n.mu.Lock()
+	n.leader = id
+	n.mu.Unlock()
+}
+
+// watchLeader follows the leader's key: it keeps n.leader current, and
+// pokes the returned channel when the key changes, so that a follower
+// tries at once to take a lease its holder gave up.
+func (n *Node) watchLeader() <-chan struct{} {
+	wake := make(chan struct{}, 1)
+	w, err := n.leases.Watch(n.ctx, leaderKey)
+	if err != nil {
+		n.log.Warn("cluster: watching the leader's lease; the node looks for a leader every third of the lease time instead", "err", err)
+		return wake
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		defer w.Stop()
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			if e.Operation() == jetstream.KeyValuePut {
+				n.setLeader(string(e.Value()))
+			} else {
+				n.setLeader("")
+			}
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return wake
+}
+
+// lead runs the society while ctx lasts: it opens the store on the
+// cluster's bucket, claiming it (which fences the previous leader), opens
+// the society on it (which delivers again the pending messages and re-arms
+// the timeouts), and serves the forwarded user calls. It returns, closing
+// done, when ctx ends or the store is fenced.
+func (n *Node) lead(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	st, err := natsstore.New(ctx, n.storeOptions())
+	if err != nil {
+		n.log.Error("cluster: opening the cluster's store to lead", "err", err)
+		return
+	}
+	defer st.Close()
+	cfg := n.societyConfig()
+	cfg.Store = st
+	s, err := as.New(ctx, cfg)
+	if err != nil {
+		n.log.Error("cluster: opening the society to lead", "err", err)
+		return
+	}
+	unregister := s.OnUserMessage(n.publishUser)
+	var calls sync.WaitGroup
+	sub, err := n.nc.QueueSubscribe(n.names.call, "leader", func(m *nats.Msg) {
+		calls.Add(1)
+		go func() {
+			defer calls.Done()
+			n.serveCall(ctx, s, m)
+		}()
+	})
+	if err != nil {
+		n.log.Error("cluster: serving the user calls", "err", err)
+	} else {
+		n.log.Info("cluster: leading")
+		select {
+		case <-ctx.Done():
+		case <-st.Fenced():
+			n.log.Error("cluster: another node claimed the society's store: this node stops leading")
+		}
+		sub.Unsubscribe()
+	}
+	calls.Wait()
+	cctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL)
+	defer cancel()
+	if err := s.Close(cctx); err != nil {
+		n.log.Warn("cluster: closing the society", "err", err)
+	}
+	unregister()
+}
+
+// societyConfig is the configuration of the society the leader runs: the
+// node's, with a model and host tools that send each call to the node
+// that owns its agent.
+func (n *Node) societyConfig() as.Config {
+	cfg := n.opts.Config
+	cfg.Logger = n.log
+	if cfg.Model != nil {
+		cfg.Model = llm.ModelFunc(n.router.generate)
+	}
+	cfg.Tools = slices.Clone(cfg.Tools)
+	for _, t := range n.opts.Tools {
+		cfg.Tools = append(cfg.Tools, as.Tool{
+			Name: t.Name, Description: t.Description, Parameters: t.Parameters, Roles: t.Roles,
+			Handler: func(ctx context.Context, self *as.Actor, args json.RawMessage) (any, error) {
+				return n.router.tool(ctx, t.Name, ToolCall{Agent: self.ID(), Task: self.TaskID(), Args: args})
+			},
+		})
+	}
+	return cfg
+}

@@ -1,0 +1,213 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	as "agentsociety"
+)
+
+// Messages to user go from the leader's society to every node through the
+// stream <cluster>_user: the leader publishes each (its id as Nats-Msg-Id,
+// so that one delivered again after a failover is dropped as a duplicate
+// within the stream's window), and every node reads the stream from the
+// time it joined with an ordered consumer, which resumes where it was
+// after a lost connection.
+
+// userRetention is how long the stream of messages to user keeps them, for
+// nodes that were disconnected.
+const userRetention = time.Hour
+
+// followUser creates the stream of messages to user if need be and starts
+// reading it.
+func (n *Node) followUser(ctx context.Context) error {
+	_, err := n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: n.names.userStrm, Subjects: []string{n.names.user},
+		Storage: n.opts.Storage, Replicas: n.opts.Replicas, MaxAge: userRetention,
+		Description: "agentsociety: the messages to user of cluster " + n.opts.Cluster,
+	})
+	if err != nil {
+		return err
+	}
+	c, err := n.js.OrderedConsumer(ctx, n.names.userStrm, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
+	if err != nil {
+		return err
+	}
+	cc, err := c.Consume(func(msg jetstream.Msg) {
+		var m as.Message
+		if err := json.Unmarshal(msg.Data(), &m); err != nil {
+			n.log.Error("cluster: a message to user that does not decode", "err", err)
+			return
+		}
+		n.user.deliver(m)
+	})
+	if err != nil {
+		return err
+	}
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		<-n.ctx.Done()
+		cc.Stop()
+		<-cc.Closed()
+	}()
+	return nil
+}
+
+// publishUser is the leader's callback for messages to user: it publishes
+// m to every node. The society records that the host has m once the
+// callback returns; if the publish fails m is logged, not delivered again.
+func (n *Node) publishUser(m as.Message) {
+	data, err := json.Marshal(m)
+	if err == nil {
+		msg := nats.NewMsg(n.names.user)
+		msg.Data = data
+		msg.Header.Set(jetstream.MsgIDHeader, m.ID)
+		ctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL)
+		_, err = n.js.PublishMsg(ctx, msg)
+		cancel()
+	}
+	if err != nil {
+		n.log.Error("cluster: publishing a message to user to the nodes failed", "msg", m.ID, "err", err)
+	}
+}
+
+// OnUserMessage registers f to be called with every message to user, on
+// every node: each node's callbacks and waiters see each message, in the
+// order the leader sent them, from the time the node joined. A host that
+// submits on one node and waits on another gets its answer, and one whose
+// node dies can wait on another. f runs on the node's delivery goroutine
+// and should return quickly. It returns a function that unregisters f.
+func (n *Node) OnUserMessage(f func(as.Message)) (unregister func()) {
+	return n.user.subscribe(f)
+}
+
+// WaitForUserMessage waits for a message to user that matches filter (nil
+// matches any) and returns it, as [as.Society.WaitForUserMessage] does for
+// the messages this node received: each is returned by at most one call on
+// this node. It returns ctx.Err() when ctx ends first, and an error with
+// code as.ErrClosed when the node closes.
+func (n *Node) WaitForUserMessage(ctx context.Context, filter func(as.Message) bool) (as.Message, error) {
+	return n.user.wait(ctx, filter)
+}
+
+// endpoint is a node's side of the messages to user: its callbacks, and an
+// inbox of the messages no waiter has claimed yet.
+type endpoint struct {
+	log   *slog.Logger
+	limit int
+
+	mu      sync.Mutex
+	subs    []*func(as.Message)
+	inbox   []as.Message
+	waiters []*userWaiter
+	done    chan struct{}
+	closed  bool
+}
+
+type userWaiter struct {
+	filter func(as.Message) bool
+	ch     chan as.Message // buffered(1)
+}
+
+func newEndpoint(limit int, log *slog.Logger) *endpoint {
+	return &endpoint{log: log, limit: limit, done: make(chan struct{})}
+}
+
+func (u *endpoint) deliver(m as.Message) {
+	u.mu.Lock()
+	subs := slices.Clone(u.subs)
+	u.mu.Unlock()
+	for _, f := range subs {
+		u.call(*f, m)
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	for i, w := range u.waiters {
+		if w.filter == nil || w.filter(m) {
+			w.ch <- m
+			u.waiters = slices.Delete(u.waiters, i, i+1)
+			return
+		}
+	}
+	if len(u.inbox) >= u.limit {
+		u.log.Warn("cluster: the node's user inbox is full: dropped the oldest unclaimed message", "msg", u.inbox[0].ID)
+		u.inbox = u.inbox[1:]
+	}
+	u.inbox = append(u.inbox, m)
+}
+
+// call runs a host callback, containing its panic.
+func (u *endpoint) call(f func(as.Message), m as.Message) {
+	defer func() {
+		if r := recover(); r != nil {
+			u.log.Error("cluster: OnUserMessage callback panicked", "panic", r, "msg", m.ID)
+		}
+	}()
+	f(m)
+}
+
+func (u *endpoint) subscribe(f func(as.Message)) func() {
+	p := &f
+	u.mu.Lock()
+	u.subs = append(u.subs, p)
+	u.mu.Unlock()
+	return func() {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		if i := slices.Index(u.subs, p); i >= 0 {
+			u.subs = slices.Delete(u.subs, i, i+1)
+		}
+	}
+}
+
+func (u *endpoint) wait(ctx context.Context, filter func(as.Message) bool) (as.Message, error) {
+	u.mu.Lock()
+	for i, m := range u.inbox {
+		if filter == nil || filter(m) {
+			u.inbox = slices.Delete(u.inbox, i, i+1)
+			u.mu.Unlock()
+			return m, nil
+		}
+	}
+	if u.closed {
+		u.mu.Unlock()
+		return as.Message{}, &as.Error{Code: as.ErrClosed, Message: "the node is closed"}
+	}
+	w := &userWaiter{filter: filter, ch: make(chan as.Message, 1)}
+	u.waiters = append(u.waiters, w)
+	u.mu.Unlock()
+
+	var err error
+	select {
+	case m := <-w.ch:
+		return m, nil
+	case <-ctx.Done():
+		err = ctx.Err()
+	case <-u.done:
+		err = &as.Error{Code: as.ErrClosed, Message: "the node is closed"}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if i := slices.Index(u.waiters, w); i >= 0 {
+		u.waiters = slices.Delete(u.waiters, i, i+1)
+		return as.Message{}, err
+	}
+	return <-w.ch, nil // handed a message just as it gave up
+}
+
+func (u *endpoint) close() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.closed {
+		u.closed = true
+		close(u.done)
+	}
+}
