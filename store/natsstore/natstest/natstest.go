@@ -4,6 +4,7 @@
 package natstest
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -15,20 +16,35 @@ import (
 // The server shuts down when t ends.
 func Server(t testing.TB) string {
 	t.Helper()
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		NoLog: true, NoSigs: true,
-	})
+	ns, err := Start(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns.Start()
-	t.Cleanup(func() {
-		ns.Shutdown()
-		ns.WaitForShutdown()
-	})
-	if !ns.ReadyForConnections(10 * time.Second) { // a hang guard
-		t.Fatal("natstest: the NATS server did not start")
-	}
+	t.Cleanup(func() { Stop(ns) })
 	return ns.ClientURL()
+}
+
+// Start starts a NATS server with JetStream storing in dir, listening on
+// a random port of 127.0.0.1, for a program that embeds one (an example,
+// a test's child process). Stop it with [Stop].
+func Start(dir string) (*server.Server, error) {
+	ns, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir,
+		NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) { // a hang guard
+		Stop(ns)
+		return nil, errors.New("natstest: the NATS server did not start")
+	}
+	return ns, nil
+}
+
+// Stop shuts ns down and waits for it.
+func Stop(ns *server.Server) {
+	ns.Shutdown()
+	ns.WaitForShutdown()
 }
