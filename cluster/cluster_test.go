@@ -31,8 +31,17 @@ var clusters atomic.Int64
 
 func newClusterName() string { return fmt.Sprintf("c%d", clusters.Add(1)) }
 
+// tb is what the helpers need of a *testing.T or a *rapid.T.
+type tb interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Fatal(args ...any)
+	Cleanup(func())
+	Context() context.Context
+}
+
 // connect connects to url, the connection closed when t ends.
-func connect(t testing.TB, url string) *nats.Conn {
+func connect(t tb, url string) *nats.Conn {
 	t.Helper()
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -44,7 +53,7 @@ func connect(t testing.TB, url string) *nats.Conn {
 
 // join joins a node to name on a connection of its own, closed when t
 // ends.
-func join(t testing.TB, url, name, id string, opts cluster.Options) *cluster.Node {
+func join(t tb, url, name, id string, opts cluster.Options) *cluster.Node {
 	t.Helper()
 	opts.Cluster, opts.NodeID = name, id
 	if opts.LeaseTTL == 0 {
@@ -198,4 +207,17 @@ func TestQuickStart_AcrossThreeNodes_SameResult(t *testing.T) {
 	calls.mu.Lock()
 	t.Logf("model calls by agent and node: %v", calls.calls)
 	calls.mu.Unlock()
+}
+
+// waitFor polls cond until it holds, failing t if ctx (a hang guard) ends
+// first.
+func waitFor(t tb, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("waiting for %s: %v", what, ctx.Err())
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
