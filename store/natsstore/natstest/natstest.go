@@ -27,9 +27,15 @@ func Server(t testing.TB) string {
 // Start starts a NATS server with JetStream storing in dir, listening on
 // a random port of 127.0.0.1, for a program that embeds one (an example,
 // a test's child process). Stop it with [Stop].
-func Start(dir string) (*server.Server, error) {
+func Start(dir string) (*server.Server, error) { return start(dir, true) }
+
+// StartWithout starts a NATS server as Start does, but without JetStream,
+// for tests of what a client does when it finds none.
+func StartWithout(dir string) (*server.Server, error) { return start(dir, false) }
+
+func start(dir string, jetStream bool) (*server.Server, error) {
 	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir,
+		Host: "127.0.0.1", Port: -1, JetStream: jetStream, StoreDir: dir,
 		NoLog: true, NoSigs: true,
 	})
 	if err != nil {

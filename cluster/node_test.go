@@ -1,0 +1,175 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	as "agentsociety"
+	"agentsociety/cluster"
+	"agentsociety/store/natsstore/natstest"
+)
+
+// echo is a society whose root answers each message to user with its
+// text.
+func echo() as.Config {
+	return as.Config{Root: as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		_, err := self.SendText(ctx, as.UserID, m.Text())
+		return err
+	})}
+}
+
+// Every message to user reaches the callbacks and the waiters of every
+// node, in the order the leader sent them, whichever node the calls were
+// made on.
+func TestUserMessages_ReachEveryNode(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	name := newClusterName()
+	const n = 20
+	var nodes []*cluster.Node
+	got := make([][]string, 3)
+	var mu sync.Mutex
+	for i := range 3 {
+		node := join(t, url, name, fmt.Sprintf("n%d", i), cluster.Options{Config: echo()})
+		node.OnUserMessage(func(m as.Message) {
+			mu.Lock()
+			got[i] = append(got[i], m.Text())
+			mu.Unlock()
+		})
+		nodes = append(nodes, node)
+	}
+	task, err := nodes[0].SubmitRequirement(ctx, "m0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i < n; i++ {
+		if _, err := nodes[i%3].SendTextToAgent(ctx, as.RootID, fmt.Sprintf("m%d", i), task); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, node := range nodes {
+		for i := range n {
+			m, err := node.WaitForUserMessage(ctx, func(m as.Message) bool { return m.Text() == fmt.Sprintf("m%d", i) })
+			if err != nil {
+				t.Fatalf("node %s waiting for m%d: %v", node.ID(), i, err)
+			}
+			if m.From != as.RootID {
+				t.Errorf("m%d is from %s", i, m.From)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, list := range got {
+		want := make([]string, n)
+		for j := range want {
+			want[j] = fmt.Sprintf("m%d", j)
+		}
+		if strings.Join(list, " ") != strings.Join(want, " ") {
+			t.Errorf("node n%d's callback got %v, want %v", i, list, want)
+		}
+	}
+}
+
+// A node whose connection is closed, or whose server is gone, is refused
+// by Join at once; a server that does not answer is an error within
+// Join's context.
+func TestJoin_NATSUnreachable(t *testing.T) {
+	ns, err := natstest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	natstest.Stop(ns)
+	waitFor(t, hangGuard(t), "the connection to notice", func() bool { return !nc.IsConnected() })
+	if _, err := cluster.Join(t.Context(), nc, cluster.Options{Cluster: "c", NodeID: "n"}); err == nil || !strings.Contains(err.Error(), "not connected") {
+		t.Fatalf("Join on a connection to a stopped server: %v, want an error saying it is not connected", err)
+	}
+	nc.Close()
+	if _, err := cluster.Join(t.Context(), nc, cluster.Options{Cluster: "c", NodeID: "n"}); err == nil {
+		t.Fatal("Join on a closed connection: no error")
+	}
+
+	// A server without JetStream answers nothing JetStream: the error
+	// comes when Join's context ends.
+	plain, err := natstest.StartWithout(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer natstest.Stop(plain)
+	nc2 := connect(t, plain.ClientURL())
+	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := cluster.Join(ctx, nc2, cluster.Options{Cluster: "c", NodeID: "n"}); err == nil {
+		t.Fatal("Join on a server without JetStream: no error")
+	}
+}
+
+// A node whose settings differ from the cluster's is refused, with an
+// error naming the first setting that differs; one with the same settings
+// joins.
+func TestJoin_IncompatibleConfiguration(t *testing.T) {
+	url := natstest.Server(t)
+	name := newClusterName()
+	join(t, url, name, "n0", cluster.Options{Config: as.Config{MaxAgents: 5}})
+	for _, c := range []struct {
+		opts cluster.Options
+		want string
+	}{
+		{cluster.Options{Config: as.Config{MaxAgents: 6}}, "MaxAgents"},
+		{cluster.Options{Config: as.Config{MaxAgents: 5, ContactPolicy: as.ContactStrict}}, "ContactPolicy"},
+		{cluster.Options{Config: as.Config{MaxAgents: 5}, LeaseTTL: 2 * time.Second}, "LeaseTTL"},
+		{cluster.Options{Config: as.Config{MaxAgents: 5, Language: as.English}}, "Language"},
+	} {
+		opts := c.opts
+		opts.Cluster, opts.NodeID, opts.Storage = name, "n1", jetstream.MemoryStorage
+		if opts.LeaseTTL == 0 {
+			opts.LeaseTTL = time.Second
+		}
+		_, err := cluster.Join(t.Context(), connect(t, url), opts)
+		if !errors.Is(err, cluster.ErrIncompatible) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Join with a different %s: %v, want ErrIncompatible naming it", c.want, err)
+		}
+	}
+	join(t, url, name, "n1", cluster.Options{Config: as.Config{MaxAgents: 5}})
+}
+
+// A user call made while no node can lead fails, when its context ends,
+// with ErrNoLeader.
+func TestUserCall_NoLeader(t *testing.T) {
+	url := natstest.Server(t)
+	name := newClusterName()
+	// A lease held by a node that never serves: nobody leads until it
+	// expires.
+	nc := connect(t, url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: name + "_leases", TTL: time.Minute, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(t.Context(), "leader", []byte("ghost")); err != nil {
+		t.Fatal(err)
+	}
+	node := join(t, url, name, "n0", cluster.Options{Config: echo(), LeaseTTL: time.Minute})
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := node.SubmitRequirement(ctx, "hello"); !errors.Is(err, cluster.ErrNoLeader) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("SubmitRequirement with no leader: %v, want ErrNoLeader and the deadline", err)
+	}
+	waitFor(t, hangGuard(t), "the node to see the ghost leader", func() bool { return node.Leader() == "ghost" })
+}
