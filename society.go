@@ -194,6 +194,11 @@ type Config struct {
 	// WaitForUserMessage until a waiter claims them; the oldest go first.
 	// Zero means DefaultUserInbox.
 	UserInbox int
+	// OnUserMessage, when set, is registered as [Society.OnUserMessage]
+	// registers a callback, before New restores the store: unlike a
+	// callback registered once New has returned, it also has the messages
+	// to user that the store held pending, which New delivers again.
+	OnUserMessage func(Message)
 }
 
 // Society is a running society of agents. It is safe for concurrent use.
@@ -390,6 +395,9 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		return nil, err
 	}
 	s.user = newUserEndpoint(s, cfg.UserConsole, cfg.UserInbox)
+	if cfg.OnUserMessage != nil {
+		s.user.subscribe(cfg.OnUserMessage)
+	}
 	s.runCtx, s.cancel = context.WithCancel(context.Background())
 
 	now := time.Now()

@@ -394,6 +394,48 @@ func TestUserMessage_UnclaimedOutliveCloseOnAVolatileStore(t *testing.T) {
 	}
 }
 
+// TestConfigOnUserMessage_HasTheRestoredMessages: a callback given in
+// Config is registered before the society restores its store, so it is
+// called with the messages to user the store held pending, which a
+// callback registered after New would miss. The host has them: a society
+// opened again does not deliver them again.
+func TestConfigOnUserMessage_HasTheRestoredMessages(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	mem := store.NewMemory()
+	s, err := as.New(ctx, as.Config{Store: mem, Logger: quiet, Root: answerUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the report in the user inbox", func() bool {
+		found := false
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		s.WaitForUserMessage(done, func(m as.Message) bool { found = found || m.From == as.RootID; return false })
+		return found
+	})
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan as.Message, 1)
+	s, err = as.New(ctx, as.Config{Store: mem, Logger: quiet, Root: answerUser, OnUserMessage: func(m as.Message) { got <- m }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, got, "the restored report"); m.Text() != "the final answer to x" {
+		t.Fatalf("the callback got %q, want the report", m.Text())
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := mem.Load(ctx); err != nil || len(st.Pending) != 0 {
+		t.Fatalf("after the callback had it, the store holds %d pending messages (%v), want none", len(st.Pending), err)
+	}
+}
+
 // TestWaitForUserMessage_PanickingFilter: a filter that panics returns the
 // panic to its caller as ErrInvalidArgument and is logged; the endpoint
 // keeps working: the message it looked at goes on to another waiter or

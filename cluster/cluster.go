@@ -188,6 +188,8 @@ func Join(ctx context.Context, nc *nats.Conn, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("cluster: Options.NodeID %q must be letters, digits, '-' or '_'", opts.NodeID)
 	case opts.Config.Store != nil:
 		return nil, errors.New("cluster: Options.Config.Store must be nil: the cluster's store is its bucket")
+	case opts.Config.OnUserMessage != nil:
+		return nil, errors.New("cluster: Options.Config.OnUserMessage must be nil: register callbacks with Node.OnUserMessage")
 	case opts.LeaseTTL < 300*time.Millisecond:
 		return nil, fmt.Errorf("cluster: Options.LeaseTTL %v is below 300ms", opts.LeaseTTL)
 	case nc == nil || !nc.IsConnected():
@@ -242,7 +244,7 @@ func Join(ctx context.Context, nc *nats.Conn, opts Options) (*Node, error) {
 // start subscribes to the node's work and to the messages to user, and
 // starts the lease loop and the membership watcher.
 func (n *Node) start(ctx context.Context) error {
-	if err := n.router.watch(ctx); err != nil {
+	if err := n.router.watch(); err != nil {
 		return fmt.Errorf("cluster: watching the nodes: %w", err)
 	}
 	if err := n.serveWork(); err != nil {

@@ -185,12 +185,14 @@ func (n *Node) lead(ctx context.Context, done chan<- struct{}) {
 	defer st.Close()
 	cfg := n.societyConfig()
 	cfg.Store = st
+	// Registered before the society restores the store, so that messages
+	// to user left pending by the last leader are published too.
+	cfg.OnUserMessage = n.publishUser
 	s, err := as.New(ctx, cfg)
 	if err != nil {
 		n.log.Error("cluster: opening the society to lead", "err", err)
 		return
 	}
-	unregister := s.OnUserMessage(n.publishUser)
 	var calls sync.WaitGroup
 	sub, err := n.nc.QueueSubscribe(n.names.call, "leader", func(m *nats.Msg) {
 		calls.Add(1)
@@ -216,7 +218,6 @@ func (n *Node) lead(ctx context.Context, done chan<- struct{}) {
 	if err := s.Close(cctx); err != nil {
 		n.log.Warn("cluster: closing the society", "err", err)
 	}
-	unregister()
 }
 
 // societyConfig is the configuration of the society the leader runs: the

@@ -35,14 +35,12 @@ func newRouter(n *Node) *router {
 	return &router{n: n, seen: make(map[string]time.Time), suspect: make(map[string]time.Time)}
 }
 
-// watch follows the nodes' heartbeats.
-func (r *router) watch(ctx context.Context) error {
-	w, err := r.n.leases.Watch(ctx, "node.*")
+// watch follows the nodes' heartbeats until the node closes.
+func (r *router) watch() error {
+	w, err := r.n.leases.Watch(r.n.ctx, "node.*")
 	if err != nil {
 		return err
 	}
-	// The watcher outlives ctx, which bounds Join only: it runs until the
-	// node closes.
 	r.n.wg.Add(1)
 	go func() {
 		defer r.n.wg.Done()
