@@ -108,13 +108,21 @@ const lossRounds = 20
 // accepted, spawns are not duplicated, and the run completes.
 func TestLossOfNode(t *testing.T) {
 	url := natstest.Server(t)
-	for round := range lossRounds {
-		lossRound(t, url, round)
-	}
+	// Rounds run side by side (as many as -test.parallel allows), each on a
+	// cluster of its own: most of a round is waiting for a lease to expire.
+	t.Run("rounds", func(t *testing.T) {
+		for round := range lossRounds {
+			t.Run(fmt.Sprint(round), func(t *testing.T) {
+				t.Parallel()
+				lossRound(t, url, round)
+			})
+		}
+	})
 }
 
 func lossRound(t *testing.T, url string, round int) {
 	ctx := hangGuard(t)
+
 	name := newClusterName()
 	procs := map[string]*exec.Cmd{}
 	for i := range 3 {
@@ -159,8 +167,8 @@ func lossRound(t *testing.T, url string, round int) {
 	me := join(t, url, name, "test", lossOptions(name, "test"))
 
 	var mu sync.Mutex
-	var acks []int                   // the k of each "ack k", in arrival order
-	workers := map[string]bool{}      // the tasks whose worker reported
+	var acks []int               // the k of each "ack k", in arrival order
+	workers := map[string]bool{} // the tasks whose worker reported
 	me.OnUserMessage(func(m as.Message) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -188,16 +196,26 @@ func lossRound(t *testing.T, url string, round int) {
 		if k == killAt {
 			procs[victim].Process.Signal(syscall.SIGKILL)
 		}
-		cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		// A call to a leader that dies before it answers has an unknown
+		// outcome: it counts as not accepted, and so does one made while
+		// no node leads.
+		call := func(f func(ctx context.Context) error) bool {
+			cctx, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+			defer cancel()
+			return f(cctx) == nil
+		}
 		if k%5 == 0 {
-			if t, err := me.SubmitRequirement(cctx, "spawn"); err == nil {
+			var t string
+			if call(func(ctx context.Context) (err error) { t, err = me.SubmitRequirement(ctx, "spawn"); return err }) {
 				spawned = append(spawned, t)
 			}
 		}
-		if _, err := me.SendTextToAgent(cctx, as.RootID, fmt.Sprintf("msg %d", k), task); err == nil {
+		if call(func(ctx context.Context) error {
+			_, err := me.SendTextToAgent(ctx, as.RootID, fmt.Sprintf("msg %d", k), task)
+			return err
+		}) {
 			accepted = append(accepted, k)
 		}
-		cancel()
 	}
 	var missing []string
 	waitFor(t, ctx, "every accepted message's ack and every spawn's worker", func() bool {
