@@ -107,19 +107,21 @@ func TestPropertyHardConstraints_AcrossNodes(t *testing.T) {
 		want := len(submits) + len(sends)
 		var agents []as.Agent
 		waitFor(rt, ctx, "root's answers and the leads' reports", func() bool {
-			var err error
-			if agents, err = nodes[1].Agents(ctx); err != nil {
-				rt.Fatal(err)
-			}
-			mu.Lock()
-			defer mu.Unlock()
+			// The messages first, then the agents: every spawn that
+			// preceded a report shows.
 			done, leads := 0, 0
+			mu.Lock()
 			for _, text := range got {
 				if strings.HasPrefix(text, "done ") {
 					done++
 				} else {
 					leads++
 				}
+			}
+			mu.Unlock()
+			var err error
+			if agents, err = nodes[1].Agents(ctx); err != nil {
+				rt.Fatal(err)
 			}
 			return done == want && leads == count(agents, func(a as.Agent) bool { return a.ParentID == as.RootID })
 		})
