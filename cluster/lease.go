@@ -139,7 +139,7 @@ func (n *Node) setLeader(id string) {
 }
 
 // watchLeader follows the leader's key: it keeps n.leader current, and
-// pokes the returned channel when the key changes, so that a follower
+// pokes the returned channel when the key is deleted, so that a follower
 // tries at once to take a lease its holder gave up.
 func (n *Node) watchLeader() <-chan struct{} {
 	wake := make(chan struct{}, 1)
@@ -158,9 +158,9 @@ func (n *Node) watchLeader() <-chan struct{} {
 			}
 			if e.Operation() == jetstream.KeyValuePut {
 				n.setLeader(string(e.Value()))
-			} else {
-				n.setLeader("")
+				continue // a lease taken or renewed: nothing to do
 			}
+			n.setLeader("")
 			select {
 			case wake <- struct{}{}:
 			default:
