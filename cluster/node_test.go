@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -14,6 +15,8 @@ import (
 
 	as "agentsociety"
 	"agentsociety/cluster"
+	"agentsociety/store"
+	"agentsociety/store/natsstore"
 	"agentsociety/store/natsstore/natstest"
 )
 
@@ -172,4 +175,90 @@ func TestUserCall_NoLeader(t *testing.T) {
 		t.Fatalf("SubmitRequirement with no leader: %v, want ErrNoLeader and the deadline", err)
 	}
 	waitFor(t, hangGuard(t), "the node to see the ghost leader", func() bool { return node.Leader() == "ghost" })
+}
+
+// A leader deposed without knowing it (here: another store claims the
+// cluster's bucket, as a new leader's does) has its next write refused by
+// the server: the call fails with a store error, changes nothing, and the
+// node stops leading; a leader then takes over from the bucket, and calls
+// are accepted again.
+func TestDeposedLeader_IsFenced(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	name := newClusterName()
+	node := join(t, url, name, "n0", cluster.Options{Config: echo()})
+	task, err := node.SubmitRequirement(ctx, "before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := node.WaitForUserMessage(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	intruder, err := natsstore.New(ctx, natsstore.Options{URL: url, Bucket: name, Fence: true, Storage: jetstream.MemoryStorage, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer intruder.Close()
+	_, err = node.SendTextToAgent(ctx, as.RootID, "refused", task)
+	if !errors.Is(err, as.ErrStore) || !strings.Contains(err.Error(), natsstore.ErrFenced.Error()) {
+		t.Fatalf("a write by the deposed leader: %v, want a store error saying it is fenced", err)
+	}
+	st, err := intruder.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range st.Pending {
+		if strings.Contains(string(m.Payload), "refused") {
+			t.Fatalf("the refused message is in the bucket: %+v", m)
+		}
+	}
+	// The node steps down, and leads again from the bucket, claiming it.
+	waitFor(t, ctx, "a leader to accept calls again", func() bool {
+		_, err := node.SendTextToAgent(ctx, as.RootID, "after", task)
+		return err == nil
+	})
+	if m, err := node.WaitForUserMessage(ctx, func(m as.Message) bool { return m.Text() == "after" }); err != nil {
+		t.Fatalf("waiting for the answer after the failover: %v (%v)", err, m)
+	}
+	// The new leader claimed the bucket over the intruder.
+	err = intruder.Apply(ctx, store.Change{States: []store.StateEntry{{Scope: "s", Key: "k", Value: []byte(`1`), Writer: "root", UpdatedAt: time.Now()}}})
+	if !errors.Is(err, natsstore.ErrFenced) {
+		t.Fatalf("the intruder's write after the node led again: %v, want ErrFenced", err)
+	}
+}
+
+// Close leaves no goroutine of the node behind.
+func TestClose_LeavesNoGoroutine(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	nc := connect(t, url)
+	n, err := cluster.Join(ctx, nc, cluster.Options{Cluster: newClusterName(), NodeID: "n0", LeaseTTL: time.Second,
+		Storage: jetstream.MemoryStorage, Config: echo()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.SubmitRequirement(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.WaitForUserMessage(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The server runs in this process, and its goroutines for the
+	// cluster's streams stay, as do those of the connection, which is the
+	// host's: look for the node's and its society's.
+	waitFor(t, ctx, "the node's goroutines to end", func() bool {
+		buf := make([]byte, 1<<20)
+		stacks := string(buf[:runtime.Stack(buf, true)])
+		if d, _ := ctx.Deadline(); time.Until(d) < 100*time.Millisecond {
+			t.Logf("%s", stacks)
+		}
+		return !strings.Contains(stacks, "agentsociety/cluster.(") && !strings.Contains(stacks, "agentsociety.(*Society)")
+	})
+	if _, err := n.WaitForUserMessage(ctx, nil); !errors.Is(err, as.ErrClosed) {
+		t.Fatalf("WaitForUserMessage after Close: %v, want ErrClosed", err)
+	}
 }
