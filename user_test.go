@@ -370,16 +370,7 @@ func TestUserMessage_UnclaimedOutliveCloseOnAVolatileStore(t *testing.T) {
 	if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
 		t.Fatal(err)
 	}
-	// The filter of a WaitForUserMessage that gives up at once sees the
-	// inbox without claiming anything.
-	inInbox := func() bool {
-		found := false
-		done, cancel := context.WithCancel(ctx)
-		cancel()
-		s.WaitForUserMessage(done, func(m as.Message) bool { found = found || m.From == as.RootID; return false })
-		return found
-	}
-	waitFor(t, "the report in the user inbox", inInbox)
+	waitFor(t, "the report in the user inbox", func() bool { return rootReportInInbox(ctx, s) })
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -392,6 +383,17 @@ func TestUserMessage_UnclaimedOutliveCloseOnAVolatileStore(t *testing.T) {
 	if err != nil || m.Text() != "the final answer to x" {
 		t.Fatalf("after reopening: %q, %v; want the report", m.Text(), err)
 	}
+}
+
+// rootReportInInbox reports whether s's user inbox holds a message from
+// root: the filter of a WaitForUserMessage that gives up at once sees the
+// inbox without claiming anything.
+func rootReportInInbox(ctx context.Context, s *as.Society) bool {
+	found := false
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	s.WaitForUserMessage(done, func(m as.Message) bool { found = found || m.From == as.RootID; return false })
+	return found
 }
 
 // TestConfigOnUserMessage_HasTheRestoredMessages: a callback given in
@@ -410,13 +412,7 @@ func TestConfigOnUserMessage_HasTheRestoredMessages(t *testing.T) {
 	if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the report in the user inbox", func() bool {
-		found := false
-		done, cancel := context.WithCancel(ctx)
-		cancel()
-		s.WaitForUserMessage(done, func(m as.Message) bool { found = found || m.From == as.RootID; return false })
-		return found
-	})
+	waitFor(t, "the report in the user inbox", func() bool { return rootReportInInbox(ctx, s) })
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -136,12 +136,11 @@ type Node struct {
 
 	subs []*nats.Subscription // work and the user stream's delivery
 
-	mu       sync.Mutex
-	leader   string // the leader as last seen, "" when none
-	society  *as.Society
-	offline  bool // the last heartbeat failed
-	closed   bool
-	closeErr error
+	mu      sync.Mutex
+	leader  string // the leader as last seen, "" when none
+	society *as.Society
+	offline bool // the last heartbeat failed
+	closed  bool
 }
 
 // names are the subjects, buckets and streams of a cluster.
@@ -292,7 +291,7 @@ func (n *Node) Close() error {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return n.closeErr
+		return nil
 	}
 	n.closed = true
 	n.mu.Unlock()
@@ -302,13 +301,9 @@ func (n *Node) Close() error {
 	n.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL)
 	defer cancel()
-	err := n.leases.Delete(ctx, n.nodeKey())
-	if err != nil && n.nc.IsConnected() {
+	if err := n.leases.Delete(ctx, n.nodeKey()); err != nil && n.nc.IsConnected() {
 		n.log.Warn("cluster: removing the node's heartbeat", "err", err)
 	}
-	n.mu.Lock()
-	n.closeErr = nil
-	n.mu.Unlock()
 	return nil
 }
 

@@ -193,8 +193,17 @@ func (n *Node) lead(ctx context.Context, done chan<- struct{}) {
 		n.log.Error("cluster: opening the society to lead", "err", err)
 		return
 	}
-	var calls sync.WaitGroup
+	var (
+		calls   sync.WaitGroup
+		callsMu sync.Mutex
+		stopped bool // set before calls.Wait: no call is counted after
+	)
 	sub, err := n.nc.QueueSubscribe(n.names.call, "leader", func(m *nats.Msg) {
+		callsMu.Lock()
+		defer callsMu.Unlock()
+		if stopped {
+			return // the caller's request times out: its outcome is unknown, and nothing was done
+		}
 		calls.Add(1)
 		go func() {
 			defer calls.Done()
@@ -212,6 +221,9 @@ func (n *Node) lead(ctx context.Context, done chan<- struct{}) {
 		}
 		sub.Unsubscribe()
 	}
+	callsMu.Lock()
+	stopped = true
+	callsMu.Unlock()
 	calls.Wait()
 	cctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL)
 	defer cancel()
