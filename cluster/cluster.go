@@ -38,6 +38,7 @@ package cluster
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,7 +103,7 @@ type Tool struct {
 	// Name, Description, Parameters and Roles are as in [as.Tool].
 	Name        string
 	Description string
-	Parameters  []byte
+	Parameters  json.RawMessage
 	Roles       []string
 	// Handler runs the tool; its result is encoded as JSON for the model,
 	// and an error reaches the model as [as.Tool.Handler]'s does (its code
@@ -112,9 +113,9 @@ type Tool struct {
 
 // ToolCall is one call of a [Tool].
 type ToolCall struct {
-	Agent string // the calling agent
-	Task  string // its task
-	Args  []byte // the arguments as the model wrote them
+	Agent string          // the calling agent
+	Task  string          // its task
+	Args  json.RawMessage // the arguments as the model wrote them
 }
 
 // Node is one process's member of a cluster. It is safe for concurrent

@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"runtime"
@@ -15,6 +16,8 @@ import (
 
 	as "agentsociety"
 	"agentsociety/cluster"
+	"agentsociety/internal/script"
+	"agentsociety/llm"
 	"agentsociety/store"
 	"agentsociety/store/natsstore"
 	"agentsociety/store/natsstore/natstest"
@@ -260,5 +263,61 @@ func TestClose_LeavesNoGoroutine(t *testing.T) {
 	})
 	if _, err := n.WaitForUserMessage(ctx, nil); !errors.Is(err, as.ErrClosed) {
 		t.Fatalf("WaitForUserMessage after Close: %v, want ErrClosed", err)
+	}
+}
+
+// A host tool of Options.Tools runs on the node that owns the calling
+// agent, the one that makes its model calls; its result, and an error
+// with its code, reach the model.
+func TestHostTool_RunsOnTheAgentsNode(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	name := newClusterName()
+	var mu sync.Mutex
+	modelOn := map[string]string{} // agent -> node of its model calls
+	opts := func(id string) cluster.Options {
+		model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+			mu.Lock()
+			modelOn[req.Agent] = id
+			mu.Unlock()
+			last := req.Messages[len(req.Messages)-1]
+			switch {
+			case last.Role != llm.RoleTool:
+				return script.Call("where", map[string]string{"fail": "no"}), nil
+			case strings.Contains(last.Content, "invalid_argument"):
+				return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": last.Content}, "end_turn": true}), nil
+			default:
+				return script.Call("where", map[string]string{"fail": "yes"}), nil
+			}
+		})
+		return cluster.Options{
+			Config: as.Config{Model: model},
+			Tools: []cluster.Tool{{Name: "where", Description: "where it runs", Handler: func(ctx context.Context, c cluster.ToolCall) (any, error) {
+				var args struct{ Fail string }
+				json.Unmarshal(c.Args, &args)
+				if args.Fail == "yes" {
+					return nil, &as.Error{Code: as.ErrInvalidArgument, Message: "ran on " + id + " for " + c.Agent}
+				}
+				return map[string]string{"node": id}, nil
+			}}},
+		}
+	}
+	var nodes []*cluster.Node
+	for i := range 3 {
+		id := fmt.Sprintf("n%d", i)
+		nodes = append(nodes, join(t, url, name, id, opts(id)))
+	}
+	if _, err := nodes[1].SubmitRequirement(ctx, "where are you?"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := nodes[2].WaitForUserMessage(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	want := "ran on " + modelOn[as.RootID] + " for root"
+	mu.Unlock()
+	if !strings.Contains(m.Text(), want) || !strings.Contains(m.Text(), "invalid_argument") {
+		t.Fatalf("root reported %q, want the tool's error with its code, saying %q", m.Text(), want)
 	}
 }
