@@ -130,6 +130,7 @@ type Node struct {
 	leases jetstream.KeyValue
 	router *router
 	user   *endpoint
+	follow *follower // reads the messages to user into user
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -332,5 +333,7 @@ func (n *Node) storeOptions() natsstore.Options {
 	return natsstore.Options{
 		Conn: n.nc, Bucket: n.names.bucket, Fence: true,
 		Storage: n.opts.Storage, Replicas: n.opts.Replicas, Logger: n.log,
+		// A leader does not wait on the server longer than its lease.
+		Timeout: n.opts.LeaseTTL,
 	}
 }

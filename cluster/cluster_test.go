@@ -75,7 +75,7 @@ func join(t tb, url, name, id string, opts cluster.Options) *cluster.Node {
 
 // hangGuard bounds a test that waits on conditions.
 func hangGuard(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -129,6 +129,7 @@ func (n *Node) beat() {
 		n.log.Error("cluster: the node lost its connection to NATS: it takes no work until it is back", "err", err)
 	case err == nil && was:
 		n.log.Info("cluster: the node is back: it takes work again")
+		n.follow.restart()
 	}
 }
 

@@ -25,10 +25,24 @@ import (
 // nodes that were disconnected.
 const userRetention = time.Hour
 
+// userPull is how long a node's pull of messages to user lasts.
+const userPull = 5 * time.Second
+
+// follower reads the stream of messages to user for a node, from where it
+// is: a node whose connection came back reads on from the message after the
+// last it had.
+type follower struct {
+	n *Node
+
+	mu   sync.Mutex
+	last uint64 // the stream sequence of the last message delivered
+	cc   jetstream.ConsumeContext
+}
+
 // followUser creates the stream of messages to user if need be and starts
-// reading it.
+// reading it from its end.
 func (n *Node) followUser(ctx context.Context) error {
-	_, err := n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	strm, err := n.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: n.names.userStrm, Subjects: []string{n.names.user},
 		Storage: n.opts.Storage, Replicas: n.opts.Replicas, MaxAge: userRetention,
 		Description: "agentsociety: the messages to user of cluster " + n.opts.Cluster,
@@ -36,29 +50,84 @@ func (n *Node) followUser(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c, err := n.js.OrderedConsumer(ctx, n.names.userStrm, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverNewPolicy})
-	if err != nil {
-		return err
-	}
-	cc, err := c.Consume(func(msg jetstream.Msg) {
-		var m as.Message
-		if err := json.Unmarshal(msg.Data(), &m); err != nil {
-			n.log.Error("cluster: a message to user that does not decode", "err", err)
-			return
-		}
-		n.user.deliver(m)
-	})
-	if err != nil {
+	n.follow = &follower{n: n, last: strm.CachedInfo().State.LastSeq}
+	if err := n.follow.start(ctx); err != nil {
 		return err
 	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		<-n.ctx.Done()
-		cc.Stop()
-		<-cc.Closed()
+		n.follow.stop()
 	}()
 	return nil
+}
+
+// start reads the stream from the message after f.last, with an ordered
+// consumer of its own.
+func (f *follower) start(ctx context.Context) error {
+	f.mu.Lock()
+	from := f.last + 1
+	f.mu.Unlock()
+	c, err := f.n.js.OrderedConsumer(ctx, f.n.names.userStrm, jetstream.OrderedConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
+	})
+	if err != nil {
+		return err
+	}
+	cc, err := c.Consume(f.deliver, jetstream.PullExpiry(userPull))
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.cc = cc
+	f.mu.Unlock()
+	return nil
+}
+
+// deliver hands a message to the node's endpoint, once: a consumer made
+// again may read again what the last one delivered.
+func (f *follower) deliver(msg jetstream.Msg) {
+	meta, err := msg.Metadata()
+	if err != nil {
+		f.n.log.Error("cluster: a message to user without metadata", "err", err)
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if meta.Sequence.Stream <= f.last {
+		return
+	}
+	f.last = meta.Sequence.Stream
+	var m as.Message
+	if err := json.Unmarshal(msg.Data(), &m); err != nil {
+		f.n.log.Error("cluster: a message to user that does not decode", "err", err)
+		return
+	}
+	f.n.user.deliver(m)
+}
+
+// restart reads on from the last message delivered, with a new consumer:
+// called when the node's connection is back, so that it does not wait for
+// the old consumer to notice.
+func (f *follower) restart() {
+	f.stop()
+	ctx, cancel := context.WithTimeout(f.n.ctx, f.n.opts.LeaseTTL)
+	defer cancel()
+	if err := f.start(ctx); err != nil && f.n.ctx.Err() == nil {
+		f.n.log.Error("cluster: reading the messages to user again; the node tries again when its connection next comes back", "err", err)
+	}
+}
+
+func (f *follower) stop() {
+	f.mu.Lock()
+	cc := f.cc
+	f.cc = nil
+	f.mu.Unlock()
+	if cc != nil {
+		cc.Stop()
+		<-cc.Closed()
+	}
 }
 
 // publishUser is the leader's callback for messages to user: it publishes

@@ -1,0 +1,173 @@
+package cluster_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	as "agentsociety"
+	"agentsociety/cluster"
+	"agentsociety/store/natsstore/natstest"
+)
+
+// proxy forwards TCP connections to a NATS server until it is cut: then
+// it closes them, and refuses new ones until it is mended.
+type proxy struct {
+	ln     net.Listener
+	target string
+
+	mu    sync.Mutex
+	cut   bool
+	conns []net.Conn
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{ln: ln, target: strings.TrimPrefix(target, "nats://")}
+	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			p.mu.Lock()
+			if p.cut {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			s, err := net.Dial("tcp", p.target)
+			if err != nil {
+				p.mu.Unlock()
+				c.Close()
+				continue
+			}
+			p.conns = append(p.conns, c, s)
+			p.mu.Unlock()
+			go func() { io.Copy(s, c); s.Close() }()
+			go func() { io.Copy(c, s); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *proxy) url() string { return "nats://" + p.ln.Addr().String() }
+
+func (p *proxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for _, c := range p.conns {
+			c.Close()
+		}
+		p.conns = nil
+	}
+}
+
+// logged records the messages a node logs.
+type logged struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (l *logged) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logged) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logged) WithGroup(string) slog.Handler            { return l }
+func (l *logged) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.msgs = append(l.msgs, r.Message)
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *logged) has(part string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, m := range l.msgs {
+		if strings.Contains(m, part) {
+			return true
+		}
+	}
+	return false
+}
+
+// A leader that loses its connection says so, stops leading, and another
+// node leads on from the bucket: what was accepted before is there, calls
+// are taken again, and when the connection is back the node takes work
+// and messages to user again.
+func TestLeaderLosesItsConnection(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	px := newProxy(t, url)
+	name := newClusterName()
+
+	log := &logged{}
+	ncA, err := nats.Connect(px.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ncA.Close()
+	optsA := cluster.Options{Cluster: name, NodeID: "a", LeaseTTL: time.Second, Config: echo()}
+	optsA.Config.Logger = slog.New(log)
+	a, err := cluster.Join(ctx, ncA, withDefaults(optsA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	waitFor(t, ctx, "a to lead", func() bool { return a.Leader() == "a" })
+	b := join(t, url, name, "b", cluster.Options{Config: echo()})
+
+	task, err := b.SubmitRequirement(ctx, "before")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.WaitForUserMessage(ctx, func(m as.Message) bool { return m.Text() == "before" }); err != nil {
+		t.Fatal(err)
+	}
+
+	px.setCut(true)
+	waitFor(t, ctx, "b to lead", func() bool { return b.Leader() == "b" })
+	waitFor(t, ctx, "a to log the lost connection", func() bool { return log.has("lost its connection") })
+	if _, err := b.SendTextToAgent(ctx, as.RootID, "during", task); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.WaitForUserMessage(ctx, func(m as.Message) bool { return m.Text() == "during" }); err != nil {
+		t.Fatal(err)
+	}
+	if !log.has("stops leading") {
+		t.Error("a did not log that it stopped leading")
+	}
+
+	px.setCut(false)
+	waitFor(t, ctx, "a to be back", func() bool { return log.has("is back") })
+	// a has the messages to user it missed, and takes calls again.
+	if _, err := a.WaitForUserMessage(ctx, func(m as.Message) bool { return m.Text() == "during" }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.SendTextToAgent(ctx, as.RootID, "after", task); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.WaitForUserMessage(ctx, func(m as.Message) bool { return m.Text() == "after" }); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+}
+
+// withDefaults fills in what join fills in.
+func withDefaults(o cluster.Options) cluster.Options {
+	o.Storage = jetstream.MemoryStorage
+	return o
+}
