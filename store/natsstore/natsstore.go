@@ -446,11 +446,6 @@ func (s *Store) PutArtifact(ctx context.Context, a store.Artifact, data []byte) 
 	defer done()
 
 	key := artifactKey(a.ID)
-	if s.opts.Fence {
-		// The key is written through publish, which keeps the fence.
-		s.mu.Lock()
-		defer s.mu.Unlock()
-	}
 	if _, err := s.kv.Get(ctx, key); err == nil {
 		return fmt.Errorf("%w: artifact %q", store.ErrExists, a.ID)
 	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -734,12 +729,14 @@ func (s *Store) confirmPending(ctx context.Context, accepted []store.Message) er
 
 // createArtifactKey creates an artifact's key, failing with an error
 // wrapping jetstream.ErrKeyExists if it exists. With Options.Fence it is
-// written through publish, with s.mu held by the caller.
+// written through publish, which keeps the fence.
 func (s *Store) createArtifactKey(ctx context.Context, key string, value []byte) error {
 	if !s.opts.Fence {
 		_, err := s.kv.Create(ctx, key, value)
 		return err
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	_, err := s.publish(ctx, []write{{key: key, data: value, cas: true}})
 	if rej := (*rejection)(nil); errors.As(err, &rej) && rej.conflict() {
 		return jetstream.ErrKeyExists
