@@ -363,6 +363,22 @@ func TestUserMessage_UnclaimedOutliveCloseOnAVolatileStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	mem := store.NewMemory()
+	leaveReportUnclaimed(ctx, t, mem)
+	s, err := as.New(ctx, as.Config{Store: mem, Logger: quiet, Root: answerUser})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	m, err := s.WaitForUserMessage(ctx, nil)
+	if err != nil || m.Text() != "the final answer to x" {
+		t.Fatalf("after reopening: %q, %v; want the report", m.Text(), err)
+	}
+}
+
+// leaveReportUnclaimed runs a society on mem that answers a requirement
+// to user, and closes it with the answer in the user inbox, unclaimed.
+func leaveReportUnclaimed(ctx context.Context, t *testing.T, mem store.Store) {
+	t.Helper()
 	s, err := as.New(ctx, as.Config{Store: mem, Logger: quiet, Root: answerUser})
 	if err != nil {
 		t.Fatal(err)
@@ -373,15 +389,6 @@ func TestUserMessage_UnclaimedOutliveCloseOnAVolatileStore(t *testing.T) {
 	waitFor(t, "the report in the user inbox", func() bool { return rootReportInInbox(ctx, s) })
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
-	}
-	s, err = as.New(ctx, as.Config{Store: mem, Logger: quiet, Root: answerUser})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close(ctx)
-	m, err := s.WaitForUserMessage(ctx, nil)
-	if err != nil || m.Text() != "the final answer to x" {
-		t.Fatalf("after reopening: %q, %v; want the report", m.Text(), err)
 	}
 }
 
@@ -405,19 +412,9 @@ func TestConfigOnUserMessage_HasTheRestoredMessages(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	mem := store.NewMemory()
-	s, err := as.New(ctx, as.Config{Store: mem, Logger: quiet, Root: answerUser})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.SubmitRequirement(ctx, "x"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the report in the user inbox", func() bool { return rootReportInInbox(ctx, s) })
-	if err := s.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
+	leaveReportUnclaimed(ctx, t, mem)
 	got := make(chan as.Message, 1)
-	s, err = as.New(ctx, as.Config{Store: mem, Logger: quiet, Root: answerUser, OnUserMessage: func(m as.Message) { got <- m }})
+	s, err := as.New(ctx, as.Config{Store: mem, Logger: quiet, Root: answerUser, OnUserMessage: func(m as.Message) { got <- m }})
 	if err != nil {
 		t.Fatal(err)
 	}
