@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -161,8 +162,10 @@ func (n *Node) OnUserMessage(f func(as.Message)) (unregister func()) {
 // WaitForUserMessage waits for a message to user that matches filter (nil
 // matches any) and returns it, as [as.Society.WaitForUserMessage] does for
 // the messages this node received: each is returned by at most one call on
-// this node. It returns ctx.Err() when ctx ends first, and an error with
-// code as.ErrClosed when the node closes.
+// this node. It returns ctx.Err() when ctx ends first, an error with code
+// as.ErrClosed when the node closes, and one with code
+// as.ErrInvalidArgument when filter panics (the message it looked at goes
+// on to other waiters or the inbox).
 func (n *Node) WaitForUserMessage(ctx context.Context, filter func(as.Message) bool) (as.Message, error) {
 	return n.user.wait(ctx, filter)
 }
@@ -183,7 +186,30 @@ type endpoint struct {
 
 type userWaiter struct {
 	filter func(as.Message) bool
-	ch     chan as.Message // buffered(1)
+	ch     chan claim // buffered(1): the message it claimed, or its filter's panic
+}
+
+// claim is what a waiter gets: a message its filter matched, or the error
+// its filter's panic became.
+type claim struct {
+	m   as.Message
+	err error
+}
+
+// match runs a host's filter on m; a nil filter matches any message. A
+// panic in the filter is returned as an error with code
+// as.ErrInvalidArgument, for the call whose filter it is: the endpoint,
+// whose lock is held, goes on.
+func match(filter func(as.Message) bool, m as.Message) (ok bool, err error) {
+	if filter == nil {
+		return true, nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = &as.Error{Code: as.ErrInvalidArgument, Message: fmt.Sprintf("the WaitForUserMessage filter panicked on message %s: %v", m.ID, r)}
+		}
+	}()
+	return filter(m), nil
 }
 
 func newEndpoint(limit int, log *slog.Logger) *endpoint {
@@ -199,12 +225,21 @@ func (u *endpoint) deliver(m as.Message) {
 	}
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	for i, w := range u.waiters {
-		if w.filter == nil || w.filter(m) {
-			w.ch <- m
+	for i := 0; i < len(u.waiters); {
+		w := u.waiters[i]
+		ok, err := match(w.filter, m)
+		switch {
+		case err != nil: // the waiter gets its filter's panic; m goes on
+			u.log.Error("cluster: a WaitForUserMessage filter panicked; its caller gets the error", "err", err)
+			w.ch <- claim{err: err}
+			u.waiters = slices.Delete(u.waiters, i, i+1)
+			continue
+		case ok:
+			w.ch <- claim{m: m}
 			u.waiters = slices.Delete(u.waiters, i, i+1)
 			return
 		}
+		i++
 	}
 	if len(u.inbox) >= u.limit {
 		u.log.Warn("cluster: the node's user inbox is full: dropped the oldest unclaimed message", "msg", u.inbox[0].ID)
@@ -240,7 +275,13 @@ func (u *endpoint) subscribe(f func(as.Message)) func() {
 func (u *endpoint) wait(ctx context.Context, filter func(as.Message) bool) (as.Message, error) {
 	u.mu.Lock()
 	for i, m := range u.inbox {
-		if filter == nil || filter(m) {
+		ok, err := match(filter, m)
+		if err != nil {
+			u.mu.Unlock()
+			u.log.Error("cluster: a WaitForUserMessage filter panicked; its caller gets the error", "err", err)
+			return as.Message{}, err
+		}
+		if ok {
 			u.inbox = slices.Delete(u.inbox, i, i+1)
 			u.mu.Unlock()
 			return m, nil
@@ -250,14 +291,14 @@ func (u *endpoint) wait(ctx context.Context, filter func(as.Message) bool) (as.M
 		u.mu.Unlock()
 		return as.Message{}, &as.Error{Code: as.ErrClosed, Message: "the node is closed"}
 	}
-	w := &userWaiter{filter: filter, ch: make(chan as.Message, 1)}
+	w := &userWaiter{filter: filter, ch: make(chan claim, 1)}
 	u.waiters = append(u.waiters, w)
 	u.mu.Unlock()
 
 	var err error
 	select {
-	case m := <-w.ch:
-		return m, nil
+	case c := <-w.ch:
+		return c.m, c.err
 	case <-ctx.Done():
 		err = ctx.Err()
 	case <-u.done:
@@ -269,7 +310,8 @@ func (u *endpoint) wait(ctx context.Context, filter func(as.Message) bool) (as.M
 		u.waiters = slices.Delete(u.waiters, i, i+1)
 		return as.Message{}, err
 	}
-	return <-w.ch, nil // handed a message just as it gave up
+	c := <-w.ch // handed a message, or its filter's panic, just as it gave up
+	return c.m, c.err
 }
 
 func (u *endpoint) close() {
