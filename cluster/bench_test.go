@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	as "agentsociety"
 	"agentsociety/cluster"
 	"agentsociety/internal/script"
@@ -145,4 +147,151 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// msgPairs is how many pairs of agents exchange messages at once in
+// BenchmarkMessages, and how many publishers its baseline runs.
+const msgPairs = 16
+
+// msgText is the text of BenchmarkMessages' messages.
+var msgText = strings.Repeat("x", 100)
+
+// BenchmarkMessages measures messages between code-driven agents on a
+// cluster of two nodes (in this process, on an embedded NATS server with
+// memory storage): msgPairs pairs of agents that answer each other's
+// messages. Its baseline, JetStream, runs on the same server in the same
+// run: msgPairs publishers each publish a message of the same size and
+// wait for its acknowledgement before the next, into a stream of the same
+// storage, and one consumer acknowledges each. An op is one message
+// handled, or one message consumed; cpu-ns/op is the whole process's CPU,
+// server included.
+func BenchmarkMessages(b *testing.B) {
+	b.Run("JetStream", func(b *testing.B) {
+		ctx := hangGuard(b)
+		nc := connect(b, natstest.Server(b))
+		js, err := jetstream.New(nc)
+		if err != nil {
+			b.Fatal(err)
+		}
+		strm, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "bench", Subjects: []string{"bench.>"}, Storage: jetstream.MemoryStorage})
+		if err != nil {
+			b.Fatal(err)
+		}
+		cons, err := strm.CreateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckExplicitPolicy})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var consumed atomic.Int64
+		all := make(chan struct{})
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			m.Ack()
+			if consumed.Add(1) == int64(b.N) {
+				close(all)
+			}
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cc.Stop()
+		cpu := processCPU(b)
+		b.ResetTimer()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for p := range msgPairs {
+			wg.Go(func() {
+				for next.Add(1) <= int64(b.N) {
+					if _, err := js.Publish(ctx, fmt.Sprintf("bench.%d", p), []byte(msgText)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		select {
+		case <-all:
+		case <-ctx.Done():
+			b.Fatalf("%d of %d messages consumed", consumed.Load(), b.N)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+
+	b.Run("Nodes=2", func(b *testing.B) {
+		ctx := hangGuard(b)
+		var handled atomic.Int64
+		all := make(chan struct{})
+		n := int64(b.N)
+		// Each of a pair answers the other's message, until b.N messages
+		// were handled in all; the first of a pair starts when its parent
+		// sends it the other's id.
+		answer := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+			to := m.From
+			if m.From == self.Agent().ParentID {
+				to = m.Text()
+			} else {
+				switch h := handled.Add(1); {
+				case h == n:
+					close(all)
+					return nil
+				case h > n:
+					return nil
+				}
+			}
+			_, err := self.SendText(ctx, to, msgText)
+			return err
+		})
+		brief := as.TaskBrief{Objective: "o", Constraints: []string{"c"}, Inputs: "i", Outputs: "o", CompletionCriteria: "c"}
+		// Root gives each requirement a lead, which spawns a pair.
+		lead := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+			r, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "pinger"})
+			if err != nil {
+				return err
+			}
+			second, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: r.ID, Brief: &brief, Behavior: answer})
+			if err != nil {
+				return err
+			}
+			withSecond := brief
+			withSecond.Collaborators = []as.Collaborator{{AgentID: second.ID}}
+			first, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: r.ID, Brief: &withSecond, Behavior: answer})
+			if err != nil {
+				return err
+			}
+			_, err = self.SendText(ctx, first.ID, second.ID)
+			return err
+		})
+		cfg := as.Config{Logger: quiet, Root: as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+			r, _, err := self.CreateRole(ctx, as.RoleSpec{Name: "lead"})
+			if err != nil {
+				return err
+			}
+			l, _, err := self.SpawnAgent(ctx, as.SpawnSpec{RoleID: r.ID, Brief: &brief, Behavior: lead})
+			if err != nil {
+				return err
+			}
+			_, err = self.SendText(ctx, l.ID, m.Text())
+			return err
+		})}
+		url := natstest.Server(b)
+		name := newClusterName()
+		first := join(b, url, name, "n0", cluster.Options{Config: cfg, LeaseTTL: 2 * time.Second})
+		join(b, url, name, "n1", cluster.Options{Config: cfg, LeaseTTL: 2 * time.Second})
+		cpu := processCPU(b)
+		b.ResetTimer()
+		for range msgPairs {
+			if _, err := first.SubmitRequirement(ctx, "ping"); err != nil {
+				b.Fatal(err)
+			}
+		}
+		select {
+		case <-all:
+		case <-ctx.Done():
+			b.Fatalf("%d of %d messages handled", handled.Load(), b.N)
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(processCPU(b)-cpu)/float64(b.N), "cpu-ns/op")
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
 }
