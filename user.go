@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"slices"
 	"sync"
 	"sync/atomic"
 
 	"agentsociety/internal/ids"
+	"agentsociety/internal/inbox"
 	"agentsociety/store"
 )
 
@@ -105,19 +105,8 @@ type userEndpoint struct {
 	self      *agent // user's agent state
 	console   io.Writer
 	consoleMu sync.Mutex
-	limit     int
 	dropped   atomic.Int64
-
-	mu      sync.Mutex
-	subs    []*func(Message)
-	inbox   []userMessage // unclaimed, oldest first
-	waiters []*waiter
-
-	// closed is set, and done closed, by close, without mu: a host filter
-	// that blocks under mu must not keep Close waiting.
-	closed    atomic.Bool
-	closeOnce sync.Once
-	done      chan struct{}
+	box       *inbox.Box[userMessage] // the callbacks, the unclaimed messages and the waiters
 }
 
 // userMessage is a message in the user inbox; had is set when callbacks
@@ -127,31 +116,10 @@ type userMessage struct {
 	had bool
 }
 
-type waiter struct {
-	filter func(Message) bool
-	ch     chan claim // buffered(1): the claimed message, or the filter's panic
-}
-
-// claim is what a waiter gets: a message its filter matched, or the error
-// its filter's panic became.
-type claim struct {
-	m   Message
-	err error
-}
-
-// match runs a WaitForUserMessage filter on m under u.mu; a nil filter
-// matches any message. A panic in the filter is returned as an error,
-// for the caller whose filter it is, and to be logged once u.mu is released.
-func match(filter func(Message) bool, m Message) (ok bool, err error) {
-	if filter == nil {
-		return true, nil
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = &Error{Code: ErrInvalidArgument, Message: fmt.Sprintf("the WaitForUserMessage filter panicked on message %s: %v", m.ID, r)}
-		}
-	}()
-	return filter(m), nil
+// filterPanic is the error of a WaitForUserMessage call whose filter
+// panicked on m: the host's bug, for the caller whose filter it is.
+func filterPanic(m userMessage, r any) error {
+	return &Error{Code: ErrInvalidArgument, Message: fmt.Sprintf("the WaitForUserMessage filter panicked on message %s: %v", m.ID, r)}
 }
 
 // filterPanicked logs err, the panic of a WaitForUserMessage filter.
@@ -160,7 +128,8 @@ func (u *userEndpoint) filterPanicked(ctx context.Context, err error) {
 }
 
 func newUserEndpoint(s *Society, console io.Writer, limit int) *userEndpoint {
-	return &userEndpoint{s: s, console: console, limit: limit, done: make(chan struct{})}
+	return &userEndpoint{s: s, console: console,
+		box: inbox.New(limit, filterPanic, func() error { return errClosed() })}
 }
 
 // HandleMessage delivers m to the log, the console, the callbacks and then a
@@ -170,46 +139,16 @@ func (u *userEndpoint) HandleMessage(ctx context.Context, _ *Actor, m Message) e
 	u.s.log.LogAttrs(ctx, slog.LevelInfo, "message to user",
 		slog.String("msg", m.ID), slog.String("from", m.From), slog.String("role", role), slog.String("task", m.TaskID))
 	u.print(u.s.lang.formatMessage(m, role, false) + "\n\n")
-	u.mu.Lock()
-	subs := slices.Clone(u.subs)
-	u.mu.Unlock()
+	subs := u.box.Callbacks()
 	for _, f := range subs {
-		u.call(*f, m)
+		u.call(f, userMessage{Message: m})
 	}
 	had := len(subs) > 0 || u.console != nil
-
-	var drop *userMessage
-	var panics []error
-	claimed := false
-	u.mu.Lock()
-	for i := 0; i < len(u.waiters) && !claimed; {
-		w := u.waiters[i]
-		ok, err := match(w.filter, m)
-		switch {
-		case err != nil:
-			w.ch <- claim{err: err}
-			panics = append(panics, err)
-		case ok:
-			w.ch <- claim{m: m}
-			had, claimed = true, true
-		default:
-			i++
-			continue
-		}
-		u.waiters = slices.Delete(u.waiters, i, i+1)
-	}
-	if !claimed {
-		if len(u.inbox) >= u.limit {
-			drop = &userMessage{}
-			*drop, u.inbox = u.inbox[0], u.inbox[1:]
-		}
-		u.inbox = append(u.inbox, userMessage{m, had})
-	}
-	u.mu.Unlock()
+	claimed, drop, panics := u.box.Put(userMessage{m, had})
 	for _, err := range panics {
 		u.filterPanicked(ctx, err)
 	}
-	if had {
+	if had || claimed {
 		u.ended(ctx, m.ID)
 	}
 	if drop != nil && !drop.had {
@@ -234,10 +173,8 @@ func (u *userEndpoint) ended(ctx context.Context, id string) {
 
 // unclaimed returns the messages in the inbox that the host never had.
 func (u *userEndpoint) unclaimed() []Message {
-	u.mu.Lock()
-	defer u.mu.Unlock()
 	var out []Message
-	for _, m := range u.inbox {
+	for _, m := range u.box.Items() {
 		if !m.had {
 			out = append(out, m.Message)
 		}
@@ -247,7 +184,7 @@ func (u *userEndpoint) unclaimed() []Message {
 
 // call runs a host callback; a panic in it is the host's bug, logged and
 // contained so that the endpoint keeps delivering.
-func (u *userEndpoint) call(f func(Message), m Message) {
+func (u *userEndpoint) call(f func(userMessage), m userMessage) {
 	defer func() {
 		if r := recover(); r != nil {
 			u.s.log.Error("OnUserMessage callback panicked", slog.Any("panic", r), slog.String("msg", m.ID))
@@ -269,72 +206,25 @@ func (u *userEndpoint) print(text string) {
 }
 
 func (u *userEndpoint) subscribe(f func(Message)) func() {
-	p := &f
-	u.mu.Lock()
-	u.subs = append(u.subs, p)
-	u.mu.Unlock()
-	return func() {
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		for i, q := range u.subs {
-			if q == p {
-				u.subs = append(u.subs[:i:i], u.subs[i+1:]...)
-				return
-			}
-		}
-	}
+	return u.box.Subscribe(func(m userMessage) { f(m.Message) })
 }
 
 func (u *userEndpoint) wait(ctx context.Context, filter func(Message) bool) (Message, error) {
-	u.mu.Lock()
-	for i, m := range u.inbox {
-		ok, err := match(filter, m.Message)
-		if err != nil {
-			u.mu.Unlock()
+	var match func(userMessage) bool
+	if filter != nil {
+		match = func(m userMessage) bool { return filter(m.Message) }
+	}
+	m, fromInbox, err := u.box.Take(ctx, match)
+	if err != nil {
+		if fromInbox { // a panic on a message offered meanwhile is logged by HandleMessage
 			u.filterPanicked(ctx, err)
-			return Message{}, err
 		}
-		if ok {
-			u.inbox = slices.Delete(u.inbox, i, i+1)
-			u.mu.Unlock()
-			if !m.had {
-				u.ended(ctx, m.ID)
-			}
-			return m.Message, nil
-		}
-	}
-	if u.closed.Load() {
-		u.mu.Unlock()
-		return Message{}, errClosed()
-	}
-	w := &waiter{filter: filter, ch: make(chan claim, 1)}
-	u.waiters = append(u.waiters, w)
-	u.mu.Unlock()
-
-	var err error
-	select {
-	case c := <-w.ch:
-		return c.m, c.err
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-u.done:
-		err = errClosed()
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if i := slices.Index(u.waiters, w); i >= 0 {
-		u.waiters = slices.Delete(u.waiters, i, i+1)
 		return Message{}, err
 	}
-	// A message was handed to w just as it gave up: return it rather than
-	// lose it.
-	c := <-w.ch
-	return c.m, c.err
+	if fromInbox && !m.had {
+		u.ended(ctx, m.ID)
+	}
+	return m.Message, nil
 }
 
-func (u *userEndpoint) close() {
-	u.closeOnce.Do(func() {
-		u.closed.Store(true)
-		close(u.done)
-	})
-}
+func (u *userEndpoint) close() { u.box.Close() }

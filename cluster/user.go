@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	as "agentsociety"
+	"agentsociety/internal/inbox"
 )
 
 // Messages to user go from the leader's society to every node through the
@@ -173,79 +173,30 @@ func (n *Node) WaitForUserMessage(ctx context.Context, filter func(as.Message) b
 // endpoint is a node's side of the messages to user: its callbacks, and an
 // inbox of the messages no waiter has claimed yet.
 type endpoint struct {
-	log   *slog.Logger
-	limit int
-
-	mu      sync.Mutex
-	subs    []*func(as.Message)
-	inbox   []as.Message
-	waiters []*userWaiter
-	done    chan struct{}
-	closed  bool
-}
-
-type userWaiter struct {
-	filter func(as.Message) bool
-	ch     chan claim // buffered(1): the message it claimed, or its filter's panic
-}
-
-// claim is what a waiter gets: a message its filter matched, or the error
-// its filter's panic became.
-type claim struct {
-	m   as.Message
-	err error
-}
-
-// match runs a host's filter on m; a nil filter matches any message. A
-// panic in the filter is returned as an error with code
-// as.ErrInvalidArgument, for the call whose filter it is: the endpoint,
-// whose lock is held, goes on.
-func match(filter func(as.Message) bool, m as.Message) (ok bool, err error) {
-	if filter == nil {
-		return true, nil
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = &as.Error{Code: as.ErrInvalidArgument, Message: fmt.Sprintf("the WaitForUserMessage filter panicked on message %s: %v", m.ID, r)}
-		}
-	}()
-	return filter(m), nil
+	log *slog.Logger
+	box *inbox.Box[as.Message]
 }
 
 func newEndpoint(limit int, log *slog.Logger) *endpoint {
-	return &endpoint{log: log, limit: limit, done: make(chan struct{})}
+	panicked := func(m as.Message, r any) error {
+		return &as.Error{Code: as.ErrInvalidArgument, Message: fmt.Sprintf("the WaitForUserMessage filter panicked on message %s: %v", m.ID, r)}
+	}
+	closed := func() error { return &as.Error{Code: as.ErrClosed, Message: "the node is closed"} }
+	return &endpoint{log: log, box: inbox.New(limit, panicked, closed)}
 }
 
+// deliver hands m to the callbacks, then to a waiter or the inbox.
 func (u *endpoint) deliver(m as.Message) {
-	u.mu.Lock()
-	subs := slices.Clone(u.subs)
-	u.mu.Unlock()
-	for _, f := range subs {
-		u.call(*f, m)
+	for _, f := range u.box.Callbacks() {
+		u.call(f, m)
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	for i := 0; i < len(u.waiters); {
-		w := u.waiters[i]
-		ok, err := match(w.filter, m)
-		switch {
-		case err != nil: // the waiter gets its filter's panic; m goes on
-			u.log.Error("cluster: a WaitForUserMessage filter panicked; its caller gets the error", "err", err)
-			w.ch <- claim{err: err}
-			u.waiters = slices.Delete(u.waiters, i, i+1)
-			continue
-		case ok:
-			w.ch <- claim{m: m}
-			u.waiters = slices.Delete(u.waiters, i, i+1)
-			return
-		}
-		i++
+	_, dropped, panics := u.box.Put(m)
+	for _, err := range panics {
+		u.filterPanicked(err)
 	}
-	if len(u.inbox) >= u.limit {
-		u.log.Warn("cluster: the node's user inbox is full: dropped the oldest unclaimed message", "msg", u.inbox[0].ID)
-		u.inbox = u.inbox[1:]
+	if dropped != nil {
+		u.log.Warn("cluster: the node's user inbox is full: dropped the oldest unclaimed message", "msg", dropped.ID)
 	}
-	u.inbox = append(u.inbox, m)
 }
 
 // call runs a host callback, containing its panic.
@@ -258,67 +209,18 @@ func (u *endpoint) call(f func(as.Message), m as.Message) {
 	f(m)
 }
 
-func (u *endpoint) subscribe(f func(as.Message)) func() {
-	p := &f
-	u.mu.Lock()
-	u.subs = append(u.subs, p)
-	u.mu.Unlock()
-	return func() {
-		u.mu.Lock()
-		defer u.mu.Unlock()
-		if i := slices.Index(u.subs, p); i >= 0 {
-			u.subs = slices.Delete(u.subs, i, i+1)
-		}
-	}
+func (u *endpoint) filterPanicked(err error) {
+	u.log.Error("cluster: a WaitForUserMessage filter panicked; its caller gets the error", "err", err)
 }
+
+func (u *endpoint) subscribe(f func(as.Message)) func() { return u.box.Subscribe(f) }
 
 func (u *endpoint) wait(ctx context.Context, filter func(as.Message) bool) (as.Message, error) {
-	u.mu.Lock()
-	for i, m := range u.inbox {
-		ok, err := match(filter, m)
-		if err != nil {
-			u.mu.Unlock()
-			u.log.Error("cluster: a WaitForUserMessage filter panicked; its caller gets the error", "err", err)
-			return as.Message{}, err
-		}
-		if ok {
-			u.inbox = slices.Delete(u.inbox, i, i+1)
-			u.mu.Unlock()
-			return m, nil
-		}
+	m, fromInbox, err := u.box.Take(ctx, filter)
+	if err != nil && fromInbox { // a panic on a message offered meanwhile is logged by deliver
+		u.filterPanicked(err)
 	}
-	if u.closed {
-		u.mu.Unlock()
-		return as.Message{}, &as.Error{Code: as.ErrClosed, Message: "the node is closed"}
-	}
-	w := &userWaiter{filter: filter, ch: make(chan claim, 1)}
-	u.waiters = append(u.waiters, w)
-	u.mu.Unlock()
-
-	var err error
-	select {
-	case c := <-w.ch:
-		return c.m, c.err
-	case <-ctx.Done():
-		err = ctx.Err()
-	case <-u.done:
-		err = &as.Error{Code: as.ErrClosed, Message: "the node is closed"}
-	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if i := slices.Index(u.waiters, w); i >= 0 {
-		u.waiters = slices.Delete(u.waiters, i, i+1)
-		return as.Message{}, err
-	}
-	c := <-w.ch // handed a message, or its filter's panic, just as it gave up
-	return c.m, c.err
+	return m, err
 }
 
-func (u *endpoint) close() {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if !u.closed {
-		u.closed = true
-		close(u.done)
-	}
-}
+func (u *endpoint) close() { u.box.Close() }
