@@ -14,23 +14,31 @@ import (
 
 // callReq is a user call forwarded to the leader.
 type callReq struct {
-	Op    string
-	Text  string `json:",omitempty"`
-	Agent string `json:",omitempty"`
-	Task  string `json:",omitempty"`
-	Ref   string `json:",omitempty"`
+	Op     string
+	Text   string     `json:",omitempty"`
+	Agent  string     `json:",omitempty"`
+	Task   string     `json:",omitempty"`
+	Ref    string     `json:",omitempty"`
+	From   uint64     `json:",omitempty"` // the first event wanted
+	Max    int        `json:",omitempty"` // how many events at most
+	Budget *as.Budget `json:",omitempty"`
 }
 
 // callResp is the leader's answer.
 type callResp struct {
-	Task     string       `json:",omitempty"`
-	Message  *as.Message  `json:",omitempty"`
-	Agents   []as.Agent   `json:",omitempty"`
-	Roles    []as.Role    `json:",omitempty"`
-	Contacts []as.Contact `json:",omitempty"`
-	Artifact *as.Artifact `json:",omitempty"`
-	Data     []byte       `json:",omitempty"`
-	Err      *wireError   `json:",omitempty"`
+	Task     string                `json:",omitempty"`
+	Message  *as.Message           `json:",omitempty"`
+	Agents   []as.Agent            `json:",omitempty"`
+	Roles    []as.Role             `json:",omitempty"`
+	Contacts []as.Contact          `json:",omitempty"`
+	Artifact *as.Artifact          `json:",omitempty"`
+	Data     []byte                `json:",omitempty"`
+	Tasks    []as.TaskInfo         `json:",omitempty"`
+	Usage    *as.Usage             `json:",omitempty"`
+	Found    bool                  `json:",omitempty"` // Usage's ok
+	Events   []as.Event            `json:",omitempty"`
+	Missed   *as.MissedEventsError `json:",omitempty"`
+	Err      *wireError            `json:",omitempty"`
 }
 
 // The user calls a node forwards.
@@ -41,7 +49,17 @@ const (
 	opRoles    = "roles"
 	opContacts = "contacts"
 	opArtifact = "artifact"
+	opTasks    = "tasks"
+	opUsage    = "usage"
+	opAgentUse = "agent_usage"
+	opBudget   = "budget"
+	opShare    = "agent_budget"
+	opEnd      = "terminate"
+	opEvents   = "events"
 )
+
+// MaxEvents is the most events one [Node.Events] call returns.
+const MaxEvents = 1000
 
 // forward sends req to the leader and returns its answer. While there is
 // no leader it tries again until ctx ends, and then fails with an error
@@ -112,6 +130,28 @@ func (n *Node) serveCall(ctx context.Context, s *as.Society, m *nats.Msg) {
 			var a as.Artifact
 			a, resp.Data, err = s.GetArtifact(ctx, req.Ref)
 			resp.Artifact = &a
+		case opTasks:
+			resp.Tasks = s.Tasks()
+		case opUsage:
+			var u as.Usage
+			u, resp.Found = s.Usage(req.Task)
+			resp.Usage = &u
+		case opAgentUse:
+			var u as.Usage
+			u, resp.Found = s.AgentUsage(req.Agent)
+			resp.Usage = &u
+		case opBudget, opShare:
+			if req.Budget == nil {
+				err = &as.Error{Code: as.ErrInvalidArgument, Message: "no budget", MissingFields: []string{"budget"}}
+			} else if req.Op == opBudget {
+				err = s.SetBudget(ctx, req.Task, *req.Budget)
+			} else {
+				err = s.SetAgentBudget(ctx, req.Agent, *req.Budget)
+			}
+		case opEnd:
+			err = s.Terminate(ctx, req.Agent)
+		case opEvents:
+			resp.Events, resp.Missed, err = eventsPage(ctx, s, req.From, req.Max)
 		default:
 			err = &as.Error{Code: as.ErrInvalidArgument, Message: fmt.Sprintf("unknown call %q", req.Op)}
 		}
@@ -171,4 +211,88 @@ func (n *Node) GetArtifact(ctx context.Context, ref string) (as.Artifact, []byte
 		return as.Artifact{}, nil, err
 	}
 	return *resp.Artifact, resp.Data, nil
+}
+
+// eventsPage returns at most limit (1 to MaxEvents) of the events s keeps
+// from from on, and the events missed before them if any.
+func eventsPage(ctx context.Context, s *as.Society, from uint64, limit int) ([]as.Event, *as.MissedEventsError, error) {
+	limit = min(max(limit, 1), MaxEvents)
+	var out []as.Event
+	var missed *as.MissedEventsError
+	for e, err := range s.Events(ctx, from) {
+		if err != nil {
+			if errors.As(err, &missed) {
+				continue // the iteration goes on from the oldest kept
+			}
+			return nil, nil, err
+		}
+		if out = append(out, e); len(out) == limit {
+			break
+		}
+	}
+	return out, missed, nil
+}
+
+// Tasks returns the society's tasks, as [as.Society.Tasks] does.
+func (n *Node) Tasks(ctx context.Context) ([]as.TaskInfo, error) {
+	resp, err := n.forward(ctx, callReq{Op: opTasks})
+	return resp.Tasks, err
+}
+
+// Usage returns what task spent, as [as.Society.Usage] does; ok is false
+// for a task the society does not know.
+func (n *Node) Usage(ctx context.Context, task string) (u as.Usage, ok bool, err error) {
+	resp, err := n.forward(ctx, callReq{Op: opUsage, Task: task})
+	if err != nil || resp.Usage == nil {
+		return as.Usage{}, false, err
+	}
+	return *resp.Usage, resp.Found, nil
+}
+
+// AgentUsage returns what agent id and its descendants spent, as
+// [as.Society.AgentUsage] does.
+func (n *Node) AgentUsage(ctx context.Context, id string) (u as.Usage, ok bool, err error) {
+	resp, err := n.forward(ctx, callReq{Op: opAgentUse, Agent: id})
+	if err != nil || resp.Usage == nil {
+		return as.Usage{}, false, err
+	}
+	return *resp.Usage, resp.Found, nil
+}
+
+// SetBudget sets task's budget, as [as.Society.SetBudget] does.
+func (n *Node) SetBudget(ctx context.Context, task string, b as.Budget) error {
+	_, err := n.forward(ctx, callReq{Op: opBudget, Task: task, Budget: &b})
+	return err
+}
+
+// SetAgentBudget sets agent id's share, as [as.Society.SetAgentBudget]
+// does.
+func (n *Node) SetAgentBudget(ctx context.Context, id string, b as.Budget) error {
+	_, err := n.forward(ctx, callReq{Op: opShare, Agent: id, Budget: &b})
+	return err
+}
+
+// Terminate terminates agent id and its descendants, as
+// [as.Society.Terminate] does.
+func (n *Node) Terminate(ctx context.Context, id string) error {
+	_, err := n.forward(ctx, callReq{Op: opEnd, Agent: id})
+	return err
+}
+
+// Events returns at most limit (up to MaxEvents) of the events the society
+// keeps from sequence number from on, oldest first, as [as.Society.Events]
+// yields them: a node reads the leader's log a page at a time. When the
+// events from from on are no longer kept, it returns those from the oldest
+// kept with a *as.MissedEventsError that says so, as io.Reader returns
+// data with an error. The numbering goes on across leaders: the log is in
+// the cluster's store.
+func (n *Node) Events(ctx context.Context, from uint64, limit int) ([]as.Event, error) {
+	resp, err := n.forward(ctx, callReq{Op: opEvents, From: from, Max: limit})
+	if err != nil {
+		return nil, err
+	}
+	if resp.Missed != nil {
+		return resp.Events, resp.Missed
+	}
+	return resp.Events, nil
 }

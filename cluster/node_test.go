@@ -321,3 +321,55 @@ func TestHostTool_RunsOnTheAgentsNode(t *testing.T) {
 		t.Fatalf("root reported %q, want the tool's error with its code, saying %q", m.Text(), want)
 	}
 }
+
+// The host calls beyond messages (tasks, usage, budgets, termination and
+// the event log) work on any node, through the leader, with the codes a
+// Society's give.
+func TestHostCalls_OnAnyNode(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	name := newClusterName()
+	a := join(t, url, name, "n0", cluster.Options{Config: echo()})
+	b := join(t, url, name, "n1", cluster.Options{Config: echo()})
+	task, err := a.SubmitRequirement(ctx, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.WaitForUserMessage(ctx, func(m as.Message) bool { return m.TaskID == task }); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []*cluster.Node{a, b} {
+		tasks, err := n.Tasks(ctx)
+		if err != nil || len(tasks) != 1 || tasks[0].ID != task {
+			t.Fatalf("%s: Tasks = %+v, %v; want the one task", n.ID(), tasks, err)
+		}
+		if err := n.SetBudget(ctx, task, as.Budget{ModelCalls: 7}); err != nil {
+			t.Fatalf("%s: SetBudget: %v", n.ID(), err)
+		}
+		if u, ok, err := n.Usage(ctx, task); err != nil || !ok || u.Budget.ModelCalls != 7 {
+			t.Fatalf("%s: Usage = %+v, %v, %v; want the budget set", n.ID(), u, ok, err)
+		}
+		if _, ok, err := n.Usage(ctx, "no-such-task"); err != nil || ok {
+			t.Fatalf("%s: Usage of an unknown task: %v, %v", n.ID(), ok, err)
+		}
+		if err := n.SetBudget(ctx, task, as.Budget{ModelCalls: -1}); !errors.Is(err, as.ErrInvalidArgument) {
+			t.Fatalf("%s: a negative budget: %v, want ErrInvalidArgument", n.ID(), err)
+		}
+		if err := n.Terminate(ctx, "agent-404"); !errors.Is(err, as.ErrAgentNotFound) {
+			t.Fatalf("%s: Terminate of an unknown agent: %v, want ErrAgentNotFound", n.ID(), err)
+		}
+		events, err := n.Events(ctx, 1, 0)
+		if err != nil || len(events) != 1 {
+			t.Fatalf("%s: Events(1, 0) = %d events, %v; want one (a limit under 1 is 1)", n.ID(), len(events), err)
+		}
+		events, err = n.Events(ctx, 1, cluster.MaxEvents)
+		if err != nil || len(events) < 2 || events[0].Seq != 1 || events[0].Kind != as.EventTaskSubmitted || events[1].Kind != as.EventMessageAccepted || events[1].Message.Text() != "hello" {
+			t.Fatalf("%s: Events = %+v, %v; want the task submitted, then its message", n.ID(), events, err)
+		}
+		for i, e := range events[1:] {
+			if e.Seq != events[i].Seq+1 {
+				t.Fatalf("%s: event %d follows %d", n.ID(), e.Seq, events[i].Seq)
+			}
+		}
+	}
+}
