@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -136,9 +137,29 @@ func orgOf(roles []as.Role, agents []as.Agent, contacts func(id string) []as.Con
 	return o
 }
 
+// messagesOf returns the messages events accepted, each as its sender,
+// receiver, type and text (artifact ids left out), sorted: turns that run
+// at once may send in either order. settled reports whether every message
+// accepted was handled.
+func messagesOf(events []as.Event) (msgs []string, settled bool) {
+	open := map[string]bool{}
+	for _, e := range events {
+		switch e.Kind {
+		case as.EventMessageAccepted:
+			m := e.Message
+			msgs = append(msgs, m.From+" -> "+m.To+" "+string(m.Type)+": "+refRe.ReplaceAllString(m.Text(), as.ArtifactRefPrefix+"<id>"))
+			open[m.ID] = true
+		case as.EventMessageHandled:
+			delete(open, e.Turn)
+		}
+	}
+	slices.Sort(msgs)
+	return msgs, len(open) == 0
+}
+
 // The quick start, run on three nodes, leaves the organisation, the
-// contacts and the answer it leaves in one process; the requirement is
-// submitted on one node and its answer reaches every node.
+// contacts, the messages and the answer it leaves in one process; the
+// requirement is submitted on one node and its answer reaches every node.
 func TestQuickStart_AcrossThreeNodes_SameResult(t *testing.T) {
 	ctx := hangGuard(t)
 
@@ -152,6 +173,19 @@ func TestQuickStart_AcrossThreeNodes_SameResult(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := orgOf(one.Roles(), one.Agents(), func(id string) []as.Contact { c, _ := one.Contacts(id); return c }, reply)
+	var wantMsgs []string
+	waitFor(t, ctx, "one process's messages to be handled", func() bool {
+		var events []as.Event
+		for e, err := range one.Events(ctx, 1) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			events = append(events, e)
+		}
+		msgs, settled := messagesOf(events)
+		wantMsgs = msgs
+		return settled
+	})
 
 	url := natstest.Server(t)
 	name := newClusterName()
@@ -203,6 +237,30 @@ func TestQuickStart_AcrossThreeNodes_SameResult(t *testing.T) {
 	_, data, err := on.GetArtifact(ctx, refRe.FindString(replies[1].Text()))
 	if err != nil || string(data) != demo.Page {
 		t.Fatalf("the answer's artifact: %q, %v", data, err)
+	}
+	var gotMsgs []string
+	waitFor(t, ctx, "the cluster's messages to be handled", func() bool {
+		var events []as.Event
+		for from := uint64(1); ; {
+			page, err := on.Events(ctx, from, cluster.MaxEvents)
+			if err != nil {
+				t.Fatal(err)
+			}
+			events = append(events, page...)
+			if len(page) < cluster.MaxEvents {
+				break
+			}
+			from = page[len(page)-1].Seq + 1
+		}
+		msgs, settled := messagesOf(events)
+		gotMsgs = msgs
+		return settled
+	})
+	if len(wantMsgs) < 8 {
+		t.Fatalf("one process accepted %d messages, want the quick start's 8", len(wantMsgs))
+	}
+	if diff := cmp.Diff(wantMsgs, gotMsgs); diff != "" {
+		t.Fatalf("the cluster's messages differ from one process's (-one +cluster):\n%s", diff)
 	}
 	calls.mu.Lock()
 	t.Logf("model calls by agent and node: %v", calls.calls)
