@@ -89,7 +89,7 @@ func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter c
 	from := x.a
 	p := &pendingSend{own: own, cause: x.turn.id()}
 	if x.turn == nil {
-		p.trace = traceOf(ctx)
+		p.trace = TraceFromContext(ctx)
 	}
 	f, err := compose(&p.msg, from, x.taskID, out)
 	if err != nil {

@@ -520,8 +520,9 @@ func WithTrace(ctx context.Context, traceparent string) context.Context {
 	return context.WithValue(ctx, traceKey{}, traceparent)
 }
 
-// traceOf returns the trace context ctx carries (see WithTrace), or "".
-func traceOf(ctx context.Context) string {
+// TraceFromContext returns the trace context ctx carries (see WithTrace),
+// or "": for a host that passes a call on, to another process say.
+func TraceFromContext(ctx context.Context) string {
 	t, _ := ctx.Value(traceKey{}).(string)
 	return t
 }

@@ -22,6 +22,7 @@ type callReq struct {
 	From   uint64     `json:",omitempty"` // the first event wanted
 	Max    int        `json:",omitempty"` // how many events at most
 	Budget *as.Budget `json:",omitempty"`
+	Trace  string     `json:",omitempty"` // the caller's trace context (see as.WithTrace)
 }
 
 // callResp is the leader's answer.
@@ -69,6 +70,7 @@ func (n *Node) forward(ctx context.Context, req callReq) (callResp, error) {
 	if n.isClosed() {
 		return callResp{}, &as.Error{Code: as.ErrClosed, Message: "the node is closed"}
 	}
+	req.Trace = as.TraceFromContext(ctx)
 	data, err := json.Marshal(req)
 	if err != nil {
 		return callResp{}, err
@@ -113,6 +115,9 @@ func (n *Node) serveCall(ctx context.Context, s *as.Society, m *nats.Msg) {
 	var resp callResp
 	var err error
 	if err = json.Unmarshal(m.Data, &req); err == nil {
+		if req.Trace != "" {
+			ctx = as.WithTrace(ctx, req.Trace)
+		}
 		switch req.Op {
 		case opSubmit:
 			resp.Task, err = s.SubmitRequirement(ctx, req.Text)

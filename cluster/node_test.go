@@ -324,14 +324,15 @@ func TestHostTool_RunsOnTheAgentsNode(t *testing.T) {
 
 // The host calls beyond messages (tasks, usage, budgets, termination and
 // the event log) work on any node, through the leader, with the codes a
-// Society's give.
+// Society's give; a call passes the host's trace context on.
 func TestHostCalls_OnAnyNode(t *testing.T) {
 	ctx := hangGuard(t)
 	url := natstest.Server(t)
 	name := newClusterName()
 	a := join(t, url, name, "n0", cluster.Options{Config: echo()})
 	b := join(t, url, name, "n1", cluster.Options{Config: echo()})
-	task, err := a.SubmitRequirement(ctx, "hello")
+	const traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+	task, err := a.SubmitRequirement(as.WithTrace(ctx, traceparent), "hello")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -365,6 +366,9 @@ func TestHostCalls_OnAnyNode(t *testing.T) {
 		events, err = n.Events(ctx, 1, cluster.MaxEvents)
 		if err != nil || len(events) < 2 || events[0].Seq != 1 || events[0].Kind != as.EventTaskSubmitted || events[1].Kind != as.EventMessageAccepted || events[1].Message.Text() != "hello" {
 			t.Fatalf("%s: Events = %+v, %v; want the task submitted, then its message", n.ID(), events, err)
+		}
+		if events[0].Trace != traceparent || events[1].Trace != traceparent {
+			t.Fatalf("%s: the requirement's events carry traces %q and %q, want the host's %q, passed on by the node", n.ID(), events[0].Trace, events[1].Trace, traceparent)
 		}
 		for i, e := range events[1:] {
 			if e.Seq != events[i].Seq+1 {
