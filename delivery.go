@@ -102,12 +102,13 @@ func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 	ctx := s.runCtx
 	s.logMessage(ctx, "message delivered", m)
 	start := s.emitDelivered(a, m)
+	report := stallReport(m)
 	s.mu.Lock()
 	if done.set {
 		s.idler(done.task)
 		done.set = false
 	}
-	s.touch(m)
+	s.touch(m, report)
 	status, handoff := a.info.Status, s.handoffs[a.info.ID]
 	s.mu.Unlock()
 	var err error

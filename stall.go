@@ -44,11 +44,12 @@ func (s *Society) stopStall(t *activity) {
 }
 
 // touch counts the delivery of m, which begins, as activity of its task:
-// it ends a stall, and arms the watchdog if it is not. Called with s.mu
-// held.
-func (s *Society) touch(m *Message) {
+// it ends a stall, and arms the watchdog if it is not. The watchdog's own
+// report (report, which the caller works out before it takes s.mu, as that
+// decodes m) is no activity. Called with s.mu held.
+func (s *Society) touch(m *Message, report bool) {
 	t := s.tasks[m.TaskID]
-	if t == nil || stallReport(m) {
+	if t == nil || report {
 		return
 	}
 	t.ticks++
