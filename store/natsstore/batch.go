@@ -83,16 +83,44 @@ func (s *Store) publish(ctx context.Context, ws []write) (uint64, error) {
 }
 
 // send publishes ws (see publish), the first expecting the stream's last
-// sequence to be s.last if expectLast is set.
+// sequence to be s.last if expectLast is set, and waits for the answer.
 func (s *Store) send(ctx context.Context, ws []write, expectLast bool) (uint64, error) {
-	id := newID()
-	batch := len(ws) > 1
+	if len(ws) == 0 {
+		return 0, nil
+	}
+	ms := s.messages(ws, expectLast, s.last)
+	for _, m := range ms[:len(ms)-1] {
+		// Staged by the server; a message it refuses abandons the batch,
+		// and the commit reports it.
+		if err := s.nc.PublishMsg(m); err != nil {
+			return 0, fmt.Errorf("natsstore: publishing a change: %w", err)
+		}
+	}
+	resp, err := s.nc.RequestMsgWithContext(ctx, ms[len(ms)-1])
+	if err != nil {
+		return 0, fmt.Errorf("natsstore: committing a change: %w", err)
+	}
+	return readAck(resp.Data, len(ws))
+}
+
+// messages returns the messages that write ws: one plain message, or an
+// atomic batch whose last message commits it. With expectLast, the first
+// expects the stream's last sequence to be last.
+func (s *Store) messages(ws []write, expectLast bool, last uint64) []*nats.Msg {
+	id := ""
+	if len(ws) > 1 {
+		id = newID()
+	}
+	ms := make([]*nats.Msg, len(ws))
 	for i, w := range ws {
 		m := nats.NewMsg(s.prefix + w.key)
 		m.Data = w.data
-		if batch {
+		if id != "" {
 			m.Header.Set(hdrBatchID, id)
 			m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+			if i == len(ws)-1 {
+				m.Header.Set(hdrBatchCommit, "1")
+			}
 		}
 		if w.del {
 			m.Header.Set(hdrKVOperation, "DEL")
@@ -102,38 +130,29 @@ func (s *Store) send(ctx context.Context, ws []write, expectLast bool) (uint64, 
 			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.expect, 10))
 		}
 		if expectLast && i == 0 {
-			m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(s.last, 10))
+			m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(last, 10))
 		}
-		if i < len(ws)-1 {
-			// Staged by the server; a message it refuses abandons the
-			// batch, and the commit reports it.
-			if err := s.nc.PublishMsg(m); err != nil {
-				return 0, fmt.Errorf("natsstore: publishing a change: %w", err)
-			}
-			continue
-		}
-		if batch {
-			m.Header.Set(hdrBatchCommit, "1")
-		}
-		resp, err := s.nc.RequestMsgWithContext(ctx, m)
-		if err != nil {
-			return 0, fmt.Errorf("natsstore: committing a change: %w", err)
-		}
-		var ack struct {
-			Error *rejection `json:"error"`
-			Seq   uint64     `json:"seq"`
-			Count int        `json:"count"`
-		}
-		if err := json.Unmarshal(resp.Data, &ack); err != nil {
-			return 0, fmt.Errorf("natsstore: reading the commit's answer %q: %w", resp.Data, err)
-		}
-		if ack.Error != nil {
-			return 0, ack.Error
-		}
-		if batch && ack.Count != len(ws) {
-			return 0, fmt.Errorf("natsstore: the server committed %d messages of a batch of %d", ack.Count, len(ws))
-		}
-		return ack.Seq, nil
+		ms[i] = m
 	}
-	return 0, nil
+	return ms
+}
+
+// readAck reads the server's answer to a write of n messages: the
+// sequence of the last, or the *rejection that refused them all.
+func readAck(data []byte, n int) (uint64, error) {
+	var ack struct {
+		Error *rejection `json:"error"`
+		Seq   uint64     `json:"seq"`
+		Count int        `json:"count"`
+	}
+	if err := json.Unmarshal(data, &ack); err != nil {
+		return 0, fmt.Errorf("natsstore: reading the commit's answer %q: %w", data, err)
+	}
+	if ack.Error != nil {
+		return 0, ack.Error
+	}
+	if n > 1 && ack.Count != n {
+		return 0, fmt.Errorf("natsstore: the server committed %d messages of a batch of %d", ack.Count, n)
+	}
+	return ack.Seq, nil
 }

@@ -23,9 +23,10 @@
 //	x.<id>            an artifact's metadata, naming its object
 //
 // the artifacts' contents are objects in the object store
-// Bucket+"_artifacts", and the society's events ([store.EventLog]) are the
-// messages of the stream Bucket+"_events", each at the stream sequence
-// that is its Seq. Nested documents are embedded as JSON; times are
+// Bucket+"_artifacts", and the society's events ([store.EventLog]) are in
+// the stream Bucket+"_events", one message per append holding its events as
+// a JSON array, with the Seqs of the first and last in its headers
+// Agentsociety-First-Event and Agentsociety-Last-Event. Nested documents are embedded as JSON; times are
 // RFC 3339 with nanoseconds. "first" is the revision at which a record was
 // created, present once it has been replaced, so that Load lists records
 // in the order they were first applied. A history holds messages lo to
@@ -41,7 +42,9 @@
 // keys again and retries, and a message pending through one is refused by
 // the other with [store.ErrExists]. A change needing more writes than
 // Options.MaxBatch (at most the server's max_batch_size, 1000 by default)
-// is refused whole. A history append costs the messages it adds and the
+// is refused whole. Applies made at once go out together, each its own
+// write with its own answer, so that they wait for one round trip between
+// them rather than one each. A history append costs the messages it adds and the
 // messages it drops, never the history's length. Deleted keys leave
 // markers that expire after Options.MarkerTTL.
 //

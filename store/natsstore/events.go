@@ -2,8 +2,10 @@ package natsstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"agentsociety/store"
@@ -12,15 +14,27 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// The event log is a stream of its own, Bucket+"_events", one message per
-// event on the subject "agentsociety.<bucket>.events", whose stream
-// sequence is the event's Seq: appends expect the stream's last sequence
-// to be the Seq before theirs, so an event out of order is refused, and a
-// read starts at a Seq by starting a consumer there.
+// The event log is a stream of its own, Bucket+"_events", on the subject
+// "agentsociety.<bucket>.events". Each append is one message (or, past
+// eventsBytes, a few), which holds the events as a JSON array and names
+// the Seqs of its first and last in the headers hdrFirstEvent and
+// hdrLastEvent: the server stores one message per batch the society
+// writes behind, not one per event. Each append expects the stream's last
+// sequence to be the one this store's last append left, so an append that
+// another writer overtook is refused by the server; the Seqs it must
+// follow are checked here. A read finds its first message by a binary
+// search over the stream, and a trim purges whole messages.
 
-// eventsChunk is how many events AppendEvents publishes before it waits
-// for their acknowledgements.
-const eventsChunk = 500
+// Headers of an event message: the Seqs of its first and last event.
+const (
+	hdrFirstEvent = "Agentsociety-First-Event"
+	hdrLastEvent  = "Agentsociety-Last-Event"
+)
+
+// eventsBytes bounds the events' bytes in one message, well below the
+// server's default max_payload of 1 MB. A single event larger than that
+// goes alone, and the server refuses it if it is over its limit.
+const eventsBytes = 256 << 10
 
 // openEvents binds the event stream, creating it if need be.
 func (s *Store) openEvents(ctx context.Context, js jetstream.JetStream) error {
@@ -40,9 +54,9 @@ func (s *Store) openEvents(ctx context.Context, js jetstream.JetStream) error {
 	return err
 }
 
-// AppendEvents adds events after those kept; see [store.EventLog]. Each
-// is refused by the server unless it directly follows the last one kept.
-// A failure part way leaves the events before it appended.
+// AppendEvents adds events after those kept; see [store.EventLog]. An
+// event whose Seq does not directly follow the last one kept is refused.
+// A failure part way leaves the events of the messages before it appended.
 func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 	ctx, done, err := s.begin(ctx)
 	if err != nil {
@@ -55,41 +69,139 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 	if s.isFenced() {
 		return fmt.Errorf("%w", ErrFenced)
 	}
+	for i, e := range events[1:] {
+		if e.Seq != events[i].Seq+1 {
+			return fmt.Errorf("natsstore: appending events: event %d follows event %d", e.Seq, events[i].Seq)
+		}
+	}
+	s.emu.Lock()
+	defer s.emu.Unlock()
+	if !s.evKnown {
+		if err := s.learnEvents(ctx); err != nil {
+			return err
+		}
+	}
+	if s.evNext != 0 && events[0].Seq != s.evNext {
+		return fmt.Errorf("natsstore: appending events: event %d does not follow the last one kept, %d", events[0].Seq, s.evNext-1)
+	}
+	for len(events) > 0 {
+		n, size := 0, 0
+		for n < len(events) && (n == 0 || size+len(events[n].Data) < eventsBytes) {
+			size += len(events[n].Data) + 1
+			n++
+		}
+		chunk := events[:n]
+		events = events[n:]
+		m := nats.NewMsg(s.eventSubj)
+		m.Header.Set(hdrFirstEvent, strconv.FormatUint(chunk[0].Seq, 10))
+		m.Header.Set(hdrLastEvent, strconv.FormatUint(chunk[n-1].Seq, 10))
+		m.Data = append(make([]byte, 0, size+2), '[')
+		for i, e := range chunk {
+			if i > 0 {
+				m.Data = append(m.Data, ',')
+			}
+			m.Data = append(m.Data, e.Data...)
+		}
+		m.Data = append(m.Data, ']')
+		ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(s.evStream))
+		if err != nil {
+			s.evKnown = false
+			return fmt.Errorf("natsstore: appending events %d to %d: %w", chunk[0].Seq, chunk[n-1].Seq, err)
+		}
+		s.evStream, s.evNext = ack.Sequence, chunk[n-1].Seq+1
+	}
+	return nil
+}
 
-	// A log that starts past 1 (or after a gap nobody kept) starts its
-	// stream there, so that sequences stay Seqs.
+// learnEvents reads from the stream the Seq the event log expects next
+// and the stream's last sequence. Called with s.emu held.
+func (s *Store) learnEvents(ctx context.Context) error {
 	info, err := s.events.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("natsstore: %w", err)
 	}
-	if st := info.State; st.Msgs == 0 && st.LastSeq+1 < events[0].Seq {
-		if err := s.events.Purge(ctx, jetstream.WithPurgeSequence(events[0].Seq)); err != nil {
-			return fmt.Errorf("natsstore: starting the event log at %d: %w", events[0].Seq, err)
+	s.evStream, s.evNext = info.State.LastSeq, 0
+	if info.State.Msgs > 0 {
+		m, err := s.events.GetMsg(ctx, info.State.LastSeq)
+		if err != nil {
+			return fmt.Errorf("natsstore: reading the last events: %w", err)
 		}
+		_, last, err := eventRange(m.Header, m.Sequence)
+		if err != nil {
+			return err
+		}
+		s.evNext = last + 1
 	}
-	for len(events) > 0 {
-		chunk := events[:min(len(events), eventsChunk)]
-		events = events[len(chunk):]
-		acks := make([]jetstream.PubAckFuture, 0, len(chunk))
-		for _, e := range chunk {
-			m := &nats.Msg{Subject: s.eventSubj, Data: e.Data}
-			f, err := s.js.PublishMsgAsync(m, jetstream.WithExpectLastSequence(e.Seq-1))
-			if err != nil {
-				return fmt.Errorf("natsstore: appending event %d: %w", e.Seq, err)
-			}
-			acks = append(acks, f)
-		}
-		for i, f := range acks {
-			select {
-			case <-f.Ok():
-			case err := <-f.Err():
-				return fmt.Errorf("natsstore: appending event %d: %w", chunk[i].Seq, err)
-			case <-ctx.Done():
-				return fmt.Errorf("natsstore: appending event %d: %w", chunk[i].Seq, ctx.Err())
-			}
-		}
-	}
+	s.evKnown = true
 	return nil
+}
+
+// eventRange returns the Seqs of the first and last event of the message
+// at stream sequence seq with headers h. A message without them holds one
+// event, whose Seq is seq: the log's format before events were packed.
+func eventRange(h nats.Header, seq uint64) (first, last uint64, err error) {
+	f, l := h.Get(hdrFirstEvent), h.Get(hdrLastEvent)
+	if f == "" && l == "" {
+		return seq, seq, nil
+	}
+	first, ferr := strconv.ParseUint(f, 10, 64)
+	last, lerr := strconv.ParseUint(l, 10, 64)
+	if ferr != nil || lerr != nil || last < first {
+		return 0, 0, fmt.Errorf("%w: event message %d names events %q to %q", ErrCorrupt, seq, f, l)
+	}
+	return first, last, nil
+}
+
+// eventsOf returns the events of the message at stream sequence seq.
+func eventsOf(h nats.Header, seq uint64, data []byte) ([]store.Event, error) {
+	first, last, err := eventRange(h, seq)
+	if err != nil {
+		return nil, err
+	}
+	if h.Get(hdrFirstEvent) == "" {
+		return []store.Event{{Seq: seq, Data: data}}, nil
+	}
+	var raw []json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil || uint64(len(raw)) != last-first+1 {
+		return nil, fmt.Errorf("%w: event message %d does not hold events %d to %d", ErrCorrupt, seq, first, last)
+	}
+	out := make([]store.Event, len(raw))
+	for i, d := range raw {
+		out[i] = store.Event{Seq: first + uint64(i), Data: d}
+	}
+	return out, nil
+}
+
+// holding returns the stream sequence of the first message kept whose
+// last event's Seq is at least seq, or 0 if there is none, by a binary
+// search over the stream's messages from first to last. A message
+// trimmed meanwhile counts as below seq.
+func (s *Store) holding(ctx context.Context, first, last, seq uint64) (uint64, error) {
+	lo, hi := first, last+1
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		m, err := s.events.GetMsg(ctx, mid)
+		below := errors.Is(err, jetstream.ErrMsgNotFound)
+		if err != nil && !below {
+			return 0, fmt.Errorf("natsstore: reading events: %w", err)
+		}
+		if !below {
+			_, l, err := eventRange(m.Header, m.Sequence)
+			if err != nil {
+				return 0, err
+			}
+			below = l < seq
+		}
+		if below {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo > last {
+		return 0, nil
+	}
+	return lo, nil
 }
 
 // ReadEvents returns up to limit events from the first kept whose Seq is
@@ -106,11 +218,13 @@ func (s *Store) ReadEvents(ctx context.Context, from uint64, limit int) ([]store
 		return nil, fmt.Errorf("natsstore: %w", err)
 	}
 	st := info.State
-	start := max(from, st.FirstSeq, 1)
-	if limit <= 0 || st.Msgs == 0 || start > st.LastSeq {
+	if limit <= 0 || st.Msgs == 0 {
 		return nil, nil
 	}
-	end := min(st.LastSeq, start+uint64(limit)-1)
+	start, err := s.holding(ctx, st.FirstSeq, st.LastSeq, from)
+	if err != nil || start == 0 {
+		return nil, err
+	}
 	c, err := s.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
 	})
@@ -119,13 +233,13 @@ func (s *Store) ReadEvents(ctx context.Context, from uint64, limit int) ([]store
 	}
 	var out []store.Event
 	for {
-		want := int(end+1-start) - len(out)
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		// The events up to end are there unless a trim raced this read;
-		// then the wait is short and the read returns what it found.
-		batch, err := c.Fetch(want, jetstream.FetchMaxWait(time.Second))
+		// The messages up to st.LastSeq are there unless a trim raced
+		// this read; then the wait is short and the read returns what it
+		// found.
+		batch, err := c.Fetch(int(min(st.LastSeq-start+1, 256)), jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("natsstore: reading events: %w", err)
 		}
@@ -136,24 +250,38 @@ func (s *Store) ReadEvents(ctx context.Context, from uint64, limit int) ([]store
 			if err != nil {
 				return nil, fmt.Errorf("natsstore: reading events: %w", err)
 			}
-			if seq := meta.Sequence.Stream; seq <= end {
-				out = append(out, store.Event{Seq: seq, Data: m.Data()})
-				if seq == end {
+			seq := meta.Sequence.Stream
+			if seq > st.LastSeq {
+				continue
+			}
+			evs, err := eventsOf(m.Headers(), seq, m.Data())
+			if err != nil {
+				return nil, err
+			}
+			for _, e := range evs {
+				if e.Seq >= from {
+					out = append(out, e)
+				}
+				if len(out) == limit {
 					return out, nil
 				}
 			}
+			if seq == st.LastSeq {
+				return out, nil
+			}
+			start = seq + 1
 		}
 		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
 			return nil, fmt.Errorf("natsstore: reading events: %w", err)
 		}
-		if got == 0 { // trimmed meanwhile, up to end
+		if got == 0 { // trimmed meanwhile, up to the end
 			return out, nil
 		}
 	}
 }
 
-// TrimEvents removes the events whose Seq is below before, never the
-// newest; see [store.EventLog].
+// TrimEvents removes the events whose Seq is below before, in whole
+// messages, never the newest; see [store.EventLog].
 func (s *Store) TrimEvents(ctx context.Context, before uint64) error {
 	ctx, done, err := s.begin(ctx)
 	if err != nil {
@@ -165,8 +293,18 @@ func (s *Store) TrimEvents(ctx context.Context, before uint64) error {
 		return fmt.Errorf("natsstore: %w", err)
 	}
 	st := info.State
-	if seq := min(before, st.LastSeq); st.Msgs > 0 && seq > st.FirstSeq {
-		if err := s.events.Purge(ctx, jetstream.WithPurgeSequence(seq)); err != nil {
+	if st.Msgs == 0 {
+		return nil
+	}
+	keep, err := s.holding(ctx, st.FirstSeq, st.LastSeq, before)
+	if err != nil {
+		return err
+	}
+	if keep == 0 {
+		keep = st.LastSeq
+	}
+	if keep > st.FirstSeq {
+		if err := s.events.Purge(ctx, jetstream.WithPurgeSequence(keep)); err != nil {
 			return fmt.Errorf("natsstore: trimming events: %w", err)
 		}
 	}
@@ -185,10 +323,25 @@ func (s *Store) EventBounds(ctx context.Context) (first, last uint64, err error)
 	if err != nil {
 		return 0, 0, fmt.Errorf("natsstore: %w", err)
 	}
-	if info.State.Msgs == 0 {
+	st := info.State
+	if st.Msgs == 0 {
 		return 0, 0, nil
 	}
-	return info.State.FirstSeq, info.State.LastSeq, nil
+	for _, seq := range []uint64{st.FirstSeq, st.LastSeq} {
+		m, err := s.events.GetMsg(ctx, seq)
+		if err != nil {
+			return 0, 0, fmt.Errorf("natsstore: reading events: %w", err)
+		}
+		f, l, err := eventRange(m.Header, m.Sequence)
+		if err != nil {
+			return 0, 0, err
+		}
+		if seq == st.FirstSeq {
+			first = f
+		}
+		last = l
+	}
+	return first, last, nil
 }
 
 var _ store.EventLog = (*Store)(nil)

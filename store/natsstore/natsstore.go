@@ -136,14 +136,33 @@ type Store struct {
 	closed  bool
 
 	// mu orders Apply and Load: a Load sees every change this Store
-	// applied before it, and none half. It also guards the index.
+	// applied before it, and none half. It also guards the index, the
+	// requests' results and replies. Lock order: mu, then qmu.
 	mu sync.Mutex
+	// qmu guards queue, the Applies waiting to be written.
+	qmu   sync.Mutex
+	queue []*applyReq
+	// replies receives the answers to writes in flight (see pipeline),
+	// on subjects under inbox; made on first use. round numbers the
+	// pipelines, so that an answer to an earlier one is told apart.
+	replies *nats.Subscription
+	inbox   string
+	round   uint64
 	// indexed says whether revs and heads mirror the bucket, as far as
 	// this Store knows: they are rebuilt by a scan after an Apply whose
 	// outcome is unknown.
 	indexed bool
 	revs    map[string]rev     // by key, for every key written with compare-and-set
 	heads   map[string]headRec // the histories' heads, by agent id
+
+	// emu orders AppendEvents and guards what it knows of the event log,
+	// if evKnown: evNext is the Seq the log expects next (zero when it is
+	// empty: any), and evStream the sequence of its stream's last message.
+	// Learnt again after a failed append.
+	emu      sync.Mutex
+	evKnown  bool
+	evNext   uint64
+	evStream uint64
 
 	// last is, with Options.Fence, the sequence of the stream's last
 	// message as this store's last write left it. Guarded by mu.
@@ -301,6 +320,8 @@ func (s *Store) Close() error {
 	s.closed = true
 	if s.ownConn {
 		s.nc.Close()
+	} else if s.replies != nil {
+		s.replies.Unsubscribe()
 	}
 	return nil
 }
@@ -337,7 +358,8 @@ func (s *Store) Load(ctx context.Context) (store.State, error) {
 
 // Apply records c as one atomic batch on the bucket's stream; see
 // [store.Store] and the package documentation. A change that needs more
-// writes than Options.MaxBatch is refused whole.
+// writes than Options.MaxBatch is refused whole. Concurrent Applies are
+// written together (see commitQueue), each still atomic on its own.
 func (s *Store) Apply(ctx context.Context, c store.Change) error {
 	ctx, done, err := s.begin(ctx)
 	if err != nil {
@@ -347,9 +369,22 @@ func (s *Store) Apply(ctx context.Context, c store.Change) error {
 	if c.Empty() {
 		return nil
 	}
+	r := &applyReq{ctx: ctx, c: &c}
+	s.qmu.Lock()
+	s.queue = append(s.queue, r)
+	s.qmu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if !r.done {
+		s.commitQueue()
+	}
+	return r.err
+}
 
+// applyOne records c on its own, as one atomic batch, learning again the
+// revisions of its keys and trying again when another writer changed
+// them. Called with s.mu held.
+func (s *Store) applyOne(ctx context.Context, c *store.Change) error {
 	for try := 0; ; try++ {
 		if !s.indexed {
 			if _, err := s.scan(ctx); err != nil {
@@ -359,23 +394,20 @@ func (s *Store) Apply(ctx context.Context, c store.Change) error {
 		if err := s.confirmPending(ctx, c.Accepted); err != nil {
 			return err
 		}
-		p, err := s.plan(&c)
+		p, err := s.plan(c)
 		if err != nil {
 			return err
 		}
-		if len(p.writes) > s.opts.MaxBatch {
-			return fmt.Errorf("natsstore: the change needs %d writes, over the limit of %d for one atomic batch", len(p.writes), s.opts.MaxBatch)
+		ws, rest, err := s.batchOf(p)
+		if err != nil {
+			return err
 		}
-		// The removal of dropped history messages rides along if there is
-		// room; it is not part of the state, so it may also follow.
-		room := min(len(p.garbage), s.opts.MaxBatch-len(p.writes))
-		ws := append(p.writes, p.garbage[:room]...)
 		last, err := s.publish(ctx, ws)
 		var rej *rejection
 		switch {
 		case err == nil:
 			s.committed(p, ws, last)
-			s.collect(ctx, p.garbage[room:])
+			s.collect(ctx, rest)
 			return nil
 		case errors.As(err, &rej) && rej.conflict() && try < conflictRetries:
 			// Another writer changed a key since this Store last saw it:
@@ -394,6 +426,18 @@ func (s *Store) Apply(ctx context.Context, c store.Change) error {
 			return err
 		}
 	}
+}
+
+// batchOf returns the writes of p's batch and the deletions of dropped
+// history messages left for later: those ride along in the batch if there
+// is room (they are not part of the state, so they may also follow). A
+// change whose own writes are over Options.MaxBatch is refused.
+func (s *Store) batchOf(p *plan) (ws, rest []write, err error) {
+	if len(p.writes) > s.opts.MaxBatch {
+		return nil, nil, fmt.Errorf("natsstore: the change needs %d writes, over the limit of %d for one atomic batch", len(p.writes), s.opts.MaxBatch)
+	}
+	room := min(len(p.garbage), s.opts.MaxBatch-len(p.writes))
+	return append(p.writes, p.garbage[:room]...), p.garbage[room:], nil
 }
 
 // committed updates the index after ws were written, the last at

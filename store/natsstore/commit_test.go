@@ -1,0 +1,190 @@
+package natsstore_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"agentsociety/store"
+	"agentsociety/store/natsstore"
+	"agentsociety/store/natsstore/natstest"
+)
+
+// commitWriters and commitSteps size the group commit tests: each writer
+// accepts a message, sets a key of its own and finishes its message before,
+// commitSteps times, all at once.
+const (
+	commitWriters = 16
+	commitSteps   = 40
+)
+
+// Concurrent Applies go out together, and each is still a change of its
+// own: every one that succeeds is in the bucket whole, two that accept one
+// message id are one success and one ErrExists, and changes that write one
+// key (a state key every writer sets now and then) are each applied, in some order.
+func TestApply_ConcurrentChanges(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Fence=%v", fence), func(t *testing.T) {
+			ctx := t.Context()
+			s := open(t, natstest.Server(t), natsstore.Options{Fence: fence})
+			var dupWins, applies atomic.Int64
+			var wg sync.WaitGroup
+			for w := range commitWriters {
+				wg.Go(func() {
+					for i := range commitSteps {
+						c := store.Change{
+							Accepted: []store.Message{msg(fmt.Sprintf("m-%d-%d", w, i))},
+							States:   []store.StateEntry{state(strconv.Itoa(w), "k", strconv.Itoa(i))},
+						}
+						if i%8 == w%8 {
+							c.States = append(c.States, state("all", "k", strconv.Itoa(w)))
+						}
+						if i > 0 {
+							c.Finished = []string{fmt.Sprintf("m-%d-%d", w, i-1)}
+						}
+						applies.Add(1)
+						if err := s.Apply(ctx, c); err != nil {
+							t.Errorf("writer %d, step %d: %v", w, i, err)
+							return
+						}
+						// Writers 0 and 1 race to accept one id.
+						if w < 2 {
+							applies.Add(1)
+							err := s.Apply(ctx, store.Change{Accepted: []store.Message{msg(fmt.Sprintf("dup-%d", i))}})
+							switch {
+							case err == nil:
+								dupWins.Add(1)
+							case !errors.Is(err, store.ErrExists):
+								t.Errorf("writer %d accepting dup-%d: %v, want nil or ErrExists", w, i, err)
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			if n := dupWins.Load(); n != commitSteps {
+				t.Errorf("%d accepts of the contested ids succeeded, want one each, %d", n, commitSteps)
+			}
+			t.Logf("%d Applies in %d rounds", applies.Load(), s.Rounds())
+			if rounds := s.Rounds(); rounds >= uint64(applies.Load()) {
+				t.Errorf("%d Applies went out in %d rounds: none shared a round", applies.Load(), rounds)
+			}
+
+			st, err := s.Load(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pending []string
+			for _, m := range st.Pending {
+				pending = append(pending, m.ID)
+			}
+			var want []string
+			for w := range commitWriters {
+				want = append(want, fmt.Sprintf("m-%d-%d", w, commitSteps-1))
+			}
+			for i := range commitSteps {
+				want = append(want, fmt.Sprintf("dup-%d", i))
+			}
+			slices.Sort(pending)
+			slices.Sort(want)
+			if !slices.Equal(pending, want) {
+				t.Errorf("pending %v, want %v", pending, want)
+			}
+			for _, e := range st.States {
+				if e.Scope != "all" && string(e.Value) != strconv.Itoa(commitSteps-1) {
+					t.Errorf("state %s/%s = %s, want the last step's, %d", e.Scope, e.Key, e.Value, commitSteps-1)
+				}
+			}
+			if len(st.States) != commitWriters+1 {
+				t.Errorf("%d state keys, want %d", len(st.States), commitWriters+1)
+			}
+		})
+	}
+}
+
+// A fenced store deposed while its writers write: each Apply either
+// succeeds and is in the bucket, or fails with ErrFenced and left nothing;
+// once one has failed so, every later one does.
+func TestApply_DeposedWhileWriting(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	old := open(t, url, natsstore.Options{Bucket: "deposed", Fence: true})
+	var mu sync.Mutex
+	accepted, finished := map[string]bool{}, map[string]bool{}
+	deposed := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range commitWriters {
+		wg.Go(func() {
+			fenced := false
+			for i := range commitSteps {
+				if i == commitSteps/2 && w == 0 {
+					open(t, url, natsstore.Options{Bucket: "deposed", Fence: true})
+					close(deposed)
+				}
+				id := fmt.Sprintf("m-%d-%d", w, i)
+				c := store.Change{Accepted: []store.Message{msg(id)}}
+				prev := fmt.Sprintf("m-%d-%d", w, i-1)
+				if i > 0 {
+					c.Finished = []string{prev}
+				}
+				err := old.Apply(ctx, c)
+				switch {
+				case err == nil && fenced:
+					t.Errorf("writer %d, step %d: an Apply succeeded after one was fenced", w, i)
+				case err == nil:
+					mu.Lock()
+					accepted[id] = true
+					finished[prev] = i > 0
+					mu.Unlock()
+				case errors.Is(err, natsstore.ErrFenced):
+					fenced = true
+				default:
+					t.Errorf("writer %d, step %d: %v, want nil or ErrFenced", w, i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	<-deposed
+	select {
+	case <-old.Fenced():
+	default:
+		t.Fatal("the deposed store does not say it is fenced")
+	}
+	next := open(t, url, natsstore.Options{Bucket: "deposed", Fence: true})
+	st, err := next.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pending, want []string
+	for _, m := range st.Pending {
+		pending = append(pending, m.ID)
+	}
+	for id := range accepted {
+		if !finished[id] {
+			want = append(want, id)
+		}
+	}
+	slices.Sort(pending)
+	slices.Sort(want)
+	if !slices.Equal(pending, want) {
+		t.Errorf("pending %v, want what the deposed store's successful Applies left: %v", pending, want)
+	}
+}
+
+func msg(id string) store.Message {
+	return store.Message{ID: id, Seq: 1, From: "user", To: "root", Type: "text", Payload: json.RawMessage(`{}`), SentAt: time.Unix(1, 0).UTC()}
+}
+
+func state(scope, key, value string) store.StateEntry {
+	return store.StateEntry{Scope: scope, Key: key, Value: json.RawMessage(value), Writer: "root", UpdatedAt: time.Unix(1, 0).UTC()}
+}
