@@ -180,6 +180,9 @@ func (s *Society) handled(ctx context.Context, a *agent, id string) {
 	h, grew := a.mind.record(a.info.ID)
 	if grew {
 		done.HistoryAppends = []store.HistoryAppend{h}
+	} else if done.Finished != nil {
+		s.finishing.add(id) // written behind (see finish.go)
+		return
 	}
 	if err := s.record(ctx, done); err != nil {
 		// The history's append is made again, with the next turn's.

@@ -217,15 +217,17 @@ type Society struct {
 	// false (goFunc, or enqueue, whose drainer startDrainer starts once mu
 	// is released), and so is every request timer (armTimeout) and the
 	// prune timer (armPrune); wg also counts the changes being recorded,
-	// and Close waits for wg. The event log's writer (see eventLog) is the
-	// one goroutine outside wg: New starts it, and Close stops it once wg
-	// is done, so that it writes the last events.
+	// and Close waits for wg. The event log's writer (see eventLog) and the
+	// finisher's goroutine (see finisher) are the two outside wg: New
+	// starts them, and Close stops them once wg is done, so that they
+	// write the last events and records.
 	cfg   Config
 	store store.Store
 	log   *slog.Logger
 	user  *userEndpoint
 
 	events     *eventLog           // the event log (see events.go)
+	finishing  *finisher           // the records of handled messages, written behind (see finish.go)
 	lang       *language           // the model-facing text
 	modelSlots *semaphore.Weighted // caps model calls in flight
 
@@ -407,12 +409,15 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	s.contacts.Add(RootID, Contact{ID: UserID, Role: UserID, Source: SourceSystem, AddedAt: now})
 	s.contacts.Add(UserID, Contact{ID: RootID, Role: RootID, Source: SourceSystem, AddedAt: now})
 
+	s.finishing = newFinisher(s.store, s.log)
+	go s.finishing.run()
 	if err := s.restore(ctx); err != nil {
 		// restore may have started drainers and timers before it failed:
 		// stop them, so that nothing outlives the failed New.
 		s.stop()
 		s.cancel()
 		s.wg.Wait()
+		s.finishing.close()
 		return nil, s.saveQueued(err)
 	}
 	if s.events.stop != nil {
@@ -454,6 +459,7 @@ func (s *Society) Close(ctx context.Context) error {
 	s.user.close()
 	go func() { // not counted in wg: it is what waits for wg
 		s.wg.Wait()
+		s.finishing.close()
 		s.events.close()
 		s.cancel()
 		s.closeErr = s.saveQueued(nil)

@@ -1,0 +1,94 @@
+package agentsociety
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+
+	"agentsociety/store"
+)
+
+// Finishing. The record that a message's handling ended is written behind
+// when it is all a turn records (a code-driven agent's turn, or a model
+// turn that added nothing to the history): the drainer goes on to its
+// agent's next message at once, and the records of the messages handled
+// meanwhile go to the store together, as one change, from the finisher's
+// one goroutine. A crash before they are written has those messages
+// delivered again, as a crash during their handling would: delivery is at
+// least once. Close writes every record before it returns.
+
+// maxFinishBatch bounds the messages one change finishes, well below the
+// most writes a store takes in one change (natsstore's MaxBatch).
+const maxFinishBatch = 256
+
+// finisher writes behind the records of messages whose handling ended. It
+// is safe for concurrent use. Its goroutine, the one besides the event
+// log's writer that s.wg does not count, starts in New and stops in Close
+// once every drainer has (see close).
+type finisher struct {
+	store store.Store
+	log   *slog.Logger
+
+	mu  sync.Mutex
+	ids []string // handled, not yet written
+
+	wake    chan struct{} // has a value when ids may have grown
+	stop    chan struct{} // closed by close
+	stopped chan struct{} // closed when the goroutine has written all and ended
+}
+
+func newFinisher(st store.Store, log *slog.Logger) *finisher {
+	return &finisher{store: st, log: log, wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+// add queues the record that message id was handled.
+func (f *finisher) add(id string) {
+	f.mu.Lock()
+	f.ids = append(f.ids, id)
+	f.mu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run writes what add queues until close; then it writes the rest and
+// ends.
+func (f *finisher) run() {
+	defer close(f.stopped)
+	ctx := context.Background() // the last records are written even as Close gives up waiting
+	for {
+		select {
+		case <-f.wake:
+			f.write(ctx)
+		case <-f.stop:
+			f.write(ctx)
+			return
+		}
+	}
+}
+
+// write writes every record queued, maxFinishBatch to a change.
+func (f *finisher) write(ctx context.Context) {
+	for {
+		f.mu.Lock()
+		n := min(len(f.ids), maxFinishBatch)
+		ids := f.ids[:n:n]
+		f.ids = f.ids[n:]
+		f.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if err := f.store.Apply(ctx, store.Change{Finished: ids}); err != nil {
+			// The messages are delivered again when the society reopens.
+			f.log.LogAttrs(ctx, slog.LevelError, "recording handled messages failed", slog.Int("messages", n), slog.String("err", err.Error()))
+		}
+	}
+}
+
+// close stops the goroutine once it has written every record queued. Called
+// once, when no drainer runs.
+func (f *finisher) close() {
+	close(f.stop)
+	<-f.stopped
+}
