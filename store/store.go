@@ -30,7 +30,8 @@ var ErrExists = errors.New("store: already exists")
 //
 // A Store must be safe for concurrent use. Every method takes a context that
 // bounds the call; a cancelled call may or may not have taken effect, except
-// for Apply, which is atomic: a failed Apply leaves no trace.
+// for Apply, which is atomic: a failed Apply leaves no trace (but see
+// Apply for a change that only finishes messages).
 //
 // The society calls Load once when it opens and keeps its own view after that,
 // so a Store is a write-behind record, not a cache the society reads from on
@@ -50,7 +51,11 @@ type Store interface {
 	Load(ctx context.Context) (State, error)
 
 	// Apply records one change atomically: either all of it is durable
-	// (as durable as the implementation promises) or none of it is.
+	// (as durable as the implementation promises) or none of it is. The
+	// one exception is a change that does nothing but finish messages:
+	// the end of each message's handling is a fact of its own, so a store
+	// may record them one by one, and a failed Apply may have recorded
+	// some (a message not recorded finished is delivered again).
 	// Records with an id already present replace the earlier ones, except
 	// contacts, which are keyed by owner and contact id, histories, keyed by
 	// agent id, state entries, keyed by scope and key, and messages, which
