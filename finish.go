@@ -57,14 +57,13 @@ func (f *finisher) add(id string) {
 func (f *finisher) run() {
 	defer close(f.stopped)
 	ctx := context.Background() // the last records are written even as Close gives up waiting
-	for {
+	for stopping := false; !stopping; {
 		select {
 		case <-f.wake:
-			f.write(ctx)
 		case <-f.stop:
-			f.write(ctx)
-			return
+			stopping = true
 		}
+		f.write(ctx)
 	}
 }
 
