@@ -147,7 +147,9 @@
 // is an in-memory store, and store/filestore keeps them in a directory.
 // Messages are recorded when accepted and marked finished when handled, with
 // what the turn added to the agent's history (never the whole history, so
-// a turn costs the store what it added), so a society reopened on a store
+// a turn costs the store what it added; a turn that adds nothing has its
+// end recorded behind, with others, and Close records them all), so a
+// society reopened on a store
 // that survived its process delivers again what was accepted and never
 // finished (at least once), spawns nothing twice for a message handled
 // again, and runs on the timeouts of pending requests. The in-memory store, which no crash
