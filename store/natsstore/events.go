@@ -251,8 +251,8 @@ func (s *Store) ReadEvents(ctx context.Context, from uint64, limit int) ([]store
 				return nil, fmt.Errorf("natsstore: reading events: %w", err)
 			}
 			seq := meta.Sequence.Stream
-			if seq > st.LastSeq {
-				continue
+			if seq > st.LastSeq { // the end was trimmed meanwhile
+				return out, nil
 			}
 			evs, err := eventsOf(m.Headers(), seq, m.Data())
 			if err != nil {
