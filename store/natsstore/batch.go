@@ -18,6 +18,10 @@ const (
 	hdrBatchSeq    = "Nats-Batch-Sequence"
 	hdrBatchCommit = "Nats-Batch-Commit"
 	hdrKVOperation = "KV-Operation"
+	// hdrExpectedSubject names the subject whose last sequence a message's
+	// Nats-Expected-Last-Subject-Sequence is about, when it is not the
+	// message's own (nats-server 2.11 and later).
+	hdrExpectedSubject = "Nats-Expected-Last-Subject-Sequence-Subject"
 )
 
 // rejection is an error the server answered a batch's commit with: the
@@ -88,7 +92,7 @@ func (s *Store) send(ctx context.Context, ws []write, expectLast bool) (uint64, 
 	if len(ws) == 0 {
 		return 0, nil
 	}
-	ms := s.messages(ws, expectLast, s.last)
+	ms := s.messages(ws, expectLast, false, s.last)
 	for _, m := range ms[:len(ms)-1] {
 		// Staged by the server; a message it refuses abandons the batch,
 		// and the commit reports it.
@@ -105,8 +109,10 @@ func (s *Store) send(ctx context.Context, ws []write, expectLast bool) (uint64, 
 
 // messages returns the messages that write ws: one plain message, or an
 // atomic batch whose last message commits it. With expectLast, the first
-// expects the stream's last sequence to be last.
-func (s *Store) messages(ws []write, expectLast bool, last uint64) []*nats.Msg {
+// expects the stream's last sequence to be last. With fenceCheck, the
+// first expects, instead of its key's revision, the fence key's to be the
+// one this store's claim wrote (see pipeline).
+func (s *Store) messages(ws []write, expectLast, fenceCheck bool, last uint64) []*nats.Msg {
 	id := ""
 	if len(ws) > 1 {
 		id = newID()
@@ -131,6 +137,10 @@ func (s *Store) messages(ws []write, expectLast bool, last uint64) []*nats.Msg {
 		}
 		if expectLast && i == 0 {
 			m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(last, 10))
+		}
+		if fenceCheck && i == 0 {
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.claimed, 10))
+			m.Header.Set(hdrExpectedSubject, s.prefix+keyFence)
 		}
 		ms[i] = m
 	}

@@ -16,14 +16,24 @@ import (
 // arrive while a write is in flight go out together in the next round,
 // with one wait for all their answers, instead of one round trip each.
 //
-// Each change is still its own write, a plain message or its own atomic
-// batch, with its own answer from the server: one change's failure is not
-// another's. A round holds only changes whose keys differ, since a change
-// is planned against the revisions of its keys as the index knows them
-// before the round. With Options.Fence the first write of each change
-// expects the stream's last sequence that the changes before it in the
-// round leave, so the fence holds for every write; a change refused there
-// makes those after it refused too, and they are tried again one by one.
+// Each change of a round is still its own write, a plain message or its
+// own atomic batch, with its own answer from the server: one change's
+// failure is not another's. A round holds only changes whose keys differ,
+// since a change is planned against the revisions of its keys as the
+// index knows them before the round.
+//
+// With Options.Fence, the first message of each change expects two things
+// of the stream: its last sequence to be the one the changes before it in
+// the round leave, and the fence key's revision to be the one this store's
+// claim wrote. The second is what keeps the fence: a store deposed by
+// another's claim writes nothing, whatever the other wrote since (the
+// first alone could be lined up again by another store's writes after a
+// change of the round was refused). It stands in for the message's check
+// of its own key's revision, which only another writer could fail, and no
+// other writer writes without claiming first. A change refused makes
+// those after it refused too (the stream's last sequence is not the one
+// they expect), and they are tried again one by one, which tells a
+// refused change from a deposed store.
 
 // An applyReq is an Apply waiting for its change to be written.
 type applyReq struct {
@@ -43,9 +53,11 @@ func (r *applyReq) finish(err error) {
 	r.done = true
 }
 
-// planned is a request with the writes of its change.
+// planned is a request with the writes of its change, or of one part of
+// it (see commitRound).
 type planned struct {
 	r    *applyReq
+	c    *store.Change // what the writes record: r's change, or the part
 	p    *plan
 	ws   []write // the batch
 	rest []write // dropped history messages left for later (see batchOf)
@@ -86,12 +98,29 @@ func (s *Store) commitRound(reqs []*applyReq) []*applyReq {
 			continue
 		}
 		p, err := s.plan(r.c)
-		var ws, rest []write
-		if err == nil {
-			ws, rest, err = s.batchOf(p)
-		}
-		if err != nil || len(ws) == 0 {
+		if err != nil || len(p.writes)+len(p.garbage) == 0 {
 			r.finish(err) // refused, or nothing to write
+			continue
+		}
+		if onlyFinishes(r.c) {
+			// Each message's end is its own write: a batch of them would
+			// cost a server on file storage a sync (see BenchmarkApply).
+			if slices.ContainsFunc(p.writes, func(w write) bool { return keys[w.key] }) {
+				break
+			}
+			for _, id := range r.c.Finished {
+				i, ok := p.at[pendingKey(id)]
+				if !ok || keys[pendingKey(id)] {
+					continue // not pending, or a second time in the change
+				}
+				keys[pendingKey(id)] = true
+				round = append(round, planned{r: r, c: &store.Change{Finished: []string{id}}, p: &plan{}, ws: []write{p.writes[i]}})
+			}
+			continue
+		}
+		ws, rest, err := s.batchOf(p)
+		if err != nil {
+			r.finish(err)
 			continue
 		}
 		if slices.ContainsFunc(ws, func(w write) bool { return keys[w.key] }) {
@@ -100,24 +129,17 @@ func (s *Store) commitRound(reqs []*applyReq) []*applyReq {
 		for _, w := range ws {
 			keys[w.key] = true
 		}
-		if onlyFinishes(r.c) {
-			// Each message's end is its own write: a batch of them would
-			// cost a server on file storage a sync (see BenchmarkApply).
-			for _, w := range ws {
-				round = append(round, planned{r: r, p: &plan{}, ws: []write{w}})
-			}
-			continue
-		}
-		round = append(round, planned{r: r, p: p, ws: ws, rest: rest})
+		round = append(round, planned{r: r, c: r.c, p: p, ws: ws, rest: rest})
 	}
 	s.pipeline(round)
 	return reqs[n:]
 }
 
-// pipeline sends the writes of round, then waits for their answers, and
-// finishes each request: committed, refused, or of unknown outcome. A
-// change refused where its own write would have been accepted is tried
-// again on its own (see applyOne). Called with s.mu held.
+// pipeline sends the writes of round, each change its own write, then
+// waits for their answers, and finishes each request: committed, refused,
+// or of unknown outcome. A change refused is tried again on its own (see
+// applyOne), which learns its keys again if another writer changed them.
+// Called with s.mu held.
 func (s *Store) pipeline(round []planned) {
 	if len(round) == 0 {
 		return
@@ -147,13 +169,12 @@ func (s *Store) pipeline(round []planned) {
 
 	// Send: sent counts the changes whose every message went out.
 	sent, last := 0, s.last
-	var sendErr error
 send:
 	for i, pl := range round {
-		ms := s.messages(pl.ws, s.opts.Fence, last)
+		ms := s.messages(pl.ws, s.opts.Fence, s.opts.Fence, last)
 		ms[len(ms)-1].Reply = prefix + strconv.Itoa(i)
 		for _, m := range ms {
-			if sendErr = s.nc.PublishMsg(m); sendErr != nil {
+			if s.nc.PublishMsg(m) != nil {
 				break send
 			}
 		}
@@ -163,69 +184,76 @@ send:
 
 	// Wait for the answers to what went out.
 	answers := make([][]byte, sent)
+	answered := make([]bool, sent)
 	var waitErr error
 	for got := 0; got < sent; {
 		m, err := s.replies.NextMsgWithContext(ctx)
 		if err != nil {
-			waitErr = err
+			waitErr = fmt.Errorf("natsstore: committing a change: %w", err)
 			break
 		}
 		i, err := strconv.Atoi(strings.TrimPrefix(m.Subject, prefix))
-		if !strings.HasPrefix(m.Subject, prefix) || err != nil || i < 0 || i >= sent || answers[i] != nil {
+		if !strings.HasPrefix(m.Subject, prefix) || err != nil || i < 0 || i >= sent || answered[i] {
 			continue // an answer to an earlier round that was given up on
 		}
-		answers[i] = m.Data
+		answers[i], answered[i] = m.Data, true
 		got++
 	}
 
-	var garbage []write
-	defer func() { s.collect(ctx, garbage) }()
+	// Each change by its answer. With the fence, one refused or not
+	// answered leaves those after it expecting a last sequence the
+	// stream may not have: they are left for later, one by one.
+	var garbage, later []planned
 	for i, pl := range round {
 		if i >= sent {
-			// Not sent whole (the connection failed): each on its own,
-			// which tells what became of the connection.
-			for _, pl := range round[i:] {
-				pl.r.finish(s.applyOne(pl.r.ctx, pl.r.c))
-			}
-			return
+			later = append(later, pl) // not sent whole: the connection failed
+			continue
 		}
-		var seq uint64
 		err := waitErr
-		if answers[i] != nil {
+		var seq uint64
+		if answered[i] {
 			seq, err = readAck(answers[i], len(pl.ws))
 		}
 		var rej *rejection
 		switch {
+		case err == nil && s.opts.Fence && len(later) > 0:
+			// Written, after a change of the round that was not: its
+			// expected last sequence was met by another store's writes,
+			// which did not claim the bucket first.
+			s.fence(errors.New("another store wrote to the bucket without claiming it"))
+			s.committed(pl.p, pl.ws, seq)
+			pl.r.finish(nil)
+		case s.opts.Fence && len(later) > 0:
+			later = append(later, pl) // expected a last sequence the stream has not
 		case err == nil:
 			if s.opts.Fence {
 				s.last = seq
 			}
 			s.committed(pl.p, pl.ws, seq)
-			garbage = append(garbage, pl.rest...)
+			garbage = append(garbage, pl)
 			pl.r.finish(nil)
-		case errors.As(err, &rej) && s.opts.Fence:
-			// Nothing of it was stored, so the writes after it expected a
-			// last sequence the stream does not have: each on its own,
-			// which tells a refused change from a fenced store.
-			for _, pl := range round[i:] {
-				pl.r.finish(s.applyOne(pl.r.ctx, pl.r.c))
-			}
-			return
 		case errors.As(err, &rej):
-			pl.r.finish(s.applyOne(pl.r.ctx, pl.r.c))
+			later = append(later, pl)
+		case s.opts.Fence:
+			// No answer, or one that does not parse: it may or may not
+			// have been stored, and this store cannot tell its own
+			// writes from another's.
+			err = s.fence(err)
+			pl.r.finish(err)
+			later = append(later, pl)
 		default:
-			// No answer, or one that does not parse: this change and
-			// those after it may or may not have been stored.
-			err = fmt.Errorf("natsstore: committing a change: %w", err)
-			if s.opts.Fence {
-				err = s.fence(err)
-			} else {
-				s.indexed = false
-			}
-			for _, pl := range round[i:] {
-				pl.r.finish(err)
-			}
-			return
+			// It may or may not have been stored: forget what this
+			// Store knows, so that the next call reads the bucket again.
+			s.indexed = false
+			pl.r.finish(err)
+		}
+	}
+	for _, pl := range garbage {
+		s.collect(ctx, pl.rest)
+	}
+	for _, pl := range later {
+		if !pl.r.done || pl.r.err == nil {
+			pl.r.finish(s.applyOne(pl.r.ctx, pl.c))
 		}
 	}
 }
@@ -233,6 +261,7 @@ send:
 // onlyFinishes reports whether c does nothing but finish messages, which
 // the store may record one by one (see [store.Store]).
 func onlyFinishes(c *store.Change) bool {
-	return len(c.Finished) > 0 &&
-		len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests)+len(c.Accepted)+len(c.Histories)+len(c.States)+len(c.HistoryAppends) == 0
+	rest := *c
+	rest.Finished = nil
+	return len(c.Finished) > 0 && rest.Empty()
 }

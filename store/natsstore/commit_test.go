@@ -188,3 +188,68 @@ func msg(id string) store.Message {
 func state(scope, key, value string) store.StateEntry {
 	return store.StateEntry{Scope: scope, Key: key, Value: json.RawMessage(value), Writer: "root", UpdatedAt: time.Unix(1, 0).UTC()}
 }
+
+// A deposed store's round of one-write changes writes nothing, even though
+// the claim that deposed it moved the stream by as many messages as one of
+// them: the round goes as one batch expecting the stream's last sequence as
+// the deposed store left it. The new writer is not disturbed.
+func TestApply_DeposedRoundWritesNothing(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	old := open(t, url, natsstore.Options{Bucket: "round", Fence: true})
+	if err := old.Apply(ctx, store.Change{Accepted: []store.Message{msg("x")}, States: []store.StateEntry{state("s", "before", "1")}}); err != nil {
+		t.Fatal(err)
+	}
+	next := open(t, url, natsstore.Options{Bucket: "round", Fence: true})
+	errs := old.ApplyAll(ctx, []store.Change{
+		{States: []store.StateEntry{state("s", "a", "1")}},
+		{States: []store.StateEntry{state("s", "b", "1")}},
+		{States: []store.StateEntry{state("s", "c", "1")}},
+		{Finished: []string{"x"}},
+	})
+	for i, err := range errs {
+		if !errors.Is(err, natsstore.ErrFenced) {
+			t.Errorf("change %d of the deposed store's round: %v, want ErrFenced", i, err)
+		}
+	}
+	if err := next.Apply(ctx, store.Change{States: []store.StateEntry{state("s", "after", "1")}}); err != nil {
+		t.Fatalf("the new writer, after the deposed store's round: %v", err)
+	}
+	st, err := next.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, e := range st.States {
+		keys = append(keys, e.Key)
+	}
+	if !slices.Equal(keys, []string{"after", "before"}) || len(st.Pending) != 1 {
+		t.Fatalf("state keys %v and %d pending, want [after before] and x: none of the deposed store's round", keys, len(st.Pending))
+	}
+}
+
+// Without the fence, a round's changes are each their own write: one that
+// is refused leaves the others written, and a change that only finishes
+// messages is written message by message.
+func TestApply_RoundWithoutFence(t *testing.T) {
+	ctx := t.Context()
+	s := open(t, natstest.Server(t), natsstore.Options{})
+	if err := s.Apply(ctx, store.Change{Accepted: []store.Message{msg("m1"), msg("m2"), msg("m3")}}); err != nil {
+		t.Fatal(err)
+	}
+	errs := s.ApplyAll(ctx, []store.Change{
+		{Accepted: []store.Message{msg("m1")}}, // pending already: refused
+		{States: []store.StateEntry{state("s", "a", "1")}},
+		{Finished: []string{"m2", "m3", "m2", "unknown"}},
+	})
+	if !errors.Is(errs[0], store.ErrExists) || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("errors %v, want ErrExists, nil, nil", errs)
+	}
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.Pending) != 1 || st.Pending[0].ID != "m1" || len(st.States) != 1 {
+		t.Fatalf("pending %v and %d state keys, want m1 and 1", st.Pending, len(st.States))
+	}
+}

@@ -239,7 +239,9 @@ func (s *Store) ReadEvents(ctx context.Context, from uint64, limit int) ([]store
 		// The messages up to st.LastSeq are there unless a trim raced
 		// this read; then the wait is short and the read returns what it
 		// found.
-		batch, err := c.Fetch(int(min(st.LastSeq-start+1, 256)), jetstream.FetchMaxWait(time.Second))
+		// Each message holds at least one event: fetch no more messages
+		// than events are wanted.
+		batch, err := c.Fetch(int(min(st.LastSeq-start+1, uint64(limit-len(out)), 256)), jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("natsstore: reading events: %w", err)
 		}
@@ -251,7 +253,7 @@ func (s *Store) ReadEvents(ctx context.Context, from uint64, limit int) ([]store
 				return nil, fmt.Errorf("natsstore: reading events: %w", err)
 			}
 			seq := meta.Sequence.Stream
-			if seq > st.LastSeq { // the end was trimmed meanwhile
+			if seq > st.LastSeq { // those up to the end were trimmed meanwhile
 				return out, nil
 			}
 			evs, err := eventsOf(m.Headers(), seq, m.Data())

@@ -30,7 +30,7 @@ func (s *Store) claim(ctx context.Context) error {
 		var rej *rejection
 		switch {
 		case err == nil:
-			s.last = seq
+			s.last, s.claimed = seq, seq
 			return nil
 		case try < claimTries && errors.As(err, &rej) && rej.conflict():
 			// Another store wrote meanwhile: read the stream again.

@@ -144,7 +144,7 @@ type Store struct {
 	queue []*applyReq
 	// replies receives the answers to writes in flight (see pipeline),
 	// on subjects under inbox; made on first use. round numbers the
-	// pipelines, so that an answer to an earlier one is told apart.
+	// rounds, so that an answer to an earlier one is told apart.
 	replies *nats.Subscription
 	inbox   string
 	round   uint64
@@ -166,7 +166,10 @@ type Store struct {
 
 	// last is, with Options.Fence, the sequence of the stream's last
 	// message as this store's last write left it. Guarded by mu.
-	last       uint64
+	last uint64
+	// claimed is, with Options.Fence, the revision of the fence key that
+	// this store's claim wrote.
+	claimed    uint64
 	fenced     chan struct{} // closed once the store is fenced
 	fencedOnce sync.Once
 }
