@@ -23,12 +23,13 @@
 //	x.<id>            an artifact's metadata, naming its object
 //
 // the artifacts' contents are objects in the object store
-// Bucket+"_artifacts", and the society's events ([store.EventLog]) are in
-// the stream Bucket+"_events", one message per append holding its events as
-// a JSON array, with the Seqs of the first and last in its headers
-// Agentsociety-First-Event and Agentsociety-Last-Event. Nested documents are embedded as JSON; times are
-// RFC 3339 with nanoseconds. "first" is the revision at which a record was
-// created, present once it has been replaced, so that Load lists records
+// Bucket+"_artifacts", and the society's events ([store.EventLog]) are
+// in the stream Bucket+"_events", one message per append (or a few, past
+// 256 KB) holding its events as a JSON array, with the Seqs of the first
+// and last in its headers Agentsociety-First-Event and
+// Agentsociety-Last-Event. Nested documents are embedded as JSON; times
+// are RFC 3339 with nanoseconds. "first" is the revision at which a
+// record was created, present once it has been replaced, so that Load lists records
 // in the order they were first applied. A history holds messages lo to
 // hi-1; indices only grow.
 //
@@ -42,18 +43,21 @@
 // keys again and retries, and a message pending through one is refused by
 // the other with [store.ErrExists]. A change needing more writes than
 // Options.MaxBatch (at most the server's max_batch_size, 1000 by default)
-// is refused whole. Applies made at once go out together, each its own
-// write with its own answer, so that they wait for one round trip between
-// them rather than one each. A history append costs the messages it adds and the
-// messages it drops, never the history's length. Deleted keys leave
-// markers that expire after Options.MarkerTTL.
+// is refused whole, except a change that only finishes messages, which is
+// written one message at a time (see [store.Store]). Applies made at once
+// go out together, each its own write with its own answer, so that they
+// wait for one round trip between them rather than one each. A history
+// append costs the messages it adds and the messages it drops, never the
+// history's length. Deleted keys leave markers that expire after
+// Options.MarkerTTL.
 //
 // Durability is the server's: what its stream's storage and replicas keep,
 // this store keeps. Load reads the bucket while holding off this store's
 // Applies; writes by other stores meanwhile may show in part. An Apply
 // whose commit goes unanswered (its context ended, the connection
-// dropped) may or may not have taken effect, whole; the store then reads
-// the bucket again before its next change.
+// dropped) may or may not have taken effect, whole, and so may the
+// unanswered changes sent with it; the store then reads the bucket again
+// before its next change.
 //
 // The store is not [store.Volatile]: every message a society accepts and
 // finishes is recorded. docs/distributed.md in the repository describes

@@ -95,7 +95,9 @@ type Options struct {
 	// by writing its key "fence", and every later write of the store
 	// expects the last sequence of the bucket's stream to be the one its
 	// own last write left, which the server checks with the write
-	// (Nats-Expected-Last-Sequence, on the first message of a batch). Once
+	// (Nats-Expected-Last-Sequence, on the first message of a batch); the
+	// first message of each of the changes written together also expects
+	// the fence key's revision to be the one the claim wrote. Once
 	// another store has claimed the bucket, this one's next write is
 	// refused by the server, nothing of it stored, and it and every later
 	// write fail with [ErrFenced]; [Store.Fenced] is closed. A write whose
