@@ -17,8 +17,8 @@ import (
 // delivered again, as a crash during their handling would: delivery is at
 // least once. Close writes every record before it returns.
 
-// maxFinishBatch bounds the messages one change finishes, well below the
-// most writes a store takes in one change (natsstore's MaxBatch).
+// maxFinishBatch bounds the messages one change finishes, so that a
+// change stays small for any store.
 const maxFinishBatch = 256
 
 // finisher writes behind the records of messages whose handling ended. It

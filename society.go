@@ -434,9 +434,10 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 //
 // If ctx ends first, Close cancels the handlers' contexts and returns
 // ctx.Err() at once, whatever a handler, the model, the store or a log
-// handler is doing; the society's goroutines end as soon as those return,
-// and a volatile store's queue is recorded then (a failure is logged at
-// Error level). A second Close waits, up to the end of its own ctx, for
+// handler is doing; the society's goroutines end as soon as those return
+// and the last events and records of handled messages are written (those
+// writes are bounded by the store, not by ctx), and a volatile store's
+// queue is recorded then (a failure is logged at Error level). A second Close waits, up to the end of its own ctx, for
 // the society to have stopped, and returns the error recording the queue,
 // if any: Close(ctx) then Close(context.Background()) gives up waiting at
 // ctx's deadline, then waits for the rest. Since Close waits for the

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"agentsociety/store"
 
@@ -225,61 +224,34 @@ func (s *Store) ReadEvents(ctx context.Context, from uint64, limit int) ([]store
 	if err != nil || start == 0 {
 		return nil, err
 	}
-	c, err := s.events.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: start,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("natsstore: reading events: %w", err)
-	}
+	// Message by message: each holds a batch of events, so a read takes
+	// few, and each is bounded by ctx.
 	var out []store.Event
-	for {
-		if err := ctx.Err(); err != nil {
-			return nil, err
+	for seq := start; seq <= st.LastSeq && len(out) < limit; seq++ {
+		m, err := s.events.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			// Trimmed meanwhile: go on from the first kept.
+			info, err := s.events.Info(ctx)
+			if err != nil {
+				return nil, fmt.Errorf("natsstore: %w", err)
+			}
+			seq = max(seq, info.State.FirstSeq-1)
+			continue
 		}
-		// The messages up to st.LastSeq are there unless a trim raced
-		// this read; then the wait is short and the read returns what it
-		// found.
-		// Each message holds at least one event: fetch no more messages
-		// than events are wanted.
-		batch, err := c.Fetch(int(min(st.LastSeq-start+1, uint64(limit-len(out)), 256)), jetstream.FetchMaxWait(time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("natsstore: reading events: %w", err)
 		}
-		got := 0
-		for m := range batch.Messages() {
-			got++
-			meta, err := m.Metadata()
-			if err != nil {
-				return nil, fmt.Errorf("natsstore: reading events: %w", err)
-			}
-			seq := meta.Sequence.Stream
-			if seq > st.LastSeq { // those up to the end were trimmed meanwhile
-				return out, nil
-			}
-			evs, err := eventsOf(m.Headers(), seq, m.Data())
-			if err != nil {
-				return nil, err
-			}
-			for _, e := range evs {
-				if e.Seq >= from {
-					out = append(out, e)
-				}
-				if len(out) == limit {
-					return out, nil
-				}
-			}
-			if seq == st.LastSeq {
-				return out, nil
-			}
-			start = seq + 1
+		evs, err := eventsOf(m.Header, seq, m.Data)
+		if err != nil {
+			return nil, err
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) {
-			return nil, fmt.Errorf("natsstore: reading events: %w", err)
-		}
-		if got == 0 { // trimmed meanwhile, up to the end
-			return out, nil
+		for _, e := range evs {
+			if e.Seq >= from && len(out) < limit {
+				out = append(out, e)
+			}
 		}
 	}
+	return out, nil
 }
 
 // TrimEvents removes the events whose Seq is below before, in whole
@@ -329,21 +301,31 @@ func (s *Store) EventBounds(ctx context.Context) (first, last uint64, err error)
 	if st.Msgs == 0 {
 		return 0, 0, nil
 	}
-	for _, seq := range []uint64{st.FirstSeq, st.LastSeq} {
-		m, err := s.events.GetMsg(ctx, seq)
+	// The first message kept, then the last, which a trim never removes.
+	for try := 0; ; try++ {
+		m, err := s.events.GetMsg(ctx, st.FirstSeq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) && try < 3 {
+			// Trimmed meanwhile: read the stream's state again.
+			if info, err = s.events.Info(ctx); err != nil {
+				return 0, 0, fmt.Errorf("natsstore: %w", err)
+			}
+			st = info.State
+			continue
+		}
 		if err != nil {
 			return 0, 0, fmt.Errorf("natsstore: reading events: %w", err)
 		}
-		f, l, err := eventRange(m.Header, m.Sequence)
-		if err != nil {
+		if first, _, err = eventRange(m.Header, m.Sequence); err != nil {
 			return 0, 0, err
 		}
-		if seq == st.FirstSeq {
-			first = f
-		}
-		last = l
+		break
 	}
-	return first, last, nil
+	m, err := s.events.GetMsg(ctx, st.LastSeq)
+	if err != nil {
+		return 0, 0, fmt.Errorf("natsstore: reading events: %w", err)
+	}
+	_, last, err = eventRange(m.Header, m.Sequence)
+	return first, last, err
 }
 
 var _ store.EventLog = (*Store)(nil)
