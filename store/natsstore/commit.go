@@ -108,13 +108,13 @@ func (s *Store) commitRound(reqs []*applyReq) []*applyReq {
 			if slices.ContainsFunc(p.writes, func(w write) bool { return keys[w.key] }) {
 				break
 			}
+			ids := make(map[string]string, len(r.c.Finished))
 			for _, id := range r.c.Finished {
-				i, ok := p.at[pendingKey(id)]
-				if !ok || keys[pendingKey(id)] {
-					continue // not pending, or a second time in the change
-				}
-				keys[pendingKey(id)] = true
-				round = append(round, planned{r: r, c: &store.Change{Finished: []string{id}}, p: &plan{}, ws: []write{p.writes[i]}})
+				ids[pendingKey(id)] = id
+			}
+			for _, w := range p.writes { // one per message pending
+				keys[w.key] = true
+				round = append(round, planned{r: r, c: &store.Change{Finished: []string{ids[w.key]}}, p: &plan{}, ws: []write{w}})
 			}
 			continue
 		}
