@@ -141,10 +141,13 @@ func (s *Store) commitRound(reqs []*applyReq) []*applyReq {
 // applyOne), which learns its keys again if another writer changed them.
 // Called with s.mu held.
 func (s *Store) pipeline(round []planned) {
-	if len(round) == 0 {
+	switch {
+	case len(round) == 0:
 		return
-	}
-	if s.opts.Fence && s.isFenced() {
+	case len(round) == 1:
+		s.writeOne(round[0])
+		return
+	case s.opts.Fence && s.isFenced():
 		for _, pl := range round {
 			pl.r.finish(fmt.Errorf("%w", ErrFenced))
 		}
@@ -255,6 +258,29 @@ send:
 		if !pl.r.done || pl.r.err == nil {
 			pl.r.finish(s.applyOne(pl.r.ctx, pl.c))
 		}
+	}
+}
+
+// writeOne writes a round of one change as applyOne would, on the
+// request's context, with no reply subscription to wait on. Called with
+// s.mu held.
+func (s *Store) writeOne(pl planned) {
+	last, err := s.publish(pl.r.ctx, pl.ws)
+	var rej *rejection
+	switch {
+	case err == nil:
+		s.committed(pl.p, pl.ws, last)
+		pl.r.finish(nil)
+		s.collect(pl.r.ctx, pl.rest)
+	case errors.As(err, &rej):
+		// Nothing was stored: applyOne learns the keys again if another
+		// writer changed them, and says why.
+		pl.r.finish(s.applyOne(pl.r.ctx, pl.c))
+	default:
+		if !s.opts.Fence { // a fenced store is fenced now
+			s.indexed = false
+		}
+		pl.r.finish(err)
 	}
 }
 

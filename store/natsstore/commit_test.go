@@ -74,9 +74,9 @@ func TestApply_ConcurrentChanges(t *testing.T) {
 			if n := dupWins.Load(); n != commitSteps {
 				t.Errorf("%d accepts of the contested ids succeeded, want one each, %d", n, commitSteps)
 			}
-			t.Logf("%d Applies in %d rounds", applies.Load(), s.Rounds())
-			if rounds := s.Rounds(); rounds >= uint64(applies.Load()) {
-				t.Errorf("%d Applies went out in %d rounds: none shared a round", applies.Load(), rounds)
+			t.Logf("%d Applies, %d rounds of two or more", applies.Load(), s.Rounds())
+			if s.Rounds() == 0 {
+				t.Errorf("none of %d Applies shared a round", applies.Load())
 			}
 
 			st, err := s.Load(ctx)

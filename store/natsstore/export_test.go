@@ -6,7 +6,8 @@ import (
 	"agentsociety/store"
 )
 
-// Rounds returns how many rounds of writes the group commit has sent.
+// Rounds returns how many rounds of two changes or more the group commit
+// has sent.
 func (s *Store) Rounds() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()

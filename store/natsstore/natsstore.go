@@ -146,7 +146,8 @@ type Store struct {
 	queue []*applyReq
 	// replies receives the answers to writes in flight (see pipeline),
 	// on subjects under inbox; made on first use. round numbers the
-	// rounds, so that an answer to an earlier one is told apart.
+	// rounds of two changes or more, so that an answer to an earlier one
+	// is told apart.
 	replies *nats.Subscription
 	inbox   string
 	round   uint64
