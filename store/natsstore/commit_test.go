@@ -127,7 +127,13 @@ func TestApply_DeposedWhileWriting(t *testing.T) {
 			fenced := false
 			for i := range commitSteps {
 				if i == commitSteps/2 && w == 0 {
-					open(t, url, natsstore.Options{Bucket: "deposed", Fence: true})
+					// Not open: t.Fatal must not run in this goroutine.
+					next, err := natsstore.New(ctx, natsstore.Options{URL: url, Bucket: "deposed", Fence: true})
+					if err != nil {
+						t.Errorf("claiming the bucket while the deposed store writes: %v", err)
+					} else {
+						t.Cleanup(func() { next.Close() })
+					}
 					close(deposed)
 				}
 				id := fmt.Sprintf("m-%d-%d", w, i)

@@ -2,7 +2,6 @@ package natsstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 )
 
@@ -10,34 +9,20 @@ import (
 // its bucket. Load skips it.
 const keyFence = "fence"
 
-// claimTries bounds how many times claim tries again when another store
-// wrote between its reading the stream's last sequence and its write.
-const claimTries = 8
-
 // claim makes s its bucket's one writer (see Options.Fence): it writes
 // keyFence, after which a write of any store that claimed the bucket
-// before is refused by the server.
+// before is refused by the server. The write expects nothing, so that a
+// deposed store still writing cannot keep it from landing; what the
+// stream holds before it is what Load reads.
 func (s *Store) claim(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for try := 0; ; try++ {
-		info, err := s.stream.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("claiming the bucket: %w", err)
-		}
-		s.last = info.State.LastSeq
-		seq, err := s.send(ctx, []write{{key: keyFence, data: []byte(newID())}}, true)
-		var rej *rejection
-		switch {
-		case err == nil:
-			s.last, s.claimed = seq, seq
-			return nil
-		case try < claimTries && errors.As(err, &rej) && rej.conflict():
-			// Another store wrote meanwhile: read the stream again.
-		default:
-			return fmt.Errorf("claiming the bucket: %w", err)
-		}
+	seq, err := s.send(ctx, []write{{key: keyFence, data: []byte(newID())}}, false)
+	if err != nil {
+		return fmt.Errorf("claiming the bucket: %w", err)
 	}
+	s.last, s.claimed = seq, seq
+	return nil
 }
 
 // Fenced returns a channel that is closed once the store is fenced: with
