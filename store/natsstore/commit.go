@@ -79,11 +79,6 @@ func (s *Store) commitQueue() {
 // the first whose keys a request before it writes too. It returns the
 // requests left. Called with s.mu held.
 func (s *Store) commitRound(reqs []*applyReq) []*applyReq {
-	if !s.indexed {
-		// applyOne reads the bucket first; the next round plans on it.
-		reqs[0].finish(s.applyOne(reqs[0].ctx, reqs[0].c))
-		return reqs[1:]
-	}
 	var round []planned
 	keys := make(map[string]bool)
 	n := 0
@@ -93,11 +88,7 @@ func (s *Store) commitRound(reqs []*applyReq) []*applyReq {
 			r.finish(err)
 			continue
 		}
-		if err := s.confirmPending(r.ctx, r.c.Accepted); err != nil {
-			r.finish(err)
-			continue
-		}
-		p, err := s.plan(r.c)
+		p, err := s.prepare(r.ctx, r.c) // reads the bucket, if at all, for the first only
 		if err != nil || len(p.writes)+len(p.garbage) == 0 {
 			r.finish(err) // refused, or nothing to write
 			continue
@@ -114,7 +105,8 @@ func (s *Store) commitRound(reqs []*applyReq) []*applyReq {
 			}
 			for _, w := range p.writes { // one per message pending
 				keys[w.key] = true
-				round = append(round, planned{r: r, c: &store.Change{Finished: []string{ids[w.key]}}, p: &plan{}, ws: []write{w}})
+				part := &plan{writes: []write{w}}
+				round = append(round, planned{r: r, c: &store.Change{Finished: []string{ids[w.key]}}, p: part, ws: part.writes})
 			}
 			continue
 		}
@@ -145,7 +137,9 @@ func (s *Store) pipeline(round []planned) {
 	case len(round) == 0:
 		return
 	case len(round) == 1:
-		s.writeOne(round[0])
+		// As before group commit: on the request's context, with no
+		// reply subscription to wait on.
+		round[0].r.finish(s.applyOne(round[0].r.ctx, round[0].c, round[0].p))
 		return
 	case s.opts.Fence && s.isFenced():
 		for _, pl := range round {
@@ -256,31 +250,8 @@ send:
 	}
 	for _, pl := range later {
 		if !pl.r.done || pl.r.err == nil {
-			pl.r.finish(s.applyOne(pl.r.ctx, pl.c))
+			pl.r.finish(s.applyOne(pl.r.ctx, pl.c, nil))
 		}
-	}
-}
-
-// writeOne writes a round of one change as applyOne would, on the
-// request's context, with no reply subscription to wait on. Called with
-// s.mu held.
-func (s *Store) writeOne(pl planned) {
-	last, err := s.publish(pl.r.ctx, pl.ws)
-	var rej *rejection
-	switch {
-	case err == nil:
-		s.committed(pl.p, pl.ws, last)
-		pl.r.finish(nil)
-		s.collect(pl.r.ctx, pl.rest)
-	case errors.As(err, &rej):
-		// Nothing was stored: applyOne learns the keys again if another
-		// writer changed them, and says why.
-		pl.r.finish(s.applyOne(pl.r.ctx, pl.c))
-	default:
-		if !s.opts.Fence { // a fenced store is fenced now
-			s.indexed = false
-		}
-		pl.r.finish(err)
 	}
 }
 

@@ -389,20 +389,15 @@ func (s *Store) Apply(ctx context.Context, c store.Change) error {
 
 // applyOne records c on its own, as one atomic batch, learning again the
 // revisions of its keys and trying again when another writer changed
-// them. Called with s.mu held.
-func (s *Store) applyOne(ctx context.Context, c *store.Change) error {
+// them. p, if not nil, is c's plan, made against the index as it is.
+// Called with s.mu held.
+func (s *Store) applyOne(ctx context.Context, c *store.Change, p *plan) error {
 	for try := 0; ; try++ {
-		if !s.indexed {
-			if _, err := s.scan(ctx); err != nil {
+		if p == nil {
+			var err error
+			if p, err = s.prepare(ctx, c); err != nil {
 				return err
 			}
-		}
-		if err := s.confirmPending(ctx, c.Accepted); err != nil {
-			return err
-		}
-		p, err := s.plan(c)
-		if err != nil {
-			return err
 		}
 		ws, rest, err := s.batchOf(p)
 		if err != nil {
@@ -421,6 +416,7 @@ func (s *Store) applyOne(ctx context.Context, c *store.Change) error {
 			if err := s.refresh(ctx, p.writes); err != nil {
 				return err
 			}
+			p = nil
 		case errors.As(err, &rej) && rej.conflict():
 			return fmt.Errorf("%w: %w", ErrConflict, err)
 		case errors.As(err, &rej):
@@ -432,6 +428,22 @@ func (s *Store) applyOne(ctx context.Context, c *store.Change) error {
 			return err
 		}
 	}
+}
+
+// prepare plans c against the bucket as this Store knows it, reading the
+// bucket first if the index does not mirror it, and the keys of the
+// messages c accepts that the index says are pending. Called with s.mu
+// held.
+func (s *Store) prepare(ctx context.Context, c *store.Change) (*plan, error) {
+	if !s.indexed {
+		if _, err := s.scan(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.confirmPending(ctx, c.Accepted); err != nil {
+		return nil, err
+	}
+	return s.plan(c)
 }
 
 // batchOf returns the writes of p's batch and the deletions of dropped
