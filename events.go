@@ -249,6 +249,10 @@ func (l *eventLog) addAt(at time.Time, fill func(e *Event)) time.Time {
 	if l.off {
 		return time.Time{}
 	}
+	now := at
+	if now.IsZero() {
+		now = time.Now()
+	}
 	l.mu.Lock()
 	seq := l.next
 	l.next++
@@ -256,11 +260,7 @@ func (l *eventLog) addAt(at time.Time, fill func(e *Event)) time.Time {
 		l.ring = append(l.ring, Event{})
 	}
 	e := &l.ring[l.at(seq)]
-	now := at
-	if now.IsZero() {
-		now = time.Now() // under the lock, so that times follow seqs
-	}
-	if now.Before(l.last) {
+	if now.Before(l.last) { // read before another add took the lock
 		now = l.last
 	}
 	l.last = now

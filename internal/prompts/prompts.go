@@ -17,7 +17,9 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"text/template"
 )
 
@@ -216,14 +218,33 @@ func Expand(w *strings.Builder, tmpl string, vals ...string) {
 	}
 }
 
-// Set is a loaded set of prompts. It is immutable and safe for concurrent
-// use.
+// Set is a loaded set of prompts. Its prompts are fixed when it is loaded,
+// and it is safe for concurrent use.
 type Set struct {
 	base, root string
 	runtime    *template.Template
 	// Strings are the set's short strings: read them, do not change them.
 	Strings Strings
+
+	// byID is set when the runtime template shows the id only as written
+	// ({{.ID}}), so that the system prompt of agents alike but for their id
+	// is the last one assembled with the id replaced (see System).
+	byID bool
+	last atomic.Pointer[assembled]
 }
+
+// assembled is a system prompt System assembled, with idMark for the id.
+type assembled struct {
+	isRoot     bool
+	rolePrompt string
+	facts      Facts // with ID ""
+	text       string
+}
+
+// idMark stands for the id in a system prompt kept for agents alike but
+// for their id. A NUL is in no id, and System does not keep a prompt whose
+// facts hold one.
+const idMark = "\x00id\x00"
 
 // Load reads the prompts of lang (Chinese or English; "" means Chinese),
 // each file from override when it has the file and from the embedded
@@ -301,8 +322,16 @@ func Load(lang string, override fs.FS) (*Set, error) {
 		Contacts:   []Contact{{ID: "root", Role: "root", Source: "parent", IntroducedBy: "x", Note: "n"}},
 		Children:   []Children{{Role: "r", Reported: "agent-2", Waiting: "agent-3"}},
 		Interfaces: []Interface{{Role: "r", Spec: "{}"}}}
-	if _, err := s.System(false, "p", sample); err != nil {
+	if _, err := s.assemble(false, "p", sample); err != nil {
 		return nil, err
+	}
+	s.byID = true
+	for _, id := range []string{"agent-1", "agent-23"} {
+		sample.ID = id
+		want, _ := s.assemble(false, "p", sample)
+		sample.ID = idMark
+		marked, _ := s.assemble(false, "p", sample)
+		s.byID = s.byID && strings.ReplaceAll(marked, idMark, id) == want
 	}
 	return &s, nil
 }
@@ -341,7 +370,37 @@ type Interface struct {
 
 // System assembles the system prompt: base, then root.txt for root or the
 // role prompt for any other agent, then the runtime facts.
+//
+// Agents spawned together on one role (the children of a fan-out) have the
+// same facts but for their ids. When the runtime template shows the id only
+// as written, which Load checks, System keeps the last prompt it assembled
+// with a mark for the id, and gives an agent whose facts are the same but
+// for the id that prompt with its own id in place of the mark.
 func (s *Set) System(isRoot bool, rolePrompt string, f Facts) (string, error) {
+	if !s.byID {
+		return s.assemble(isRoot, rolePrompt, f)
+	}
+	id := f.ID
+	f.ID = ""
+	if last := s.last.Load(); last != nil && last.isRoot == isRoot && last.rolePrompt == rolePrompt && sameFacts(&last.facts, &f) {
+		return strings.ReplaceAll(last.text, idMark, id), nil
+	}
+	if marked(rolePrompt, &f) {
+		f.ID = id
+		return s.assemble(isRoot, rolePrompt, f)
+	}
+	f.ID = idMark
+	text, err := s.assemble(isRoot, rolePrompt, f)
+	if err != nil {
+		return "", err
+	}
+	f.ID = ""
+	s.last.Store(&assembled{isRoot: isRoot, rolePrompt: rolePrompt, facts: f, text: text})
+	return strings.ReplaceAll(text, idMark, id), nil
+}
+
+// assemble is System without its cache.
+func (s *Set) assemble(isRoot bool, rolePrompt string, f Facts) (string, error) {
 	var b strings.Builder
 	b.WriteString(strings.TrimSpace(s.base))
 	b.WriteString("\n\n")
@@ -357,4 +416,27 @@ func (s *Set) System(isRoot bool, rolePrompt string, f Facts) (string, error) {
 		return "", fmt.Errorf("prompts: %s: %w", RuntimeFile, err)
 	}
 	return strings.TrimSpace(b.String()), nil
+}
+
+// sameFacts reports whether a and b are the same facts.
+func sameFacts(a, b *Facts) bool {
+	return a.ID == b.ID && a.Role == b.Role && a.TaskID == b.TaskID && a.Parent == b.Parent &&
+		a.ReportTo == b.ReportTo && a.MaxSteps == b.MaxSteps && a.Budget == b.Budget && a.Assigned == b.Assigned &&
+		slices.Equal(a.Contacts, b.Contacts) && slices.Equal(a.Children, b.Children) && slices.Equal(a.Interfaces, b.Interfaces)
+}
+
+// marked reports whether the role prompt or a fact holds a NUL, which
+// could be taken for part of idMark.
+func marked(rolePrompt string, f *Facts) bool {
+	texts := []string{rolePrompt, f.ID, f.Role, f.TaskID, f.Parent, f.ReportTo, f.Budget}
+	for _, c := range f.Contacts {
+		texts = append(texts, c.ID, c.Role, c.Source, c.IntroducedBy, c.Note)
+	}
+	for _, c := range f.Children {
+		texts = append(texts, c.Role, c.Reported, c.Waiting)
+	}
+	for _, i := range f.Interfaces {
+		texts = append(texts, i.Role, i.Spec)
+	}
+	return slices.ContainsFunc(texts, func(t string) bool { return strings.IndexByte(t, 0) >= 0 })
 }

@@ -181,6 +181,7 @@ type Model struct {
 
 	mu          sync.Mutex // guards the fields below
 	requests    []llm.Request
+	tools       []llm.Tool // the last request's tools, shared by the requests that repeat them
 	failures    []failure
 	lastID      int
 	inFlight    int
@@ -267,9 +268,12 @@ func (m *Model) Generate(ctx context.Context, req *llm.Request) (*llm.Response, 
 		m.mu.Unlock()
 	}()
 
-	rec, work := copyRequest(req), copyRequest(req)
 	m.script.Lock()
 	m.mu.Lock()
+	if !sameTools(m.tools, req.Tools) {
+		m.tools = copyTools(req.Tools)
+	}
+	rec, work := copyRequest(req, m.tools), copyRequest(req, copyTools(req.Tools))
 	m.requests = append(m.requests, *rec)
 	m.mu.Unlock()
 	if err := ctx.Err(); err != nil {
@@ -479,7 +483,7 @@ func (m *Model) recorded(keep func(*llm.Request) bool) []llm.Request {
 	var out []llm.Request
 	for i := range reqs {
 		if keep(&reqs[i]) {
-			out = append(out, *copyRequest(&reqs[i]))
+			out = append(out, *copyRequest(&reqs[i], copyTools(reqs[i].Tools)))
 		}
 	}
 	return out
@@ -545,9 +549,10 @@ func Calls(calls ...llm.ToolCall) *llm.Response {
 	return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, ToolCalls: copyCalls(calls)}}
 }
 
-// copyRequest returns a deep copy of r, preserving nil slices so that the
-// copy compares equal to the original.
-func copyRequest(r *llm.Request) *llm.Request {
+// copyRequest returns a deep copy of r with tools, a deep copy of
+// r.Tools, as its tools, preserving nil slices so that the copy compares
+// equal to the original.
+func copyRequest(r *llm.Request, tools []llm.Tool) *llm.Request {
 	c := *r
 	if r.Messages != nil {
 		c.Messages = make([]llm.Message, len(r.Messages))
@@ -556,14 +561,31 @@ func copyRequest(r *llm.Request) *llm.Request {
 			c.Messages[i] = msg
 		}
 	}
-	if r.Tools != nil {
-		c.Tools = make([]llm.Tool, len(r.Tools))
-		for i, t := range r.Tools {
-			t.Parameters = bytes.Clone(t.Parameters)
-			c.Tools[i] = t
-		}
-	}
+	c.Tools = tools
 	return &c
+}
+
+// copyTools returns a deep copy of tools, nil for nil.
+func copyTools(tools []llm.Tool) []llm.Tool {
+	if tools == nil {
+		return nil
+	}
+	c := make([]llm.Tool, len(tools))
+	for i, t := range tools {
+		t.Parameters = bytes.Clone(t.Parameters)
+		c[i] = t
+	}
+	return c
+}
+
+// sameTools reports whether a and b hold the same tools, nil and empty
+// told apart: an agent sends the same tools on every call, so the Model
+// keeps one copy of them for all the calls that repeat them.
+func sameTools(a, b []llm.Tool) bool {
+	return (a == nil) == (b == nil) && slices.EqualFunc(a, b, func(x, y llm.Tool) bool {
+		return x.Name == y.Name && x.Description == y.Description &&
+			(x.Parameters == nil) == (y.Parameters == nil) && bytes.Equal(x.Parameters, y.Parameters)
+	})
 }
 
 // copyResponse returns a deep copy of r.

@@ -1,0 +1,103 @@
+package prompts
+
+import (
+	"testing"
+	"testing/fstest"
+
+	"pgregory.net/rapid"
+)
+
+// TestSystemForAgentsAlike: whatever the facts and in whatever order
+// agents ask, System gives each the prompt assembled afresh for its own
+// facts, whether it comes from the prompt kept for agents alike but for
+// their id or not.
+func TestSystemForAgentsAlike(t *testing.T) {
+	for _, lang := range []string{Chinese, English} {
+		set, err := Load(lang, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !set.byID {
+			t.Fatalf("%s: the default runtime template shows the id as written, but System does not keep prompts", lang)
+		}
+		rapid.Check(t, func(t *rapid.T) {
+			pick := func(label string, choices ...string) string { return rapid.SampledFrom(choices).Draw(t, label) }
+			for i := range rapid.IntRange(1, 8).Draw(t, "agents") {
+				f := Facts{
+					ID:       "agent-" + rapid.StringMatching(`[0-9]{1,3}`).Draw(t, "id"),
+					Role:     pick("role", "worker", "lead", "x\x00y"),
+					TaskID:   pick("task", "t1", "t2"),
+					Parent:   pick("parent", "agent-1 (lead)", ""),
+					ReportTo: pick("reportTo", "agent-1", "user"),
+					MaxSteps: rapid.IntRange(1, 2).Draw(t, "steps"),
+					Budget:   pick("budget", "", "model_calls 3"),
+					Assigned: rapid.Bool().Draw(t, "assigned"),
+				}
+				for range rapid.IntRange(0, 2).Draw(t, "contacts") {
+					f.Contacts = append(f.Contacts, Contact{ID: pick("contact", "agent-1", "agent-9"), Role: "lead", Source: "parent", Note: pick("note", "", "n\x00")})
+				}
+				if rapid.Bool().Draw(t, "children") {
+					f.Children = []Children{{Role: "w", Reported: pick("reported", "", "agent-4"), Waiting: "agent-5"}}
+				}
+				isRoot := rapid.Bool().Draw(t, "root")
+				rolePrompt := pick("rolePrompt", "work", "work harder", "a\x00id\x00b")
+				got, err := set.System(isRoot, rolePrompt, f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				want, _ := set.assemble(isRoot, rolePrompt, f)
+				if got != want {
+					t.Fatalf("agent %d (%+v): System gave\n%s\nwant\n%s", i, f, got, want)
+				}
+			}
+		})
+	}
+}
+
+// TestSystemWithATemplateThatChangesTheID: a host's runtime template that
+// shows the id other than as written (quoted, or its length) gets every
+// prompt assembled afresh.
+func TestSystemWithATemplateThatChangesTheID(t *testing.T) {
+	for _, tmpl := range []string{`id {{printf "%q" .ID}}`, `id length {{len .ID}}`, `{{if eq .ID "agent-1"}}first{{end}}`} {
+		set, err := Load(English, fstest.MapFS{RuntimeFile: {Data: []byte(tmpl)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if set.byID {
+			t.Errorf("%s: System keeps prompts for agents alike, but the template does not show the id as written", tmpl)
+		}
+		for _, id := range []string{"agent-1", "agent-100"} {
+			got, err := set.System(false, "p", Facts{ID: id})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, _ := set.assemble(false, "p", Facts{ID: id})
+			if got != want {
+				t.Errorf("%s, %s: System gave %q, want %q", tmpl, id, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkSystem measures the system prompt of a child of a fan-out: its
+// siblings' prompt, kept, against one assembled afresh (the baseline).
+func BenchmarkSystem(b *testing.B) {
+	set, err := Load(English, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := Facts{ID: "agent-7", Role: "worker", Parent: "agent-1 (lead)", ReportTo: "agent-1", TaskID: "fan", MaxSteps: 8, Assigned: true,
+		Contacts: []Contact{{ID: "agent-1", Role: "lead", Source: "parent"}}}
+	b.Run("sibling", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			set.System(false, "FANOUT-WORKER: do one part", f)
+		}
+	})
+	b.Run("baseline", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			set.assemble(false, "FANOUT-WORKER: do one part", f)
+		}
+	})
+}
