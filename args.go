@@ -29,7 +29,7 @@ func decodeArgs(tool string, args json.RawMessage, v any) error {
 	}
 	t := reflect.TypeOf(v).Elem()
 	var obj map[string]json.RawMessage
-	if json.Unmarshal(args, &obj) == nil {
+	if !plainArgs(args, t) && json.Unmarshal(args, &obj) == nil {
 		delete(obj, endTurnKey)
 		unwrapped := unwrapObjects(obj, t)
 		if key, near := unknownKey(obj, t, ""); key != "" {
@@ -40,6 +40,185 @@ func decodeArgs(tool string, args json.RawMessage, v any) error {
 		}
 	}
 	return decodeLenient(tool, args, v)
+}
+
+// plainArgs reports whether args, a JSON object, has only keys that t
+// declares (and end_turn), written as t declares them, at every level
+// where t declares a struct or a slice of structs, and there an object,
+// an array of objects or null: arguments that decode as they are, which
+// is what a model almost always sends. It says false at any doubt (a key
+// with an escape, a string where a struct is declared), and decodeArgs
+// then takes the long way, which says what is wrong. It checks no more of
+// the JSON's form than it needs: decoding does.
+func plainArgs(args []byte, t reflect.Type) bool {
+	w := argsWalker{data: args}
+	if !w.object(t, true) {
+		return false
+	}
+	w.space()
+	return w.i == len(w.data)
+}
+
+// argsWalker walks a model's JSON arguments for plainArgs, from data[i].
+type argsWalker struct {
+	data []byte
+	i    int
+}
+
+// object walks an object whose keys t declares (or end_turn, at the top).
+func (w *argsWalker) object(t reflect.Type, top bool) bool {
+	_, types := jsonFields(t)
+	if !w.next('{') {
+		return false
+	}
+	if w.next('}') {
+		return true
+	}
+	for {
+		key, ok := w.key()
+		if !ok || !w.next(':') {
+			return false
+		}
+		ft, declared := types[string(key)]
+		switch {
+		case declared && !w.value(ft):
+			return false
+		case !declared && !(top && string(key) == endTurnKey && w.skip()):
+			return false
+		}
+		if w.next('}') {
+			return true
+		}
+		if !w.next(',') {
+			return false
+		}
+	}
+}
+
+// value walks a value of a field of type ft.
+func (w *argsWalker) value(ft reflect.Type) bool {
+	st := structType(ft)
+	if st == nil && (ft.Kind() == reflect.Slice || ft.Kind() == reflect.Array) {
+		if st = structType(ft.Elem()); st != nil {
+			if w.null() {
+				return true
+			}
+			if !w.next('[') {
+				return false
+			}
+			if w.next(']') {
+				return true
+			}
+			for {
+				if !w.null() && !w.object(st, false) {
+					return false
+				}
+				if w.next(']') {
+					return true
+				}
+				if !w.next(',') {
+					return false
+				}
+			}
+		}
+	}
+	if st != nil {
+		return w.null() || w.object(st, false)
+	}
+	return w.skip()
+}
+
+// key reads an object key without escapes.
+func (w *argsWalker) key() ([]byte, bool) {
+	w.space()
+	if w.i >= len(w.data) || w.data[w.i] != '"' {
+		return nil, false
+	}
+	end := bytes.IndexByte(w.data[w.i+1:], '"')
+	if end < 0 {
+		return nil, false
+	}
+	key := w.data[w.i+1 : w.i+1+end]
+	if bytes.IndexByte(key, '\\') >= 0 {
+		return nil, false
+	}
+	w.i += end + 2
+	return key, true
+}
+
+// skip passes over one value of any kind.
+func (w *argsWalker) skip() bool {
+	w.space()
+	if w.i >= len(w.data) {
+		return false
+	}
+	switch w.data[w.i] {
+	case '"':
+		return w.str()
+	case '{', '[':
+		for depth := 0; w.i < len(w.data); w.i++ {
+			switch w.data[w.i] {
+			case '"':
+				if !w.str() {
+					return false
+				}
+				w.i-- // at the closing quote, which the loop passes
+			case '{', '[':
+				depth++
+			case '}', ']':
+				if depth--; depth == 0 {
+					w.i++
+					return true
+				}
+			}
+		}
+		return false
+	}
+	start := w.i // a number, true, false or null
+	for w.i < len(w.data) && strings.IndexByte(" \t\r\n,}]", w.data[w.i]) < 0 {
+		w.i++
+	}
+	return w.i > start
+}
+
+// str passes over a string, at its opening quote.
+func (w *argsWalker) str() bool {
+	for j := w.i + 1; j < len(w.data); j++ {
+		switch w.data[j] {
+		case '\\':
+			j++
+		case '"':
+			w.i = j + 1
+			return true
+		}
+	}
+	return false
+}
+
+// null passes over a null, if that is what comes next.
+func (w *argsWalker) null() bool {
+	w.space()
+	if bytes.HasPrefix(w.data[w.i:], []byte("null")) {
+		w.i += len("null")
+		return true
+	}
+	return false
+}
+
+// next passes over c, if it comes next after white space.
+func (w *argsWalker) next(c byte) bool {
+	w.space()
+	if w.i < len(w.data) && w.data[w.i] == c {
+		w.i++
+		return true
+	}
+	return false
+}
+
+func (w *argsWalker) space() {
+	for w.i < len(w.data) && (w.data[w.i] == ' ' || w.data[w.i] == '\t' || w.data[w.i] == '\n' || w.data[w.i] == '\r') {
+		w.i++
+	}
 }
 
 // decodeLenient decodes as encoding/json does, ignoring keys v does not
