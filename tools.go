@@ -168,10 +168,15 @@ func (s *Society) buildTools(roleName string) []llm.Tool {
 // coded error result.
 func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (result string, ok bool) {
 	start := time.Now()
-	out, err := s.callTool(ctx, x, call)
+	args := bytes.TrimSpace(call.Arguments)
+	if len(args) == 0 {
+		args = []byte("{}")
+	}
+	object := isJSONObject(args)
+	out, err := s.callTool(ctx, x, call.Name, args, object)
 	if !s.events.off {
 		e := Event{Kind: EventToolCalled, Task: x.taskID, Agent: x.ID(), Turn: x.turn.id(), Name: call.Name, Duration: time.Since(start)}
-		if json.Valid(call.Arguments) {
+		if object || json.Valid(call.Arguments) {
 			e.Args = call.Arguments
 		}
 		if err != nil {
@@ -182,28 +187,25 @@ func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (res
 	return encodeResult(out, err), err == nil
 }
 
-// callTool runs one tool call for x, turning a panic into an error.
-func (s *Society) callTool(ctx context.Context, x *Actor, call llm.ToolCall) (out any, err error) {
+// callTool runs tool name for x with args (object says whether they are a
+// JSON object), turning a panic into an error.
+func (s *Society) callTool(ctx context.Context, x *Actor, name string, args json.RawMessage, object bool) (out any, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			s.log.LogAttrs(ctx, slog.LevelError, "tool panicked", slog.String("tool", call.Name), slog.String("agent", x.ID()), slog.Any("panic", r))
-			out, err = nil, &Error{Code: ErrToolFailed, Message: fmt.Sprintf("the tool %s failed", call.Name)}
+			s.log.LogAttrs(ctx, slog.LevelError, "tool panicked", slog.String("tool", name), slog.String("agent", x.ID()), slog.Any("panic", r))
+			out, err = nil, &Error{Code: ErrToolFailed, Message: fmt.Sprintf("the tool %s failed", name)}
 		}
 	}()
-	args := bytes.TrimSpace(call.Arguments)
-	if len(args) == 0 {
-		args = []byte("{}")
-	}
-	if !isJSONObject(args) {
-		return nil, &Error{Code: ErrInvalidArgument, Message: "the arguments of " + call.Name + " must be a JSON object"}
+	if !object {
+		return nil, &Error{Code: ErrInvalidArgument, Message: "the arguments of " + name + " must be a JSON object"}
 	}
 	var run func(context.Context, *Actor, json.RawMessage) (any, error)
-	if b := builtinNamed(call.Name); b != nil {
+	if b := builtinNamed(name); b != nil {
 		run = b.run
-	} else if t := s.hostTool(call.Name, x.a.roleName()); t != nil {
+	} else if t := s.hostTool(name, x.a.roleName()); t != nil {
 		run = t.Handler
 	} else {
-		return nil, &Error{Code: ErrUnknownTool, Message: "there is no tool " + strconvQuote(call.Name)}
+		return nil, &Error{Code: ErrUnknownTool, Message: "there is no tool " + strconvQuote(name)}
 	}
 	return run(ctx, x, args)
 }
