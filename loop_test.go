@@ -1079,7 +1079,36 @@ func foRun(tb testing.TB, maxCalls int, startTimer, stopTimer, hold func()) foRe
 // up and closing each society; fanout-cpu-ns/op is the CPU of the fan-out
 // alone, from the parent's message to the last child's model call: the
 // work that the machine's cores share within the wall time.
+//
+// Its same-run baseline, "baseline", is the fan-out without a society: one
+// call to the same model, then a goroutine per child making one call each.
+// Its x-critical-path is what Go's timers and scheduler cost on this
+// machine, the floor of the society's.
 func BenchmarkFanOut(b *testing.B) {
+	b.Run("baseline", func(b *testing.B) {
+		model := llmtest.New(llmtest.Rule{Name: "any", Response: llmtest.Say("")})
+		model.Delay = foDelay
+		ctx := context.Background()
+		call := func() {
+			if _, err := model.Generate(ctx, &llm.Request{Agent: "a", System: "s", Messages: []llm.Message{{Role: llm.RoleUser, Content: "go"}}}); err != nil {
+				b.Error(err)
+			}
+		}
+		var wall time.Duration
+		cpu := startCPU(b)
+		for range b.N {
+			start := time.Now()
+			call()
+			var wg sync.WaitGroup
+			for range foChildren {
+				wg.Go(call)
+			}
+			wg.Wait()
+			wall += time.Since(start)
+		}
+		cpu.report()
+		b.ReportMetric(float64(wall)/float64(b.N)/float64(foCritical(foChildren)), "x-critical-path")
+	})
 	for _, maxCalls := range []int{128, 10} {
 		b.Run(fmt.Sprintf("MaxModelCalls=%d", maxCalls), func(b *testing.B) {
 			var wall, fanCPU, started time.Duration
