@@ -120,7 +120,11 @@ func (n *Node) serveCall(ctx context.Context, s *as.Society, m *nats.Msg) {
 		}
 		switch req.Op {
 		case opSubmit:
-			resp.Task, err = s.SubmitRequirement(ctx, req.Text)
+			var opts []as.RequirementOption
+			if req.Budget != nil {
+				opts = append(opts, as.WithBudget(*req.Budget))
+			}
+			resp.Task, err = s.SubmitRequirement(ctx, req.Text, opts...)
 		case opSend:
 			var msg as.Message
 			msg, err = s.SendTextToAgent(ctx, req.Agent, req.Text, req.Task)
@@ -174,10 +178,27 @@ func (n *Node) serveCall(ctx context.Context, s *as.Society, m *nats.Msg) {
 }
 
 // SubmitRequirement submits a requirement to the cluster's society, as
-// [as.Society.SubmitRequirement] does, through the leader.
-func (n *Node) SubmitRequirement(ctx context.Context, text string) (taskID string, err error) {
-	resp, err := n.forward(ctx, callReq{Op: opSubmit, Text: text})
+// [as.Society.SubmitRequirement] does, through the leader, which sets the
+// task up as opts say before it sends the requirement.
+func (n *Node) SubmitRequirement(ctx context.Context, text string, opts ...SubmitOption) (taskID string, err error) {
+	req := callReq{Op: opSubmit, Text: text}
+	for _, opt := range opts {
+		opt(&req)
+	}
+	resp, err := n.forward(ctx, req)
 	return resp.Task, err
+}
+
+// A SubmitOption sets up a task that [Node.SubmitRequirement] submits, as
+// an [as.RequirementOption] does on a Society. It is carried to the leader
+// with the requirement.
+type SubmitOption func(*callReq)
+
+// WithBudget gives the task its own budget instead of Config.TaskBudget, as
+// [as.WithBudget] does. A negative field is refused with
+// as.ErrInvalidArgument, and nothing is sent.
+func WithBudget(b as.Budget) SubmitOption {
+	return func(r *callReq) { r.Budget = &b }
 }
 
 // SendTextToAgent sends text from user to agent agentID, as

@@ -376,4 +376,19 @@ func TestHostCalls_OnAnyNode(t *testing.T) {
 			}
 		}
 	}
+	// A task submitted through a node with a budget has it; a negative one
+	// is refused, and nothing is sent.
+	budgeted, err := b.SubmitRequirement(ctx, "with a budget", cluster.WithBudget(as.Budget{ModelCalls: 5}))
+	if err != nil {
+		t.Fatalf("SubmitRequirement with a budget: %v", err)
+	}
+	if u, ok, err := a.Usage(ctx, budgeted); err != nil || !ok || u.Budget.ModelCalls != 5 {
+		t.Fatalf("Usage of a task submitted with a budget = %+v, %v, %v; want its budget", u, ok, err)
+	}
+	if _, err := b.SubmitRequirement(ctx, "with a negative budget", cluster.WithBudget(as.Budget{ModelCalls: -1})); !errors.Is(err, as.ErrInvalidArgument) {
+		t.Fatalf("SubmitRequirement with a negative budget: %v, want ErrInvalidArgument", err)
+	}
+	if tasks, err := a.Tasks(ctx); err != nil || len(tasks) != 2 {
+		t.Fatalf("Tasks = %+v, %v; want the two submitted", tasks, err)
+	}
 }
