@@ -196,9 +196,10 @@ const DefaultEventRetention = 10_000
 // eventLog.mu. Nothing under eventLog.mu calls out.
 type eventLog struct {
 	mu   sync.Mutex
-	ring []Event   // capacity is the retention; event seq is at ring[at(seq)]
-	base uint64    // the seq of ring[0] when the ring was empty
-	keep uint64    // the retention: cap(ring), read without the lock
+	ring [][]Event // blocks of ringBlock events; event seq is at *slot(seq)
+	held uint64    // the events the ring holds: it grows to keep, block by block
+	base uint64    // the seq of the first event the ring held
+	keep uint64    // the retention, read without the lock
 	next uint64    // the seq of the next event
 	last time.Time // the time of the last event: times follow seqs
 	// saved is the last seq the store has; unsaved events after it.
@@ -229,8 +230,7 @@ func newEventLog(retention int, st store.EventLog, next uint64, log *slog.Logger
 	if retention == 0 {
 		retention = DefaultEventRetention
 	}
-	// The ring grows as events come, up to the retention.
-	l.ring, l.keep = make([]Event, 0, min(retention, 256)), uint64(retention)
+	l.keep = uint64(retention) // the ring grows as events come
 	return l
 }
 
@@ -256,10 +256,13 @@ func (l *eventLog) addAt(at time.Time, fill func(e *Event)) time.Time {
 	l.mu.Lock()
 	seq := l.next
 	l.next++
-	if uint64(len(l.ring)) < l.keep {
-		l.ring = append(l.ring, Event{})
+	if l.held < l.keep {
+		if l.held%ringBlock == 0 {
+			l.ring = append(l.ring, make([]Event, min(ringBlock, l.keep-l.held)))
+		}
+		l.held++
 	}
-	e := &l.ring[l.at(seq)]
+	e := l.slot(seq)
 	if now.Before(l.last) { // read before another add took the lock
 		now = l.last
 	}
@@ -278,11 +281,18 @@ func (l *eventLog) addAt(at time.Time, fill func(e *Event)) time.Time {
 	return now
 }
 
-// at returns the index in the ring of event seq.
-func (l *eventLog) at(seq uint64) uint64 { return (seq - l.base) % l.keep }
+// ringBlock is how many events a block of the ring holds: the ring grows
+// by a block at a time, so that it never copies what it holds.
+const ringBlock = 256
+
+// slot returns where in the ring event seq is. Called with l.mu held.
+func (l *eventLog) slot(seq uint64) *Event {
+	i := (seq - l.base) % l.keep
+	return &l.ring[i/ringBlock][i%ringBlock]
+}
 
 // oldest returns the oldest seq in the ring. Called with l.mu held.
-func (l *eventLog) oldest() uint64 { return l.next - uint64(len(l.ring)) }
+func (l *eventLog) oldest() uint64 { return l.next - l.held }
 
 // fromRing copies into buf the events from seq from on that the ring holds,
 // at most cap(buf) of them. It returns the events, the ring's oldest seq, and
@@ -296,7 +306,7 @@ func (l *eventLog) fromRing(from uint64, buf []Event) ([]Event, uint64, chan str
 		from = oldest
 	}
 	for seq := from; seq < l.next && len(buf) < cap(buf); seq++ {
-		buf = append(buf, l.ring[l.at(seq)])
+		buf = append(buf, *l.slot(seq))
 	}
 	l.watched = true
 	return buf, oldest, l.wake
@@ -450,7 +460,7 @@ func (l *eventLog) unsaved(n int) (batch []store.Event, lost uint64, wake chan s
 	}
 	evs := make([]Event, 0, min(uint64(n), l.next-l.saved-1))
 	for seq := l.saved + 1; seq < l.next && len(evs) < n; seq++ {
-		evs = append(evs, l.ring[l.at(seq)])
+		evs = append(evs, *l.slot(seq))
 	}
 	l.saved += uint64(len(evs))
 	l.watched = true

@@ -126,6 +126,7 @@ func (mem *mind) recorded() {
 // encodeMessages returns each of msgs as stored, all in one buffer.
 func encodeMessages(msgs []llm.Message) []json.RawMessage {
 	var buf bytes.Buffer
+	buf.Grow(encodedSize(msgs))
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
 	ends := make([]int, len(msgs))
@@ -145,6 +146,20 @@ func encodeMessages(msgs []llm.Message) []json.RawMessage {
 		start = end + 1
 	}
 	return out
+}
+
+// encodedSize is about the size of msgs encoded, so that encodeMessages
+// need not grow its buffer: the texts, with room for their keys and a few
+// escapes.
+func encodedSize(msgs []llm.Message) int {
+	n := 0
+	for _, m := range msgs {
+		n += 64 + len(m.Content) + len(m.ToolCallID)
+		for _, c := range m.ToolCalls {
+			n += 64 + len(c.ID) + len(c.Name) + len(c.Arguments)
+		}
+	}
+	return n + n/8
 }
 
 // restoreMind rebuilds a mind from its store record.

@@ -75,7 +75,8 @@ type Rule struct {
 	// Rules are matched one call at a time, so When needs no locking of its
 	// own; for the same reason it must return promptly and must not call
 	// Generate. It is given the Model's copy of the request, never the
-	// caller's.
+	// caller's; the bytes of its tools' Parameters are the Model's record
+	// of them: read them, do not change them.
 	When func(req *llm.Request) bool
 
 	// Times is how many times the rule may answer; 0 means without limit.
@@ -87,8 +88,9 @@ type Rule struct {
 	// Reply, if not nil, computes the reply when the rule answers, for
 	// replies that depend on the request. It is called outside the Model's
 	// locks, so it may block (to hold calls in flight) and may call the
-	// Model's other methods. Its response is copied and completed as
-	// described at [Model.Generate]; an error it returns is wrapped.
+	// Model's other methods. It is given the same copy of the request as
+	// When. Its response is copied and completed as described at
+	// [Model.Generate]; an error it returns is wrapped.
 	Reply func(req *llm.Request) (*llm.Response, error)
 	// Response, if not nil, is the reply. It is copied each time the rule
 	// answers, so one Response may serve many calls and later changes by the
@@ -273,7 +275,7 @@ func (m *Model) Generate(ctx context.Context, req *llm.Request) (*llm.Response, 
 	if !sameTools(m.tools, req.Tools) {
 		m.tools = copyTools(req.Tools)
 	}
-	rec, work := copyRequest(req, m.tools), copyRequest(req, copyTools(req.Tools))
+	rec, work := copyRequest(req, m.tools), copyRequest(req, slices.Clone(m.tools))
 	m.requests = append(m.requests, *rec)
 	m.mu.Unlock()
 	if err := ctx.Err(); err != nil {
