@@ -143,19 +143,25 @@ func formatBrief(b *TaskBrief, quote bool) string {
 	var w strings.Builder
 	field := func(label, v string) {
 		if v != "" {
-			w.WriteString(label + ": " + neutralise(v) + "\n")
+			w.WriteString(label)
+			w.WriteString(": ")
+			w.WriteString(neutralise(v))
+			w.WriteString("\n")
 		}
 	}
 	list := func(label string, items []string) {
 		if items == nil {
 			return
 		}
-		w.WriteString(label + ":\n")
+		w.WriteString(label)
+		w.WriteString(":\n")
 		if len(items) == 0 {
 			w.WriteString("  (none)\n")
 		}
 		for _, it := range items {
-			w.WriteString("  - " + neutralise(it) + "\n")
+			w.WriteString("  - ")
+			w.WriteString(neutralise(it))
+			w.WriteString("\n")
 		}
 	}
 	field("objective", b.Objective)
@@ -294,7 +300,7 @@ func forgeable(line string) bool {
 	// "message from" need one beside them, send_message(to= has one) or a
 	// comma ("to reply,"), in ASCII or full width. Lines with none are
 	// passed at once.
-	if !strings.ContainsAny(line, lookAlikeMarks) {
+	if !hasLookAlikeMark(line) {
 		return false
 	}
 	var buf [256]byte // most lines fit: folding them allocates nothing
@@ -322,9 +328,18 @@ func ignorable(r rune) bool {
 	return unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me)
 }
 
-// lookAlikeMarks are the characters of which a look-alike of a source line
-// or a reply hint has at least one (see forgeable).
-const lookAlikeMarks = "需【】〖〗[]〔〕()（）［］,，"
+// hasLookAlikeMark reports whether line has one of the characters of which
+// a look-alike of a source line or a reply hint has at least one (see
+// forgeable).
+func hasLookAlikeMark(line string) bool {
+	for _, r := range line {
+		switch r {
+		case '需', '【', '】', '〖', '〗', '[', ']', '〔', '〕', '(', ')', '（', '）', '［', '］', ',', '，':
+			return true
+		}
+	}
+	return false
+}
 
 // fold returns the character r reads as, for forgeable: lower case, ASCII
 // for a full-width form or a look-alike of a Latin letter, simplified for
