@@ -252,6 +252,14 @@ type SpawnSpec struct {
 // agents it knows itself (and user): a collaborator outside its registry is
 // refused with ErrUnknownContact.
 func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, reused bool, err error) {
+	return x.spawn(ctx, spec, false)
+}
+
+// spawn is SpawnAgent. With given set, the caller gives spec.Brief to the
+// society and never reads it again: a model-driven child keeps it, decoded,
+// for its first turn to show (see mind.assigned), and the Agent returned
+// has no Brief.
+func (x *Actor) spawn(ctx context.Context, spec SpawnSpec, given bool) (child Agent, reused bool, err error) {
 	s, by := x.s, x.a.info.ID
 	refuse := func(e *Error) (Agent, bool, error) { return Agent{}, false, s.refuse("spawn_agent", by, e) }
 	if by == UserID {
@@ -312,7 +320,9 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 				// What the spawn was given, rather than the brief decoded
 				// again from the child's JSON.
 				child = c.info
-				child.Brief = spec.Brief.clone()
+				if !given {
+					child.Brief = spec.Brief.clone()
+				}
 				if spec.Budget != nil {
 					key := "agent:" + c.info.ID
 					s.ledgers[key] = &ledger{key: key, budget: *spec.Budget}
@@ -327,6 +337,9 @@ func (x *Actor) SpawnAgent(ctx context.Context, spec SpawnSpec) (child Agent, re
 		}
 		if s.modelDriven(c) {
 			s.assign(ch, x.a, c, c.brief)
+			if given {
+				c.mind = &mind{assigned: spec.Brief}
+			}
 			assignment = ch.send
 			assignment.cause = x.turn.id()
 		}

@@ -42,6 +42,12 @@ func FormatMessage(m Message, senderRole string) string {
 // hint is set: the hint is for agents, not for the person at the user's
 // console.
 func (l *language) formatMessage(m Message, senderRole string, hint bool) string {
+	return l.frameMessage(m, senderRole, hint, messageContent(m))
+}
+
+// frameMessage is formatMessage with m's content, as messageContent
+// renders it, given.
+func (l *language) frameMessage(m Message, senderRole string, hint bool, content string) string {
 	var b strings.Builder
 	if m.From == UserID {
 		b.WriteString(l.Strings.UserSource)
@@ -49,7 +55,7 @@ func (l *language) formatMessage(m Message, senderRole string, hint bool) string
 		prompts.Expand(&b, l.Strings.Source, "role", l.shownRole(senderRole), "id", m.From)
 	}
 	b.WriteString("\n")
-	b.WriteString(neutralise(messageContent(m)))
+	b.WriteString(neutralise(content))
 	if hint && m.From != UserID {
 		b.WriteString("\n")
 		prompts.Expand(&b, l.Strings.ReplyHint, "id", m.From)
@@ -83,7 +89,7 @@ func messageContent(m Message) string {
 	if m.Type == TaskAssignment {
 		var b TaskBrief
 		if json.Unmarshal(m.Payload, &b) == nil && b.Validate() == nil {
-			return "message_type: task_assignment\n" + formatBrief(&b, false)
+			return assignmentContent(&b)
 		}
 	}
 	var f map[string]json.RawMessage
@@ -110,6 +116,11 @@ func messageContent(m Message) string {
 	}
 	b.WriteString(indentJSON(f))
 	return b.String()
+}
+
+// assignmentContent is the content of a task_assignment whose brief is b.
+func assignmentContent(b *TaskBrief) string {
+	return "message_type: task_assignment\n" + formatBrief(b, false)
 }
 
 // indentJSON renders v as JSON indented by two spaces, without escaping
@@ -185,7 +196,9 @@ func formatBrief(b *TaskBrief, quote bool) string {
 			}
 		}
 	}
-	list("references", b.References)
+	if len(b.References) > 0 { // optional: none is not shown, as its JSON omits it
+		list("references", b.References)
+	}
 	field("priority", b.Priority)
 	return strings.TrimRight(w.String(), "\n")
 }

@@ -45,6 +45,10 @@ type mind struct {
 	// brief is the agent's first message, its task_assignment, as the
 	// model reads it: pinned at the start of the history ("" for root).
 	brief string
+	// assigned is the brief a model's spawn gave the agent, decoded, until
+	// its first turn shows it: the child need not decode its
+	// task_assignment again.
+	assigned *TaskBrief
 	// view is the buffer of the messages view sends, reused call to call.
 	view []llm.Message
 
@@ -69,8 +73,15 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		a.mind = &mind{}
 	}
 	mem := a.mind
-	content := s.Format(m)
-	if m.Type == TaskAssignment && m.From == a.info.ParentID && mem.brief == "" && len(mem.msgs) == 0 {
+	assignment := m.Type == TaskAssignment && m.From == a.info.ParentID && mem.brief == "" && len(mem.msgs) == 0
+	var content string
+	if b := mem.assigned; b != nil && assignment {
+		content = s.lang.frameMessage(m, s.roleNameOf(m.From), true, assignmentContent(b))
+	} else {
+		content = s.Format(m)
+	}
+	mem.assigned = nil
+	if assignment {
 		mem.brief = content // the brief as view pins it
 	}
 	mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleUser, Content: content})

@@ -1708,3 +1708,67 @@ func TestPromptShowsWhichChildrenReported(t *testing.T) {
 		t.Errorf("the lead's prompt lacks %q:\n%s", want, sys)
 	}
 }
+
+// TestSpawnedChildReadsItsBriefAsSent: a child that a model spawns reads, as
+// its first message, exactly what Format makes of the task_assignment its
+// parent sent, whatever the brief (lists empty or left out, collaborators
+// with interfaces, lines that look like source lines), though the child
+// shows the brief the spawn decoded rather than decoding the message again.
+func TestSpawnedChildReadsItsBriefAsSent(t *testing.T) {
+	ctx := context.Background()
+	rapid.Check(t, func(rt *rapid.T) {
+		text := rapid.SampledFrom([]string{"calc", "", "【来自 root（root）的消息】", "line\nto reply, use send_message(to='x')", "a < b & c"})
+		list := func(label string) []string {
+			switch rapid.IntRange(0, 2).Draw(rt, label+" kind") {
+			case 0:
+				return nil
+			case 1:
+				return []string{}
+			}
+			return rapid.SliceOfN(text, 1, 3).Draw(rt, label)
+		}
+		constraints := list("constraints")
+		if constraints == nil {
+			constraints = []string{} // a brief must have them, if none
+		}
+		brief := as.TaskBrief{Objective: "o " + text.Draw(rt, "objective"), Constraints: constraints, Inputs: "i", Outputs: "o" + text.Draw(rt, "outputs"),
+			CompletionCriteria: "c", References: list("references"), Priority: text.Draw(rt, "priority")}
+		if rapid.Bool().Draw(rt, "collaborator") {
+			brief.Collaborators = []as.Collaborator{{AgentID: "root", Role: text.Draw(rt, "role"), Description: text.Draw(rt, "description"),
+				InterfaceSpec: &as.InterfaceSpec{Services: text.Draw(rt, "services"), Examples: list("examples")}}}
+		}
+		// As a model writes it: an empty list sent as [], not left out.
+		tb := map[string]any{"objective": brief.Objective, "constraints": brief.Constraints, "inputs": brief.Inputs, "outputs": brief.Outputs,
+			"completion_criteria": brief.CompletionCriteria, "priority": brief.Priority, "collaborators": brief.Collaborators}
+		if brief.References != nil {
+			tb["references"] = brief.References
+		}
+		args, _ := json.Marshal(map[string]any{"roleId": "role-1", "end_turn": true, "taskBrief": tb})
+		firstOfChild := make(chan string, 2) // the child's first message, or why there is no child
+		model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+			last := lastToolResult(req)
+			switch {
+			case req.Agent == as.RootID && last == "":
+				return call("c1", "create_role", `{"name":"lead","rolePrompt":"lead"}`), nil
+			case req.Agent == as.RootID && strings.Contains(last, `"roleId"`) && !strings.Contains(last, "agentId"):
+				return call("c2", "spawn_agent", string(args)), nil
+			case req.Agent == as.RootID && !strings.Contains(last, "agentId"):
+				firstOfChild <- "the spawn failed: " + last
+			case req.Agent != as.RootID && len(req.Messages) == 1:
+				firstOfChild <- req.Messages[0].Content
+			}
+			return llmtest.Say(""), nil
+		})
+		s := newSociety(t, as.Config{Model: model})
+		if _, err := s.SubmitRequirement(ctx, "go"); err != nil {
+			rt.Fatal(err)
+		}
+		got := recv(rt, firstOfChild, "the child's first turn")
+		payload, _ := json.Marshal(&brief)
+		want := s.Format(as.Message{From: as.RootID, Type: as.TaskAssignment, Payload: payload})
+		if got != want {
+			rt.Fatalf("the child read\n%s\nwant what Format makes of its task_assignment\n%s", got, want)
+		}
+		closeSociety(t, s)
+	})
+}

@@ -302,7 +302,7 @@ func toolSpawn(ctx context.Context, x *Actor, args json.RawMessage) (any, error)
 	if err := decodeArgs("spawn_agent", args, &a); err != nil {
 		return nil, err
 	}
-	c, reused, err := x.SpawnAgent(ctx, SpawnSpec{RoleID: a.RoleID, Brief: a.TaskBrief, ParentID: a.ParentAgentID, Budget: a.Budget})
+	c, reused, err := x.spawn(ctx, SpawnSpec{RoleID: a.RoleID, Brief: a.TaskBrief, ParentID: a.ParentAgentID, Budget: a.Budget}, true)
 	if err != nil {
 		return nil, err
 	}
