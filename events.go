@@ -263,7 +263,7 @@ func (l *eventLog) addAt(at time.Time, fill func(e *Event)) time.Time {
 		l.held++
 	}
 	e := l.slot(seq)
-	if now.Before(l.last) { // read before another add took the lock
+	if now.Before(l.last) { // read before the lock: another add may have stamped a later time
 		now = l.last
 	}
 	l.last = now

@@ -1,6 +1,7 @@
 package prompts
 
 import (
+	"reflect"
 	"testing"
 	"testing/fstest"
 
@@ -51,6 +52,33 @@ func TestSystemForAgentsAlike(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSameFactsComparesEveryField: facts that differ in any one field are
+// not the same, so that a field added to Facts cannot be left out of the
+// comparison that decides whether an agent gets the prompt kept for
+// another.
+func TestSameFactsComparesEveryField(t *testing.T) {
+	typ := reflect.TypeFor[Facts]()
+	for i := range typ.NumField() {
+		var a, b Facts
+		f := reflect.ValueOf(&b).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Int:
+			f.SetInt(1)
+		case reflect.Bool:
+			f.SetBool(true)
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 1, 1))
+		default:
+			t.Fatalf("Facts.%s is a %s: teach this test (and sameFacts) to compare it", typ.Field(i).Name, f.Kind())
+		}
+		if sameFacts(&a, &b) {
+			t.Errorf("facts that differ in %s are the same to sameFacts", typ.Field(i).Name)
+		}
 	}
 }
 
