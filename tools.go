@@ -306,7 +306,16 @@ func toolSpawn(ctx context.Context, x *Actor, args json.RawMessage) (any, error)
 	if err != nil {
 		return nil, err
 	}
-	return map[string]any{"agentId": c.ID, "roleId": c.RoleID, "taskId": c.TaskID, "reused": reused}, nil
+	return spawnResult{c.ID, reused, c.RoleID, c.TaskID}, nil
+}
+
+// spawnResult is what spawn_agent answers, its keys in the order in which
+// a map of them would encode.
+type spawnResult struct {
+	AgentID string `json:"agentId"`
+	Reused  bool   `json:"reused"`
+	RoleID  string `json:"roleId"`
+	TaskID  string `json:"taskId"`
 }
 
 func toolSend(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {
