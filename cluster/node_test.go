@@ -392,3 +392,29 @@ func TestHostCalls_OnAnyNode(t *testing.T) {
 		t.Fatalf("Tasks = %+v, %v; want the two submitted", tasks, err)
 	}
 }
+
+// TestPlacementIsEven: agents spread over the live nodes about evenly,
+// whatever the nodes are called: of 3,000 agents, each of n nodes owns
+// within a fifth of 3,000/n.
+func TestPlacementIsEven(t *testing.T) {
+	for _, nodes := range [][]string{{"n0", "n1"}, {"n0", "n1", "n2"}, {"node-a", "node-b", "node-c"}, {"n1", "n2", "n3", "n4", "n5"}} {
+		owned := map[string]int{}
+		const agents = 3000
+		for i := 1; i <= agents; i++ {
+			id := fmt.Sprintf("agent-%d", i)
+			best := ""
+			for _, n := range nodes {
+				if best == "" || cluster.Rank(id, n) > cluster.Rank(id, best) {
+					best = n
+				}
+			}
+			owned[best]++
+		}
+		fair := agents / len(nodes)
+		for _, n := range nodes {
+			if got := owned[n]; got < fair*4/5 || got > fair*6/5 {
+				t.Errorf("nodes %v: %s owns %d of %d agents, want about %d: %v", nodes, n, got, agents, fair, owned)
+			}
+		}
+	}
+}

@@ -98,15 +98,29 @@ func (r *router) owner(agent string) string {
 		if !r.alive(node, now) {
 			continue
 		}
-		h := fnv.New64a()
-		h.Write([]byte(agent))
-		h.Write([]byte{0})
-		h.Write([]byte(node))
-		if score := h.Sum64(); best == "" || score > bestScore || score == bestScore && node < best {
+		if score := rank(agent, node); best == "" || score > bestScore || score == bestScore && node < best {
 			best, bestScore = node, score
 		}
 	}
 	return best
+}
+
+// rank is node's score for agent: the node that scores highest owns it.
+// It is FNV-1a of the two, then mixed (MurmurHash3's finaliser): FNV-1a's
+// last bytes change only the low bits of its hash, which alone would give
+// one of three nodes named alike (n0, n1, n2) half of the agents.
+func rank(agent, node string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(agent))
+	h.Write([]byte{0})
+	h.Write([]byte(node))
+	s := h.Sum64()
+	s ^= s >> 33
+	s *= 0xff51afd7ed558ccd
+	s ^= s >> 33
+	s *= 0xc4ceb9fe1a85ec53
+	s ^= s >> 33
+	return s
 }
 
 func (r *router) isAlive(node string) bool {

@@ -1,0 +1,4 @@
+package cluster
+
+// Rank is rank, for the placement test.
+var Rank = rank
