@@ -137,3 +137,31 @@ func BenchmarkDecodeArgs(b *testing.B) {
 		}
 	})
 }
+
+// FuzzPlainArgs: whatever bytes a model sends, plainArgs does not panic,
+// and arguments it finds plain need nothing of the long way.
+func FuzzPlainArgs(f *testing.F) {
+	for _, seed := range []string{
+		`{"roleId":"role-3","end_turn":true,"taskBrief":{"objective":"o","constraints":[],"collaborators":[{"agentId":"a"}]}}`,
+		`{"taskBrief":"{\"objective\":\"o\"}"}`, `{"RoleId":1}`, `{"r\u006fleId":"x"}`, `{"roleId":"a\"}"}`, `{`, `[]`, `{"budget":null}`, ``,
+	} {
+		f.Add([]byte(seed))
+	}
+	typ := reflect.TypeFor[spawnArgs]()
+	f.Fuzz(func(t *testing.T, args []byte) {
+		if !plainArgs(args, typ) {
+			return
+		}
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(args, &obj) != nil {
+			return
+		}
+		delete(obj, endTurnKey)
+		if unwrapObjects(obj, typ) {
+			t.Fatalf("plain arguments hold an object written as a string: %s", args)
+		}
+		if key, _ := unknownKey(obj, typ, ""); key != "" {
+			t.Fatalf("plain arguments hold the unknown key %q: %s", key, args)
+		}
+	})
+}
