@@ -2,9 +2,12 @@ package agentsociety_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
@@ -392,5 +395,41 @@ func TestEvents_Trace(t *testing.T) {
 	}
 	if want := (map[as.EventKind]int{as.EventTaskSubmitted: 1, as.EventMessageAccepted: 1}); !maps.Equal(traced, want) {
 		t.Errorf("traced events %v, want %v", traced, want)
+	}
+}
+
+// TestEvents_ToolCallArgs checks that a tool call's event shows its
+// arguments only when they are JSON, and encodes whatever the model sent:
+// blank arguments (read as {}), an object, and text that is no JSON.
+func TestEvents_ToolCallArgs(t *testing.T) {
+	sent := []string{" \n", `{"text":"hi"}`, `not json`}
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if lastToolResult(req) != "" {
+			return llmtest.Say(""), nil
+		}
+		var calls []llm.ToolCall
+		for i, args := range sent {
+			calls = append(calls, llm.ToolCall{ID: fmt.Sprint("c", i), Name: "console_print", Arguments: json.RawMessage(args)})
+		}
+		return llmtest.Calls(calls...), nil
+	})
+	s := newSociety(t, as.Config{Model: model, UserConsole: io.Discard})
+	if _, err := s.SubmitRequirement(context.Background(), "print"); err != nil {
+		t.Fatal(err)
+	}
+	waitQuiet(t, s)
+	evs, _ := collect(t, s, 1)
+	var args []string
+	for _, e := range evs {
+		if e.Kind != as.EventToolCalled {
+			continue
+		}
+		if _, err := json.Marshal(e); err != nil {
+			t.Errorf("the event of a call with arguments %q does not encode: %v", e.Args, err)
+		}
+		args = append(args, string(e.Args))
+	}
+	if want := []string{"", `{"text":"hi"}`, ""}; !slices.Equal(args, want) {
+		t.Errorf("the tool calls' events show arguments %q, want %q", args, want)
 	}
 }

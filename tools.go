@@ -176,8 +176,8 @@ func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (res
 	out, err := s.callTool(ctx, x, call.Name, args, object)
 	if !s.events.off {
 		e := Event{Kind: EventToolCalled, Task: x.taskID, Agent: x.ID(), Turn: x.turn.id(), Name: call.Name, Duration: time.Since(start)}
-		if object || json.Valid(call.Arguments) {
-			e.Args = call.Arguments
+		if len(bytes.TrimSpace(call.Arguments)) > 0 && (object || json.Valid(call.Arguments)) {
+			e.Args = call.Arguments // blank arguments, read as {}, are no JSON to show
 		}
 		if err != nil {
 			e.Code = toolError(err).Code

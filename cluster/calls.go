@@ -44,19 +44,20 @@ type callResp struct {
 
 // The user calls a node forwards.
 const (
-	opSubmit   = "submit"
-	opSend     = "send"
-	opAgents   = "agents"
-	opRoles    = "roles"
-	opContacts = "contacts"
-	opArtifact = "artifact"
-	opTasks    = "tasks"
-	opUsage    = "usage"
-	opAgentUse = "agent_usage"
-	opBudget   = "budget"
-	opShare    = "agent_budget"
-	opEnd      = "terminate"
-	opEvents   = "events"
+	opSubmit      = "submit"
+	opSubmitSetUp = "submit_set_up" // a submit with options: a leader that cannot set them up refuses it
+	opSend        = "send"
+	opAgents      = "agents"
+	opRoles       = "roles"
+	opContacts    = "contacts"
+	opArtifact    = "artifact"
+	opTasks       = "tasks"
+	opUsage       = "usage"
+	opAgentUse    = "agent_usage"
+	opBudget      = "budget"
+	opShare       = "agent_budget"
+	opEnd         = "terminate"
+	opEvents      = "events"
 )
 
 // MaxEvents is the most events one [Node.Events] call returns.
@@ -119,7 +120,7 @@ func (n *Node) serveCall(ctx context.Context, s *as.Society, m *nats.Msg) {
 			ctx = as.WithTrace(ctx, req.Trace)
 		}
 		switch req.Op {
-		case opSubmit:
+		case opSubmit, opSubmitSetUp:
 			var opts []as.RequirementOption
 			if req.Budget != nil {
 				opts = append(opts, as.WithBudget(*req.Budget))
@@ -184,6 +185,7 @@ func (n *Node) SubmitRequirement(ctx context.Context, text string, opts ...Submi
 	req := callReq{Op: opSubmit, Text: text}
 	for _, opt := range opts {
 		opt(&req)
+		req.Op = opSubmitSetUp
 	}
 	resp, err := n.forward(ctx, req)
 	return resp.Task, err

@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"text/template"
+	"text/template/parse"
 )
 
 //go:embed zh en
@@ -226,9 +227,9 @@ type Set struct {
 	// Strings are the set's short strings: read them, do not change them.
 	Strings Strings
 
-	// byID is set when the runtime template shows the id only as written
-	// ({{.ID}}), so that the system prompt of agents alike but for their id
-	// is the last one assembled with the id replaced (see System).
+	// byID is set when the runtime template uses the id only to show it
+	// (see idOnlyShown), so that the system prompt of agents alike but for
+	// their id is the last one assembled with the id replaced (see System).
 	byID bool
 	last atomic.Pointer[assembled]
 }
@@ -326,14 +327,87 @@ func Load(lang string, override fs.FS) (*Set, error) {
 		return nil, err
 	}
 	s.byID = true
-	for _, id := range []string{"agent-1", "agent-23"} {
-		sample.ID = id
-		want, _ := s.assemble(false, "p", sample)
-		sample.ID = idMark
-		marked, _ := s.assemble(false, "p", sample)
-		s.byID = s.byID && strings.ReplaceAll(marked, idMark, id) == want
+	for _, t := range s.runtime.Templates() {
+		s.byID = s.byID && (t.Tree == nil || idOnlyShown(t.Tree.Root))
 	}
 	return &s, nil
+}
+
+// idOnlyShown reports whether the template below n uses a field named ID
+// only to show it, as written ({{.ID}} or {{$.ID}}): never in a condition,
+// a function's argument or a variable, where its value could change what
+// the template writes.
+func idOnlyShown(n parse.Node) bool {
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return true
+		}
+		for _, c := range n.Nodes {
+			if !idOnlyShown(c) {
+				return false
+			}
+		}
+		return true
+	case *parse.ActionNode:
+		return idShown(n.Pipe) || !usesID(n.Pipe)
+	case *parse.IfNode:
+		return !usesID(n.Pipe) && idOnlyShown(n.List) && idOnlyShown(n.ElseList)
+	case *parse.RangeNode:
+		return !usesID(n.Pipe) && idOnlyShown(n.List) && idOnlyShown(n.ElseList)
+	case *parse.WithNode:
+		return !usesID(n.Pipe) && idOnlyShown(n.List) && idOnlyShown(n.ElseList)
+	case *parse.TemplateNode:
+		return !usesID(n.Pipe) // the template it runs is checked on its own
+	}
+	return true // text, comments, break and continue
+}
+
+// idShown reports whether p is a field named ID and nothing else.
+func idShown(p *parse.PipeNode) bool {
+	if p == nil || len(p.Decl) > 0 || len(p.Cmds) != 1 || len(p.Cmds[0].Args) != 1 {
+		return false
+	}
+	switch a := p.Cmds[0].Args[0].(type) {
+	case *parse.FieldNode:
+		return slices.Equal(a.Ident, []string{"ID"})
+	case *parse.VariableNode:
+		return slices.Equal(a.Ident, []string{"$", "ID"})
+	}
+	return false
+}
+
+// usesID reports whether p mentions a field named ID anywhere.
+func usesID(p *parse.PipeNode) bool {
+	if p == nil {
+		return false
+	}
+	for _, c := range p.Cmds {
+		for _, a := range c.Args {
+			switch a := a.(type) {
+			case *parse.FieldNode:
+				if slices.Contains(a.Ident, "ID") {
+					return true
+				}
+			case *parse.VariableNode:
+				if slices.Contains(a.Ident, "ID") {
+					return true
+				}
+			case *parse.ChainNode:
+				if slices.Contains(a.Field, "ID") {
+					return true
+				}
+				if inner, ok := a.Node.(*parse.PipeNode); ok && usesID(inner) {
+					return true
+				}
+			case *parse.PipeNode:
+				if usesID(a) {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // Facts are the runtime facts of an agent that its system prompt carries.
@@ -372,8 +446,10 @@ type Interface struct {
 // role prompt for any other agent, then the runtime facts.
 //
 // Agents spawned together on one role (the children of a fan-out) have the
-// same facts but for their ids. When the runtime template shows the id only
-// as written, which Load checks, System keeps the last prompt it assembled
+// same facts but for their ids. When the runtime template uses the id only
+// to show it, as written, which Load checks in the template's parse tree
+// (never in a condition, a function's argument or a variable), System keeps
+// the last prompt it assembled
 // with a mark for the id, and gives an agent whose facts are the same but
 // for the id that prompt with its own id in place of the mark.
 func (s *Set) System(isRoot bool, rolePrompt string, f Facts) (string, error) {

@@ -83,25 +83,40 @@ func TestSameFactsComparesEveryField(t *testing.T) {
 }
 
 // TestSystemWithATemplateThatChangesTheID: a host's runtime template that
-// shows the id other than as written (quoted, or its length) gets every
-// prompt assembled afresh.
+// uses the id other than to show it as written (quoted, cut, measured,
+// compared, kept in a variable) gets every prompt assembled afresh, and one
+// that only shows it, even among other fields named ID, keeps prompts.
 func TestSystemWithATemplateThatChangesTheID(t *testing.T) {
-	for _, tmpl := range []string{`id {{printf "%q" .ID}}`, `id length {{len .ID}}`, `{{if eq .ID "agent-1"}}first{{end}}`} {
-		set, err := Load(English, fstest.MapFS{RuntimeFile: {Data: []byte(tmpl)}})
+	for _, c := range []struct {
+		tmpl string
+		byID bool
+	}{
+		{`id {{printf "%q" .ID}}`, false},
+		{`id {{printf "%.8s" .ID}}`, false},
+		{`id length {{len .ID}}`, false},
+		{`{{if lt (len .ID) 9}}short{{end}}`, false},
+		{`{{if eq .ID "root"}}ROOT{{end}} id {{.ID}}`, false},
+		{`{{if eq .TaskID "t2"}}{{slice .ID 6}}{{end}}{{.ID}}`, false},
+		{`{{$id := .ID}}{{$id}}`, false},
+		{`{{range .Contacts}}{{if eq .ID "root"}}parent{{end}}{{end}}{{.ID}}`, false},
+		{`{{define "x"}}{{.}}!{{end}}{{template "x" .ID}}`, false},
+		{`{{.ID}} {{range .Contacts}}{{.ID}} {{$.ID}}{{end}}{{if .TaskID}}{{.ID}}{{end}}`, true},
+	} {
+		set, err := Load(English, fstest.MapFS{RuntimeFile: {Data: []byte(c.tmpl)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if set.byID {
-			t.Errorf("%s: System keeps prompts for agents alike, but the template does not show the id as written", tmpl)
+		if set.byID != c.byID {
+			t.Errorf("%s: System keeps prompts for agents alike: %v, want %v", c.tmpl, set.byID, c.byID)
 		}
-		for _, id := range []string{"agent-1", "agent-100"} {
-			got, err := set.System(false, "p", Facts{ID: id})
-			if err != nil {
-				t.Fatal(err)
-			}
-			want, _ := set.assemble(false, "p", Facts{ID: id})
-			if got != want {
-				t.Errorf("%s, %s: System gave %q, want %q", tmpl, id, got, want)
+		for _, id := range []string{"root", "agent-1", "agent-100", "agent-1000"} {
+			for _, task := range []string{"t1", "t2"} {
+				f := Facts{ID: id, TaskID: task, Contacts: []Contact{{ID: "root"}}}
+				got, err := set.System(id == "root", "p", f)
+				want, werr := set.assemble(id == "root", "p", f)
+				if got != want || (err == nil) != (werr == nil) {
+					t.Errorf("%s, %s, %s: System gave %q, %v; want %q, %v", c.tmpl, id, task, got, err, want, werr)
+				}
 			}
 		}
 	}

@@ -164,7 +164,7 @@ func answeredTool(req *llm.Request) (string, bool) {
 // change them while calls may be running.
 type Model struct {
 	// Fallback, if not nil, answers the requests no rule answers, in the
-	// same way as [Rule.Reply]. Without it such a request fails with
+	// same way as [Rule.Reply], and is given the same copy of the request. Without it such a request fails with
 	// [ErrNoRule], which is usually what a test wants: an unscripted call is
 	// a bug in the test or in the code under test.
 	Fallback func(req *llm.Request) (*llm.Response, error)
