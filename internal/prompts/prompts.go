@@ -377,7 +377,8 @@ func idShown(p *parse.PipeNode) bool {
 	return false
 }
 
-// usesID reports whether p mentions a field named ID anywhere.
+// usesID reports whether p mentions a field named ID anywhere, or dot or
+// $ whole (which hold the id, and could show it other than as written).
 func usesID(p *parse.PipeNode) bool {
 	if p == nil {
 		return false
@@ -385,12 +386,14 @@ func usesID(p *parse.PipeNode) bool {
 	for _, c := range p.Cmds {
 		for _, a := range c.Args {
 			switch a := a.(type) {
+			case *parse.DotNode:
+				return true
 			case *parse.FieldNode:
 				if slices.Contains(a.Ident, "ID") {
 					return true
 				}
 			case *parse.VariableNode:
-				if slices.Contains(a.Ident, "ID") {
+				if len(a.Ident) == 1 || slices.Contains(a.Ident, "ID") {
 					return true
 				}
 			case *parse.ChainNode:

@@ -100,6 +100,8 @@ func TestSystemWithATemplateThatChangesTheID(t *testing.T) {
 		{`{{$id := .ID}}{{$id}}`, false},
 		{`{{range .Contacts}}{{if eq .ID "root"}}parent{{end}}{{end}}{{.ID}}`, false},
 		{`{{define "x"}}{{.}}!{{end}}{{template "x" .ID}}`, false},
+		{`{{printf "%#v" .}}`, false},
+		{`{{$f := .}}{{$f.ID}}`, false},
 		{`{{.ID}} {{range .Contacts}}{{.ID}} {{$.ID}}{{end}}{{if .TaskID}}{{.ID}}{{end}}`, true},
 	} {
 		set, err := Load(English, fstest.MapFS{RuntimeFile: {Data: []byte(c.tmpl)}})
