@@ -49,6 +49,7 @@ func (l *language) formatMessage(m Message, senderRole string, hint bool) string
 // renders it, given.
 func (l *language) frameMessage(m Message, senderRole string, hint bool, content string) string {
 	var b strings.Builder
+	b.Grow(len(l.Strings.Source) + len(senderRole) + len(content) + len(l.Strings.ReplyHint) + 2*len(m.From) + 16)
 	if m.From == UserID {
 		b.WriteString(l.Strings.UserSource)
 	} else {
@@ -152,6 +153,13 @@ func formatBrief(b *TaskBrief, quote bool) string {
 		neutralise = func(s string) string { return s }
 	}
 	var w strings.Builder
+	n := 128 + len(b.Objective) + len(b.Inputs) + len(b.Outputs) + len(b.CompletionCriteria) + len(b.Priority)
+	for _, items := range [][]string{b.Constraints, b.References} {
+		for _, it := range items {
+			n += len(it) + 5
+		}
+	}
+	w.Grow(n) // collaborators, rarer, may grow it
 	field := func(label, v string) {
 		if v != "" {
 			w.WriteString(label)
