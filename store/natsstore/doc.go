@@ -27,7 +27,9 @@
 // in the stream Bucket+"_events", one message per append (or a few, past
 // 256 KB) holding its events as a JSON array, with the Seqs of the first
 // and last in its headers Agentsociety-First-Event and
-// Agentsociety-Last-Event. Nested documents are embedded as JSON; times
+// Agentsociety-Last-Event (and, with Options.Fence, the writer's claim in
+// Agentsociety-Claim; a claim's own message there holds no events, its
+// last Seq one below its first). Nested documents are embedded as JSON; times
 // are RFC 3339 with nanoseconds. "first" is the revision at which a
 // record was created, present once it has been replaced, so that Load lists records
 // in the order they were first applied. A history holds messages lo to

@@ -23,11 +23,24 @@ import (
 // another writer overtook is refused by the server; the Seqs it must
 // follow are checked here. A read finds its first message by a binary
 // search over the stream, and a trim purges whole messages.
+//
+// With Options.Fence, the server does not fence the event stream as it
+// does the bucket (a write can expect another subject's sequence only in
+// its own stream), so the claim fences it in two steps. The claim appends
+// a message holding no events, whose first Seq is the one the log expects
+// next and whose last is the one before: a deposed store's next append,
+// which expects the stream's last sequence to be the one its own last
+// append left, is then refused. Every message a fenced store appends
+// names its claim in hdrClaim, so that a store which learns the stream
+// again after a refused append, and finds another store's claim on its
+// last message, knows it is deposed and appends nothing.
 
-// Headers of an event message: the Seqs of its first and last event.
+// Headers of an event message: the Seqs of its first and last event, and
+// with Options.Fence the claim of the store that appended it.
 const (
 	hdrFirstEvent = "Agentsociety-First-Event"
 	hdrLastEvent  = "Agentsociety-Last-Event"
+	hdrClaim      = "Agentsociety-Claim"
 )
 
 // eventsBytes bounds the events' bytes in one message, well below the
@@ -79,6 +92,10 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 		if err := s.learnEvents(ctx); err != nil {
 			return err
 		}
+		if s.opts.Fence && s.evClaim != "" && s.evClaim != s.claimID {
+			s.evKnown = false
+			return s.fence(errors.New("another store claimed the event log"))
+		}
 	}
 	if s.evNext != 0 && events[0].Seq != s.evNext {
 		return fmt.Errorf("natsstore: appending events: event %d does not follow the last one kept, %d", events[0].Seq, s.evNext-1)
@@ -91,9 +108,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 		}
 		chunk := events[:n]
 		events = events[n:]
-		m := nats.NewMsg(s.eventSubj)
-		m.Header.Set(hdrFirstEvent, strconv.FormatUint(chunk[0].Seq, 10))
-		m.Header.Set(hdrLastEvent, strconv.FormatUint(chunk[n-1].Seq, 10))
+		m := s.eventMsg(chunk[0].Seq, chunk[n-1].Seq)
 		m.Data = append(make([]byte, 0, size+2), '[')
 		for i, e := range chunk {
 			if i > 0 {
@@ -112,14 +127,27 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 	return nil
 }
 
-// learnEvents reads from the stream the Seq the event log expects next
-// and the stream's last sequence. Called with s.emu held.
+// eventMsg returns a message to the event stream for the events from
+// first to last (none if last is first-1), with its headers.
+func (s *Store) eventMsg(first, last uint64) *nats.Msg {
+	m := nats.NewMsg(s.eventSubj)
+	m.Header.Set(hdrFirstEvent, strconv.FormatUint(first, 10))
+	m.Header.Set(hdrLastEvent, strconv.FormatUint(last, 10))
+	if s.claimID != "" {
+		m.Header.Set(hdrClaim, s.claimID)
+	}
+	return m
+}
+
+// learnEvents reads from the stream the Seq the event log expects next,
+// the stream's last sequence, and the claim its last message names.
+// Called with s.emu held.
 func (s *Store) learnEvents(ctx context.Context) error {
 	info, err := s.events.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("natsstore: %w", err)
 	}
-	s.evStream, s.evNext = info.State.LastSeq, 0
+	s.evStream, s.evNext, s.evClaim = info.State.LastSeq, 0, ""
 	if info.State.Msgs > 0 {
 		m, err := s.events.GetMsg(ctx, info.State.LastSeq)
 		if err != nil {
@@ -129,15 +157,45 @@ func (s *Store) learnEvents(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		s.evNext = last + 1
+		s.evNext, s.evClaim = last+1, m.Header.Get(hdrClaim)
 	}
 	s.evKnown = true
 	return nil
 }
 
+// claimEvents appends the claim's message to the event stream (see the
+// comment at the top of this file): no events, its range the place where
+// the log's next event goes. It learns the stream first and expects it
+// unchanged, and tries again while a deposed store's appends overtake it.
+func (s *Store) claimEvents(ctx context.Context) error {
+	s.emu.Lock()
+	defer s.emu.Unlock()
+	for try := 0; ; try++ {
+		if err := s.learnEvents(ctx); err != nil {
+			return err
+		}
+		next := max(s.evNext, 1)
+		m := s.eventMsg(next, next-1)
+		m.Data = []byte("[]")
+		ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(s.evStream))
+		var api *jetstream.APIError
+		if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+			api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) && try < 8 {
+			continue
+		}
+		if err != nil {
+			s.evKnown = false
+			return fmt.Errorf("claiming the event log: %w", err)
+		}
+		s.evStream, s.evNext, s.evClaim = ack.Sequence, next, s.claimID
+		return nil
+	}
+}
+
 // eventRange returns the Seqs of the first and last event of the message
-// at stream sequence seq with headers h. A message without them holds one
-// event, whose Seq is seq: the log's format before events were packed.
+// at stream sequence seq with headers h; last is first-1 for a claim's
+// message, which holds none. A message without them holds one event, whose
+// Seq is seq: the log's format before events were packed.
 func eventRange(h nats.Header, seq uint64) (first, last uint64, err error) {
 	f, l := h.Get(hdrFirstEvent), h.Get(hdrLastEvent)
 	if f == "" && l == "" {
@@ -145,7 +203,7 @@ func eventRange(h nats.Header, seq uint64) (first, last uint64, err error) {
 	}
 	first, ferr := strconv.ParseUint(f, 10, 64)
 	last, lerr := strconv.ParseUint(l, 10, 64)
-	if ferr != nil || lerr != nil || last < first {
+	if ferr != nil || lerr != nil || last+1 < first {
 		return 0, 0, fmt.Errorf("%w: event message %d names events %q to %q", ErrCorrupt, seq, f, l)
 	}
 	return first, last, nil
@@ -324,8 +382,10 @@ func (s *Store) EventBounds(ctx context.Context) (first, last uint64, err error)
 	if err != nil {
 		return 0, 0, fmt.Errorf("natsstore: reading events: %w", err)
 	}
-	_, last, err = eventRange(m.Header, m.Sequence)
-	return first, last, err
+	if _, last, err = eventRange(m.Header, m.Sequence); err != nil || last < first {
+		return 0, 0, err // no events: only claims' messages
+	}
+	return first, last, nil
 }
 
 var _ store.EventLog = (*Store)(nil)

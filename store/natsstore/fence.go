@@ -13,16 +13,20 @@ const keyFence = "fence"
 // keyFence, after which a write of any store that claimed the bucket
 // before is refused by the server. The write expects nothing, so that a
 // deposed store still writing cannot keep it from landing; what the
-// stream holds before it is what Load reads.
+// stream holds before it is what Load reads. It then claims the event log
+// (see claimEvents).
 func (s *Store) claim(ctx context.Context) error {
+	id := newID()
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	seq, err := s.send(ctx, []write{{key: keyFence, data: []byte(newID())}}, false)
+	seq, err := s.send(ctx, []write{{key: keyFence, data: []byte(id)}}, false)
+	if err == nil {
+		s.last, s.claimed, s.claimID = seq, seq, id
+	}
+	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("claiming the bucket: %w", err)
 	}
-	s.last, s.claimed = seq, seq
-	return nil
+	return s.claimEvents(ctx)
 }
 
 // Fenced returns a channel that is closed once the store is fenced: with

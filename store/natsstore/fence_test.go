@@ -3,6 +3,8 @@ package natsstore_test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -102,4 +104,60 @@ func TestFence_DeposedWriterChangesNothing(t *testing.T) {
 func TestFence_Conformance(t *testing.T) {
 	url := natstest.Server(t)
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t, url, natsstore.Options{Fence: true}) })
+}
+
+// A deposed store that has not written since the bucket was claimed
+// appends no events: the claim's message in the event log makes its next
+// append refused, and when it learns the stream again it finds another
+// store's claim there. The new store's log reads on as it wrote it.
+func TestFence_DeposedStoreAppendsNoEvents(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	ev := func(seq uint64) store.Event { return store.Event{Seq: seq, Data: json.RawMessage(fmt.Sprint(seq))} }
+	old := open(t, url, natsstore.Options{Bucket: "events", Fence: true})
+	if err := old.AppendEvents(ctx, []store.Event{ev(1), ev(2)}); err != nil {
+		t.Fatal(err)
+	}
+	next := open(t, url, natsstore.Options{Bucket: "events", Fence: true})
+	if first, last, err := next.EventBounds(ctx); err != nil || first != 1 || last != 2 {
+		t.Fatalf("the new store's EventBounds = %d, %d, %v; want 1, 2", first, last, err)
+	}
+	if err := old.AppendEvents(ctx, []store.Event{ev(3)}); err == nil {
+		t.Fatal("the deposed store appended an event after the claim")
+	}
+	// Its next append learns the stream again, and finds the claim.
+	if err := old.AppendEvents(ctx, []store.Event{ev(3)}); !errors.Is(err, natsstore.ErrFenced) {
+		t.Fatalf("the deposed store's next append: %v, want ErrFenced", err)
+	}
+	if err := next.AppendEvents(ctx, []store.Event{ev(3), ev(4)}); err != nil {
+		t.Fatalf("the new store appends after the claim: %v", err)
+	}
+	got, err := next.ReadEvents(ctx, 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, e := range got {
+		seqs = append(seqs, e.Seq)
+		if string(e.Data) != fmt.Sprint(e.Seq) {
+			t.Errorf("event %d reads %s", e.Seq, e.Data)
+		}
+	}
+	if !slices.Equal(seqs, []uint64{1, 2, 3, 4}) {
+		t.Fatalf("the log holds events %v, want 1 to 4", seqs)
+	}
+	if first, last, err := next.EventBounds(ctx); err != nil || first != 1 || last != 4 {
+		t.Fatalf("EventBounds = %d, %d, %v; want 1, 4", first, last, err)
+	}
+	// A claim on an empty log leaves it empty, and the first event is 1.
+	empty := open(t, url, natsstore.Options{Bucket: "empty", Fence: true})
+	if first, last, err := empty.EventBounds(ctx); err != nil || first != 0 || last != 0 {
+		t.Fatalf("EventBounds of a claimed empty log = %d, %d, %v; want 0, 0", first, last, err)
+	}
+	if evs, err := empty.ReadEvents(ctx, 1, 10); err != nil || len(evs) != 0 {
+		t.Fatalf("ReadEvents of a claimed empty log = %v, %v", evs, err)
+	}
+	if err := empty.AppendEvents(ctx, []store.Event{ev(1)}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -103,9 +103,10 @@ type Options struct {
 	// write fail with [ErrFenced]; [Store.Fenced] is closed. A write whose
 	// outcome is unknown fences the store too: it cannot tell its own
 	// write from another's. Artifacts are then written through the same
-	// path. The event log, a stream of its own, is not fenced by the
-	// server; the store refuses to append events once it knows it is
-	// fenced.
+	// path. The event log, a stream of its own, is claimed too: the claim
+	// appends a message there that holds no events, so that a deposed
+	// store's next append is refused, and one that learns the log again
+	// finds another's claim on it and fails with [ErrFenced].
 	Fence bool
 
 	// Logger receives what the store cannot return: the removal of
@@ -166,13 +167,16 @@ type Store struct {
 	evKnown  bool
 	evNext   uint64
 	evStream uint64
+	evClaim  string // the claim the stream's last message names ("" for none)
 
 	// last is, with Options.Fence, the sequence of the stream's last
 	// message as this store's last write left it. Guarded by mu.
 	last uint64
 	// claimed is, with Options.Fence, the revision of the fence key that
-	// this store's claim wrote.
+	// this store's claim wrote, and claimID what it wrote there; set once,
+	// before New returns.
 	claimed    uint64
+	claimID    string
 	fenced     chan struct{} // closed once the store is fenced
 	fencedOnce sync.Once
 }
