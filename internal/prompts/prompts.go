@@ -456,10 +456,11 @@ type Interface struct {
 // with a mark for the id, and gives an agent whose facts are the same but
 // for the id that prompt with its own id in place of the mark.
 func (s *Set) System(isRoot bool, rolePrompt string, f Facts) (string, error) {
-	if !s.byID {
+	id := f.ID
+	if !s.byID || id == "" || strings.TrimSpace(id) != id || strings.IndexByte(id, 0) >= 0 {
+		// An id at either end of the prompt would be trimmed with it.
 		return s.assemble(isRoot, rolePrompt, f)
 	}
-	id := f.ID
 	f.ID = ""
 	if last := s.last.Load(); last != nil && last.isRoot == isRoot && last.rolePrompt == rolePrompt && sameFacts(&last.facts, &f) {
 		return strings.ReplaceAll(last.text, idMark, id), nil

@@ -25,7 +25,7 @@ func TestSystemForAgentsAlike(t *testing.T) {
 			pick := func(label string, choices ...string) string { return rapid.SampledFrom(choices).Draw(t, label) }
 			for i := range rapid.IntRange(1, 8).Draw(t, "agents") {
 				f := Facts{
-					ID:       "agent-" + rapid.StringMatching(`[0-9]{1,3}`).Draw(t, "id"),
+					ID:       pick("id", "agent-1", "agent-23", "agent-100", "", " agent-2\n", "a\x00id\x00"),
 					Role:     pick("role", "worker", "lead", "x\x00y"),
 					TaskID:   pick("task", "t1", "t2"),
 					Parent:   pick("parent", "agent-1 (lead)", ""),
@@ -103,6 +103,7 @@ func TestSystemWithATemplateThatChangesTheID(t *testing.T) {
 		{`{{printf "%#v" .}}`, false},
 		{`{{$f := .}}{{$f.ID}}`, false},
 		{`{{.ID}} {{range .Contacts}}{{.ID}} {{$.ID}}{{end}}{{if .TaskID}}{{.ID}}{{end}}`, true},
+		{`{{with .TaskID}}{{$.ID}}{{end}}`, true}, // the id ends the prompt, and is trimmed with it
 	} {
 		set, err := Load(English, fstest.MapFS{RuntimeFile: {Data: []byte(c.tmpl)}})
 		if err != nil {
@@ -111,7 +112,7 @@ func TestSystemWithATemplateThatChangesTheID(t *testing.T) {
 		if set.byID != c.byID {
 			t.Errorf("%s: System keeps prompts for agents alike: %v, want %v", c.tmpl, set.byID, c.byID)
 		}
-		for _, id := range []string{"root", "agent-1", "agent-100", "agent-1000"} {
+		for _, id := range []string{"root", "agent-1", "agent-100", "agent-1000", "", " agent-9\n"} {
 			for _, task := range []string{"t1", "t2"} {
 				f := Facts{ID: id, TaskID: task, Contacts: []Contact{{ID: "root"}}}
 				got, err := set.System(id == "root", "p", f)

@@ -120,6 +120,9 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 		ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(s.evStream))
 		if err != nil {
 			s.evKnown = false
+			if s.opts.Fence && overtaken(err) && s.learnEvents(ctx) == nil && s.evClaim != s.claimID {
+				return s.fence(errors.New("another store claimed the event log"))
+			}
 			return fmt.Errorf("natsstore: appending events %d to %d: %w", chunk[0].Seq, chunk[n-1].Seq, err)
 		}
 		s.evStream, s.evNext = ack.Sequence, chunk[n-1].Seq+1
@@ -167,20 +170,31 @@ func (s *Store) learnEvents(ctx context.Context) error {
 // comment at the top of this file): no events, its range the place where
 // the log's next event goes. It learns the stream first and expects it
 // unchanged, and tries again while a deposed store's appends overtake it.
-func (s *Store) claimEvents(ctx context.Context) error {
+//
+// Another store may claim the bucket meanwhile: each try first reads the
+// fence key, and finds this store deposed if the key's revision is no
+// longer claimed's. That store's own claim then comes after this one's in
+// the log, or overtakes it, which makes this try fail and the next one
+// read the key again.
+func (s *Store) claimEvents(ctx context.Context, claimed uint64) error {
 	s.emu.Lock()
 	defer s.emu.Unlock()
 	for try := 0; ; try++ {
 		if err := s.learnEvents(ctx); err != nil {
 			return err
 		}
+		e, err := s.kv.Get(ctx, keyFence)
+		if err != nil {
+			return fmt.Errorf("reading the fence key: %w", err)
+		}
+		if e.Revision() != claimed {
+			return s.fence(errors.New("another store claimed the bucket"))
+		}
 		next := max(s.evNext, 1)
 		m := s.eventMsg(next, next-1)
 		m.Data = []byte("[]")
 		ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(s.evStream))
-		var api *jetstream.APIError
-		if errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
-			api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant) && try < 8 {
+		if overtaken(err) && try < 8 {
 			continue
 		}
 		if err != nil {
@@ -190,6 +204,14 @@ func (s *Store) claimEvents(ctx context.Context) error {
 		s.evStream, s.evNext, s.evClaim = ack.Sequence, next, s.claimID
 		return nil
 	}
+}
+
+// overtaken reports whether err is the server's refusal of a write that
+// expected the stream's last sequence to be one it no longer is.
+func overtaken(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) && (api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		api.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // eventRange returns the Seqs of the first and last event of the message
@@ -333,7 +355,19 @@ func (s *Store) TrimEvents(ctx context.Context, before uint64) error {
 		return err
 	}
 	if keep == 0 {
-		keep = st.LastSeq
+		// before is past the newest event: keep the message holding it,
+		// which a claim's message may follow.
+		m, err := s.events.GetMsg(ctx, st.LastSeq)
+		if err != nil {
+			return fmt.Errorf("natsstore: reading events: %w", err)
+		}
+		_, last, err := eventRange(m.Header, m.Sequence)
+		if err != nil {
+			return err
+		}
+		if keep, err = s.holding(ctx, st.FirstSeq, st.LastSeq, last); err != nil {
+			return err
+		}
 	}
 	if keep > st.FirstSeq {
 		if err := s.events.Purge(ctx, jetstream.WithPurgeSequence(keep)); err != nil {

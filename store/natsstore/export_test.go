@@ -34,3 +34,23 @@ func (s *Store) ApplyAll(ctx context.Context, cs []store.Change) []error {
 	}
 	return errs
 }
+
+// NewClaimingLater opens a store as New does with Fence, but claims
+// nothing: the test claims the bucket and the event log itself, with
+// ClaimBucket and ClaimEvents, to let another store claim between them.
+func NewClaimingLater(ctx context.Context, opts Options) (*Store, error) {
+	opts.Fence = false
+	s, err := New(ctx, opts)
+	if err == nil {
+		s.opts.Fence = true
+	}
+	return s, err
+}
+
+// ClaimBucket is claimBucket.
+func (s *Store) ClaimBucket(ctx context.Context) (uint64, error) { return s.claimBucket(ctx) }
+
+// ClaimEvents is claimEvents.
+func (s *Store) ClaimEvents(ctx context.Context, claimed uint64) error {
+	return s.claimEvents(ctx, claimed)
+}

@@ -9,24 +9,31 @@ import (
 // its bucket. Load skips it.
 const keyFence = "fence"
 
-// claim makes s its bucket's one writer (see Options.Fence): it writes
-// keyFence, after which a write of any store that claimed the bucket
-// before is refused by the server. The write expects nothing, so that a
-// deposed store still writing cannot keep it from landing; what the
-// stream holds before it is what Load reads. It then claims the event log
-// (see claimEvents).
+// claim makes s its bucket's one writer (see Options.Fence): it claims
+// the bucket, then the event log (see claimEvents).
 func (s *Store) claim(ctx context.Context) error {
+	seq, err := s.claimBucket(ctx)
+	if err != nil {
+		return err
+	}
+	return s.claimEvents(ctx, seq)
+}
+
+// claimBucket writes keyFence, after which a write of any store that
+// claimed the bucket before is refused by the server, and returns the
+// key's revision. The write expects nothing, so that a deposed store still
+// writing cannot keep it from landing; what the stream holds before it is
+// what Load reads.
+func (s *Store) claimBucket(ctx context.Context) (uint64, error) {
 	id := newID()
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	seq, err := s.send(ctx, []write{{key: keyFence, data: []byte(id)}}, false)
-	if err == nil {
-		s.last, s.claimed, s.claimID = seq, seq, id
-	}
-	s.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("claiming the bucket: %w", err)
+		return 0, fmt.Errorf("claiming the bucket: %w", err)
 	}
-	return s.claimEvents(ctx)
+	s.last, s.claimed, s.claimID = seq, seq, id
+	return seq, nil
 }
 
 // Fenced returns a channel that is closed once the store is fenced: with
