@@ -92,7 +92,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 		if err := s.learnEvents(ctx); err != nil {
 			return err
 		}
-		if s.opts.Fence && s.evClaim != "" && s.evClaim != s.claimID {
+		if s.claimedByAnother() {
 			s.evKnown = false
 			return s.fence(errors.New("another store claimed the event log"))
 		}
@@ -120,7 +120,8 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 		ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(s.evStream))
 		if err != nil {
 			s.evKnown = false
-			if s.opts.Fence && overtaken(err) && s.learnEvents(ctx) == nil && s.evClaim != s.claimID {
+			if s.opts.Fence && overtaken(err) && s.learnEvents(ctx) == nil && s.claimedByAnother() {
+				s.evKnown = false
 				return s.fence(errors.New("another store claimed the event log"))
 			}
 			return fmt.Errorf("natsstore: appending events %d to %d: %w", chunk[0].Seq, chunk[n-1].Seq, err)
@@ -164,6 +165,13 @@ func (s *Store) learnEvents(ctx context.Context) error {
 	}
 	s.evKnown = true
 	return nil
+}
+
+// claimedByAnother reports whether, with Options.Fence, the stream's last
+// message names another store's claim, as learnEvents read it (a message
+// naming none was written before claims were). Called with s.emu held.
+func (s *Store) claimedByAnother() bool {
+	return s.opts.Fence && s.evClaim != "" && s.evClaim != s.claimID
 }
 
 // claimEvents appends the claim's message to the event stream (see the
