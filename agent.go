@@ -144,8 +144,9 @@ func (x *Actor) TaskID() string { return x.taskID }
 // Agent returns the agent this handle acts as.
 func (x *Actor) Agent() Agent {
 	x.s.mu.Lock()
-	defer x.s.mu.Unlock()
-	return x.a.snapshot()
+	v := x.a.view()
+	x.s.mu.Unlock()
+	return v.agent()
 }
 
 // WithTask returns a handle for the same agent working on taskID.
@@ -292,14 +293,15 @@ func (x *Actor) spawn(ctx context.Context, spec SpawnSpec, given bool) (child Ag
 	key := x.turn.spawnKey()
 
 	var assignment *pendingSend
-	var id string // the new child's, drawn once: apply may check again after a wait
+	var found agentView // the child an earlier spawn made, decoded once s.mu is released
+	var id string       // the new child's, drawn once: apply may check again after a wait
 	if err := s.apply(ctx, func() (*change, *Error) {
-		c, found, e := s.checkSpawn(x, spec, key, brief, &id)
+		c, earlier, e := s.checkSpawn(x, spec, key, brief, &id)
 		if e != nil {
 			return nil, e
 		}
-		if found {
-			child, reused = c.snapshot(), true
+		if earlier {
+			found, reused = c.view(), true
 			return nil, nil
 		}
 		if spec.Budget != nil {
@@ -347,14 +349,15 @@ func (x *Actor) spawn(ctx context.Context, spec SpawnSpec, given bool) (child Ag
 	}); err != nil {
 		return refuse(err)
 	}
-	if !reused {
-		s.log.LogAttrs(ctx, slog.LevelInfo, "agent spawned",
-			slog.String("agent", child.ID), slog.String("role", child.RoleID), slog.String("parent", by), slog.String("task", child.TaskID))
-		if assignment != nil {
-			s.logMessage(ctx, "message accepted", &assignment.msg)
-		}
+	if reused {
+		return found.agent(), true, nil
 	}
-	return child, reused, nil
+	s.log.LogAttrs(ctx, slog.LevelInfo, "agent spawned",
+		slog.String("agent", child.ID), slog.String("role", child.RoleID), slog.String("parent", by), slog.String("task", child.TaskID))
+	if assignment != nil {
+		s.logMessage(ctx, "message accepted", &assignment.msg)
+	}
+	return child, false, nil
 }
 
 // modelDriven reports whether a is driven by the society's model.
@@ -514,24 +517,32 @@ func (s *Society) addAgent(c *agent) {
 	}
 }
 
-// snapshot returns a's description for a caller to keep, its brief decoded.
-// Called with s.mu held, or on an agent no other goroutine can change.
-func (a *agent) snapshot() Agent {
-	out := a.info
-	out.Brief = a.taskBrief()
-	return out
+// view returns a's description for a caller to keep, its brief still
+// encoded: the caller decodes it with [agentView.agent] once it has
+// released s.mu. Called with s.mu held, or on an agent no other goroutine
+// can change.
+func (a *agent) view() agentView { return agentView{a.info, a.brief} }
+
+// agentView is an agent's description read under s.mu, with its brief as
+// the agent keeps it, in JSON. Decoding the brief takes microseconds and
+// needs no lock, as an agent's brief never changes: it is done once the
+// lock is released, so that reading an agent, or every agent, never holds
+// up the society for it.
+type agentView struct {
+	info  Agent // info.Brief is nil
+	brief json.RawMessage
 }
 
-// taskBrief decodes a's brief: nil for root and user. It needs no lock, as
-// a's brief never changes.
-func (a *agent) taskBrief() *TaskBrief {
-	if a.brief == nil {
-		return nil
+// agent returns the description with its brief decoded: nil for root and
+// user.
+func (v agentView) agent() Agent {
+	if v.brief != nil {
+		var b TaskBrief
+		// The society encoded it, or checked that it decodes when restoring it.
+		_ = json.Unmarshal(v.brief, &b)
+		v.info.Brief = &b
 	}
-	var b TaskBrief
-	// The society encoded it, or checked that it decodes when restoring it.
-	_ = json.Unmarshal(a.brief, &b)
-	return &b
+	return v.info
 }
 
 // inbox returns a's mailbox, making it on first use.

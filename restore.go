@@ -27,7 +27,7 @@ func (s *Society) restore(ctx context.Context) error {
 	// Host code runs with no lock held; no drainer runs yet.
 	if s.cfg.RestoreBehavior != nil {
 		for _, a := range restored {
-			a.behavior = s.cfg.RestoreBehavior(a.snapshot(), s.roles[a.info.RoleID].clone())
+			a.behavior = s.cfg.RestoreBehavior(a.view().agent(), s.roles[a.info.RoleID].clone())
 		}
 	}
 	// An agent that was terminating when the society stopped and whose

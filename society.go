@@ -515,12 +515,14 @@ func (s *Society) Actor(id string) (*Actor, error) {
 // terminated agent is forgotten Config.Retention after it ended.
 func (s *Society) Agent(id string) (Agent, bool) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	a := s.agents[id]
 	if a == nil {
+		s.mu.Unlock()
 		return Agent{}, false
 	}
-	return a.snapshot(), true
+	v := a.view()
+	s.mu.Unlock()
+	return v.agent(), true
 }
 
 // Agents returns every agent other than root and user, oldest first,
@@ -528,20 +530,20 @@ func (s *Society) Agent(id string) (Agent, bool) {
 func (s *Society) Agents() []Agent {
 	type ordered struct {
 		order uint64
-		info  Agent
+		view  agentView
 	}
 	s.mu.Lock()
 	list := make([]ordered, 0, len(s.agents))
 	for _, a := range s.agents {
 		if a.info.ID != RootID && a.info.ID != UserID {
-			list = append(list, ordered{a.order, a.snapshot()})
+			list = append(list, ordered{a.order, a.view()})
 		}
 	}
 	s.mu.Unlock()
 	sort.Slice(list, func(i, j int) bool { return list[i].order < list[j].order })
 	out := make([]Agent, len(list))
 	for i, a := range list {
-		out[i] = a.info
+		out[i] = a.view.agent()
 	}
 	return out
 }
