@@ -466,17 +466,27 @@ func (l *eventLog) unsaved(n int) (batch []store.Event, lost uint64, wake chan s
 	l.watched = true
 	wake = l.wake
 	l.mu.Unlock()
+	var buf []byte // events are encoded one after the other into it, a chunk at a time
 	for i := range evs {
 		e := &evs[i]
-		seq := e.Seq
-		data, err := json.Marshal(e)
-		if err != nil { // the society checks what it puts in events; keep what encodes
-			data, _ = json.Marshal(Event{Seq: e.Seq, Time: e.Time, Kind: e.Kind, Task: e.Task, Agent: e.Agent, Turn: e.Turn, Detail: "the event did not encode: " + err.Error()})
+		if cap(buf)-len(buf) < eventChunk/8 {
+			buf = make([]byte, 0, eventChunk)
 		}
-		batch = append(batch, store.Event{Seq: seq, Data: data})
+		start := len(buf)
+		var ok bool
+		if buf, ok = appendEvent(buf, e); !ok {
+			// The society checks what it puts in events; keep what encodes.
+			_, err := json.Marshal(e)
+			data, _ := json.Marshal(Event{Seq: e.Seq, Time: e.Time, Kind: e.Kind, Task: e.Task, Agent: e.Agent, Turn: e.Turn, Detail: fmt.Sprint("the event did not encode: ", err)})
+			buf = append(buf, data...)
+		}
+		batch = append(batch, store.Event{Seq: e.Seq, Data: buf[start:len(buf):len(buf)]})
 	}
 	return batch, lost, wake
 }
+
+// eventChunk is the size of the buffers unsaved encodes events into.
+const eventChunk = 32 << 10
 
 // save appends batch to the store and trims the store to the retention.
 func (l *eventLog) save(ctx context.Context, batch []store.Event) error {

@@ -60,6 +60,23 @@ type eventLine struct {
 	Data json.RawMessage `json:"data"`
 }
 
+// appendEventLine appends e to buf as a line of a segment: the line
+// json.Marshal makes of its eventLine, without encoding the event again
+// when its data is on one line already, as a society's events are (the
+// data is one JSON value, as [store.EventLog] requires).
+func appendEventLine(buf []byte, e store.Event) ([]byte, error) {
+	if bytes.IndexByte(e.Data, '\n') >= 0 || !json.Valid(e.Data) {
+		line, err := json.Marshal(eventLine{e.Seq, e.Data})
+		if err != nil {
+			return buf, err
+		}
+		return append(append(buf, line...), '\n'), nil
+	}
+	buf = strconv.AppendUint(append(buf, `{"seq":`...), e.Seq, 10)
+	buf = append(append(buf, `,"data":`...), e.Data...)
+	return append(buf, "}\n"...), nil
+}
+
 // AppendEvents appends events to the log; see [store.EventLog].
 func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 	return s.withEvents(ctx, func(l *eventLog) error { return s.appendEvents(l, events) })
@@ -88,11 +105,10 @@ func (s *Store) appendEvents(l *eventLog, events []store.Event) error {
 		batch := events[:min(int(eventsPerSegment-cur.len()), len(events))]
 		l.line = l.line[:0]
 		for _, e := range batch {
-			line, err := json.Marshal(eventLine{e.Seq, e.Data})
-			if err != nil {
+			var err error
+			if l.line, err = appendEventLine(l.line, e); err != nil {
 				return fmt.Errorf("filestore: event %d: %w", e.Seq, err)
 			}
-			l.line = append(append(l.line, line...), '\n')
 		}
 		_, err := l.file.Write(l.line)
 		if err == nil && s.opts.Sync == SyncEveryRecord {

@@ -67,3 +67,42 @@ func TestEventLogReopen(t *testing.T) {
 	}
 	closeStore(t, s)
 }
+
+// TestEventLogDataAsGiven: an event's data on one line is kept byte for
+// byte; data over several lines (JSON may hold newlines between its
+// tokens) is kept on one line, the same value; data that is not JSON is
+// refused, and nothing of its batch is written.
+func TestEventLogDataAsGiven(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	given := []store.Event{
+		{Seq: 1, Data: []byte(`{"text":"a <b> & \"c\"","n":1.50}`)},
+		{Seq: 2, Data: []byte("{\n  \"text\": \"two\\nlines\"\n}")},
+		{Seq: 3, Data: []byte(` "padded" `)},
+	}
+	if err := s.AppendEvents(ctx, given); err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range [][]byte{[]byte(`{"text":`), []byte(`{} {}`), []byte("  ")} {
+		if err := s.AppendEvents(ctx, []store.Event{{Seq: 4, Data: []byte(`{}`)}, {Seq: 5, Data: bad}}); err == nil {
+			t.Errorf("AppendEvents took data %q, which is not one JSON value", bad)
+		}
+	}
+	closeStore(t, s)
+	s = open(t, dir, Options{})
+	defer closeStore(t, s)
+	got, err := s.ReadEvents(ctx, 1, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`{"text":"a <b> & \"c\"","n":1.50}`, `{"text":"two\nlines"}`, `"padded"`}
+	if len(got) != len(want) {
+		t.Fatalf("read %d events after reopening, want %d: %v", len(got), len(want), got)
+	}
+	for i, e := range got {
+		if e.Seq != uint64(i+1) || string(e.Data) != want[i] {
+			t.Errorf("event %d: seq %d data %s, want seq %d data %s", i, e.Seq, e.Data, i+1, want[i])
+		}
+	}
+}
