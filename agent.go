@@ -77,7 +77,13 @@ type agent struct {
 	// very bytes of its store record, which the society never modifies
 	// (see store.Store), so that a million idle agents do not hold their
 	// briefs twice. Agent and Agents decode it.
-	brief    json.RawMessage
+	brief json.RawMessage
+	// decoded is brief decoded, kept once the agent's own code asked for
+	// it (Actor.Agent), which a behaviour may do for every message; shared
+	// and never modified: each caller gets a copy. Society.Agent and
+	// Agents decode without keeping it, so that listing a million idle
+	// agents does not make them hold their briefs twice.
+	decoded  atomic.Pointer[TaskBrief]
 	order    uint64 // creation order, for listing
 	role     *Role  // shared, never modified; for root and user, a stand-in named after them
 	depth    int
@@ -144,9 +150,17 @@ func (x *Actor) TaskID() string { return x.taskID }
 // Agent returns the agent this handle acts as.
 func (x *Actor) Agent() Agent {
 	x.s.mu.Lock()
-	v := x.a.view()
+	info := x.a.info
 	x.s.mu.Unlock()
-	return v.agent()
+	if x.a.brief != nil {
+		b := x.a.decoded.Load()
+		if b == nil {
+			b = decodeBrief(x.a.brief)
+			x.a.decoded.Store(b)
+		}
+		info.Brief = b.clone()
+	}
+	return info
 }
 
 // WithTask returns a handle for the same agent working on taskID.
@@ -537,12 +551,17 @@ type agentView struct {
 // user.
 func (v agentView) agent() Agent {
 	if v.brief != nil {
-		var b TaskBrief
-		// The society encoded it, or checked that it decodes when restoring it.
-		_ = json.Unmarshal(v.brief, &b)
-		v.info.Brief = &b
+		v.info.Brief = decodeBrief(v.brief)
 	}
 	return v.info
+}
+
+// decodeBrief decodes an agent's brief, which the society encoded, or
+// checked that it decodes when restoring it.
+func decodeBrief(brief json.RawMessage) *TaskBrief {
+	var b TaskBrief
+	_ = json.Unmarshal(brief, &b)
+	return &b
 }
 
 // inbox returns a's mailbox, making it on first use.

@@ -870,3 +870,70 @@ func TestStrictPresetOnlyKnownAgents(t *testing.T) {
 		t.Fatal("open policy: the child does not know its collaborator b")
 	}
 }
+
+// TestActorAgentGivesACopy: an agent's own handle gives its brief as it
+// was given, every time, as Society.Agent gives it; changing what one call
+// returned changes nothing the next call returns.
+func TestActorAgentGivesACopy(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{Logger: quiet})
+	lead, roleID := hostLead(t, s, "copy", "worker")
+	given := validBrief(func(b *as.TaskBrief) {
+		b.Collaborators = []as.Collaborator{{AgentID: lead.ID(), Role: "lead", InterfaceSpec: &as.InterfaceSpec{Services: "s", InputFormat: "i", OutputFormat: "o", Examples: []string{"e"}}}}
+		b.References = []string{"r"}
+	})
+	child, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: roleID, Brief: given, Behavior: noop})
+	if err != nil {
+		t.Fatal(err)
+	}
+	self, err := s.Actor(child.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := validBrief(func(b *as.TaskBrief) { // given, as it was
+		b.Collaborators = []as.Collaborator{{AgentID: lead.ID(), Role: "lead", InterfaceSpec: &as.InterfaceSpec{Services: "s", InputFormat: "i", OutputFormat: "o", Examples: []string{"e"}}}}
+		b.References = []string{"r"}
+	})
+	for i := range 3 {
+		got := self.Agent()
+		if diff := cmp.Diff(want, got.Brief); diff != "" {
+			t.Fatalf("call %d: Actor.Agent's brief (-given +got):\n%s", i, diff)
+		}
+		if other, _ := s.Agent(child.ID); !cmp.Equal(other, got) {
+			t.Fatalf("call %d: Actor.Agent gave %+v, Society.Agent %+v", i, got, other)
+		}
+		got.Brief.Objective = "changed"
+		got.Brief.Constraints[0] = "changed"
+		got.Brief.Collaborators[0].InterfaceSpec.Examples[0] = "changed"
+		got.Brief.References[0] = "changed"
+	}
+}
+
+// BenchmarkActorAgent measures an agent's handle reading the agent, as a
+// behaviour may for every message it handles, beside Society.Agent, which
+// decodes the brief on every call.
+func BenchmarkActorAgent(b *testing.B) {
+	ctx := context.Background()
+	s := newSociety(b, as.Config{Logger: quiet})
+	lead, roleID := hostLead(b, s, "agent", "worker")
+	child, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: roleID, Brief: validBrief(), Behavior: noop})
+	if err != nil {
+		b.Fatal(err)
+	}
+	self, err := s.Actor(child.ID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Society.Agent", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			s.Agent(child.ID)
+		}
+	})
+	b.Run("Actor.Agent", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			self.Agent()
+		}
+	})
+}
