@@ -22,6 +22,7 @@ import (
 	"sync/atomic"
 	"text/template"
 	"text/template/parse"
+	"unicode/utf8"
 )
 
 //go:embed zh en
@@ -457,8 +458,9 @@ type Interface struct {
 // for the id that prompt with its own id in place of the mark.
 func (s *Set) System(isRoot bool, rolePrompt string, f Facts) (string, error) {
 	id := f.ID
-	if !s.byID || id == "" || strings.TrimSpace(id) != id || strings.IndexByte(id, 0) >= 0 {
-		// An id at either end of the prompt would be trimmed with it.
+	if !s.byID || id == "" || strings.TrimSpace(id) != id || strings.IndexByte(id, 0) >= 0 || !utf8.ValidString(id) {
+		// An id at either end of the prompt would be trimmed with it, and
+		// half a rune at its end could be trimmed with what follows.
 		return s.assemble(isRoot, rolePrompt, f)
 	}
 	f.ID = ""

@@ -147,3 +147,23 @@ func BenchmarkSystem(b *testing.B) {
 		}
 	})
 }
+
+// TestSystemIDWithHalfARune: an id that is not valid UTF-8, whose last
+// byte the prompt's trimming would join with what follows it, gets the
+// prompt assembled for it, not the one kept for its siblings.
+func TestSystemIDWithHalfARune(t *testing.T) {
+	set, err := Load(English, fstest.MapFS{RuntimeFile: {Data: []byte(`agent {{.ID}}{{.Role}}`)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"agent-1", "agent-2\xc2", "agent-3"} {
+		f := Facts{ID: id, Role: "\x85"}
+		got, err := set.System(false, "p", f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want, _ := set.assemble(false, "p", f); got != want {
+			t.Errorf("id %q: System gave %q, want %q", id, got, want)
+		}
+	}
+}
