@@ -202,8 +202,16 @@ type eventLog struct {
 	keep uint64    // the retention, read without the lock
 	next uint64    // the seq of the next event
 	last time.Time // the time of the last event: times follow seqs
-	// saved is the last seq the store has; unsaved events after it.
+	// saved is the last seq the writer has taken for the store; unsaved
+	// events after it.
 	saved uint64
+	// saving is what the writer took and the store does not have yet:
+	// readers read there the events of it the ring has dropped since.
+	saving []Event
+	// shut is set once the writer has written the last events, as the
+	// society closes: an event after it would be numbered and never
+	// stored, and its number given again once the society reopens.
+	shut bool
 	// wake is closed, and replaced, when an event is added while someone
 	// waits on it (watched).
 	wake    chan struct{}
@@ -254,6 +262,10 @@ func (l *eventLog) addAt(at time.Time, fill func(e *Event)) time.Time {
 		now = time.Now()
 	}
 	l.mu.Lock()
+	if l.shut {
+		l.mu.Unlock()
+		return time.Time{}
+	}
 	seq := l.next
 	l.next++
 	if l.held < l.keep {
@@ -295,20 +307,37 @@ func (l *eventLog) slot(seq uint64) *Event {
 func (l *eventLog) oldest() uint64 { return l.next - l.held }
 
 // fromRing copies into buf the events from seq from on that the ring holds,
-// at most cap(buf) of them. It returns the events, the ring's oldest seq, and
-// the channel closed at the next event.
+// at most cap(buf) of them. It returns the events, the oldest seq kept in
+// memory at or before from (from itself when it is), and the channel
+// closed at the next event. Events the ring dropped while the writer was
+// storing them are read from the writer's batch.
 func (l *eventLog) fromRing(from uint64, buf []Event) ([]Event, uint64, chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	oldest := l.oldest()
+	l.watched = true
 	buf = buf[:0]
+	oldest := l.oldest()
+	if n := len(l.saving); n > 0 && from < oldest && l.saving[0].Seq < oldest {
+		first, last := l.saving[0].Seq, l.saving[n-1].Seq
+		switch {
+		case from < first:
+			return buf, first, l.wake // older ones are the store's
+		case from <= last:
+			for _, e := range l.saving[from-first:] {
+				if e.Seq >= oldest || len(buf) == cap(buf) {
+					break
+				}
+				buf = append(buf, e)
+			}
+			return buf, from, l.wake
+		}
+	}
 	if from < oldest {
 		from = oldest
 	}
 	for seq := from; seq < l.next && len(buf) < cap(buf); seq++ {
 		buf = append(buf, *l.slot(seq))
 	}
-	l.watched = true
 	return buf, oldest, l.wake
 }
 
@@ -427,7 +456,7 @@ func (l *eventLog) writeBehind() {
 	defer close(l.stopped)
 	ctx := context.Background() // the last events are written even as Close gives up waiting
 	for {
-		batch, lost, wake := l.unsaved(512)
+		batch, lost, wake := l.unsaved(512, false)
 		if lost > 0 {
 			l.log.LogAttrs(ctx, slog.LevelError, "events dropped before the store had them: the store is slower than the society", slog.Uint64("dropped", lost))
 		}
@@ -436,15 +465,74 @@ func (l *eventLog) writeBehind() {
 			case <-wake:
 				continue
 			case <-l.stop:
-				if batch, _, _ = l.unsaved(512); len(batch) == 0 {
+				if batch, _, _ = l.unsaved(512, true); len(batch) == 0 {
 					return
 				}
 			}
 		}
-		if err := l.save(ctx, batch); err != nil {
-			l.log.LogAttrs(ctx, slog.LevelError, "recording events failed; they are kept in memory only", slog.Int("events", len(batch)), slog.String("err", err.Error()))
+		l.save(ctx, batch)
+	}
+}
+
+// Trying a batch of events again after the store failed to append it
+// (see save): the first wait, which doubles after each try, and how many
+// tries in all: a little over 6 s of trying, or, once the society is
+// closing, eventTriesAtEnd tries eventRetryFirst apart.
+const (
+	eventRetryFirst = 50 * time.Millisecond
+	eventTries      = 8
+	eventTriesAtEnd = 4
+)
+
+// save appends batch to the store, and trims the store to the retention.
+// An append that fails is tried again, with the events the store does
+// not have yet (it may have appended a part), up to eventTries times in
+// all (eventTriesAtEnd once the society is closing); then the batch is
+// given up, and the store's log has a gap.
+func (l *eventLog) save(ctx context.Context, batch []store.Event) {
+	defer func() {
+		l.mu.Lock()
+		l.saving = nil
+		l.mu.Unlock()
+	}()
+	first, last := batch[0].Seq, batch[len(batch)-1].Seq
+	wait := eventRetryFirst
+	for tries := 1; len(batch) > 0; tries++ {
+		err := l.store.AppendEvents(ctx, batch)
+		if err == nil {
+			break
+		}
+		closing := false
+		select {
+		case <-l.stop:
+			closing = true
+		default:
+		}
+		if tries >= eventTries || closing && tries >= eventTriesAtEnd {
+			l.log.LogAttrs(ctx, slog.LevelError, "recording events failed; they are kept in memory only", slog.Int("events", len(batch)), slog.Int("tries", tries), slog.String("err", err.Error()))
+			return
+		}
+		if tries == 1 {
+			l.log.LogAttrs(ctx, slog.LevelWarn, "recording events failed; trying again", slog.Int("events", len(batch)), slog.String("err", err.Error()))
+		}
+		if closing {
+			time.Sleep(eventRetryFirst) // Close waits for these tries
+		} else {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-l.stop: // the society began closing: try again now
+				t.Stop()
+			}
+			wait *= 2
+		}
+		if _, kept, err := l.store.EventBounds(ctx); err == nil {
+			for len(batch) > 0 && batch[0].Seq <= kept {
+				batch = batch[1:]
+			}
 		}
 	}
+	l.trim(ctx, first, last)
 }
 
 // unsaved returns, encoded for the store, up to n events the store does not
@@ -452,7 +540,10 @@ func (l *eventLog) writeBehind() {
 // before they could be written. wake is closed at the next event. The
 // events are encoded after l.mu is released, so that add, which may run
 // under s.mu, never waits for the encoding.
-func (l *eventLog) unsaved(n int) (batch []store.Event, lost uint64, wake chan struct{}) {
+//
+// With last, called as the society closes, it finds the events all taken
+// when there are none left, and the log then takes no more (see shut).
+func (l *eventLog) unsaved(n int, last bool) (batch []store.Event, lost uint64, wake chan struct{}) {
 	l.mu.Lock()
 	if oldest := l.oldest(); l.saved+1 < oldest {
 		lost = oldest - l.saved - 1
@@ -463,6 +554,8 @@ func (l *eventLog) unsaved(n int) (batch []store.Event, lost uint64, wake chan s
 		evs = append(evs, *l.slot(seq))
 	}
 	l.saved += uint64(len(evs))
+	l.saving = evs
+	l.shut = last && len(evs) == 0
 	l.watched = true
 	wake = l.wake
 	l.mu.Unlock()
@@ -488,23 +581,20 @@ func (l *eventLog) unsaved(n int) (batch []store.Event, lost uint64, wake chan s
 // eventChunk is the size of the buffers unsaved encodes events into.
 const eventChunk = 32 << 10
 
-// save appends batch to the store and trims the store to the retention.
-func (l *eventLog) save(ctx context.Context, batch []store.Event) error {
-	if err := l.store.AppendEvents(ctx, batch); err != nil {
-		return err
-	}
-	last := batch[len(batch)-1].Seq
+// trim trims the store to the retention, once it has the events first to
+// last.
+func (l *eventLog) trim(ctx context.Context, first, last uint64) {
 	if l.first == 0 {
-		l.first = batch[0].Seq
+		l.first = first
 	}
 	if last-l.first+1 > l.keep+l.keep/4 { // trim in steps, not at every batch
 		before := last - l.keep + 1
 		if err := l.store.TrimEvents(ctx, before); err != nil {
-			return err
+			l.log.LogAttrs(ctx, slog.LevelError, "trimming the store's events failed", slog.Uint64("before", before), slog.String("err", err.Error()))
+			return
 		}
 		l.first = before
 	}
-	return nil
 }
 
 // close stops the writer, if there is one, and waits until it wrote what

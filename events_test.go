@@ -9,12 +9,14 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	as "agentsociety"
 	"agentsociety/internal/demo"
 	"agentsociety/llm"
 	"agentsociety/llm/llmtest"
+	"agentsociety/store"
 	"agentsociety/store/filestore"
 )
 
@@ -431,5 +433,127 @@ func TestEvents_ToolCallArgs(t *testing.T) {
 	}
 	if want := []string{"", `{"text":"hi"}`, ""}; !slices.Equal(args, want) {
 		t.Errorf("the tool calls' events show arguments %q, want %q", args, want)
+	}
+}
+
+// eventStore is a file store whose AppendEvents fails the next fail calls,
+// and, while gate is set, waits for it to close first.
+type eventStore struct {
+	*filestore.Store
+	fail    atomic.Int32
+	failed  atomic.Int32
+	gate    atomic.Pointer[chan struct{}]
+	waiting atomic.Int32
+}
+
+func (f *eventStore) AppendEvents(ctx context.Context, evs []store.Event) error {
+	if g := f.gate.Load(); g != nil {
+		f.waiting.Add(1)
+		<-*g
+	}
+	if f.fail.Add(-1) >= 0 {
+		f.failed.Add(1)
+		return errors.New("injected: the disk did not answer")
+	}
+	return f.Store.AppendEvents(ctx, evs)
+}
+
+// openEventStore opens a society on an eventStore in a temporary
+// directory, closed at the end of the test, and returns them with the
+// function that closes the society.
+func openEventStore(t *testing.T, cfg as.Config) (*as.Society, *eventStore, func()) {
+	fst, err := filestore.Open(t.TempDir(), filestore.Options{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fst.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	st := &eventStore{Store: fst}
+	cfg.Store = st
+	s, done := openSociety(t, cfg)
+	return s, st, done
+}
+
+// storedLast returns the seq of the newest event st keeps.
+func storedLast(t *testing.T, st *eventStore) uint64 {
+	t.Helper()
+	_, last, err := st.EventBounds(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return last
+}
+
+// TestEvents_FailedAppendIsTriedAgain: events whose append failed are
+// appended again, and the store has every event, with no gap, when the
+// society closes.
+func TestEvents_FailedAppendIsTriedAgain(t *testing.T) {
+	ctx := context.Background()
+	s, st, done := openEventStore(t, as.Config{})
+	s.SubmitRequirement(ctx, "") // refused: one event
+	waitFor(t, "event 1 stored", func() bool { return storedLast(t, st) == 1 })
+	st.fail.Store(2)
+	s.SubmitRequirement(ctx, "")
+	waitFor(t, "two failed appends", func() bool { return st.failed.Load() == 2 })
+	for range 5 {
+		s.SubmitRequirement(ctx, "")
+	}
+	last := s.LastEvent()
+	done()
+	got, err := st.ReadEvents(ctx, 1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range got {
+		if e.Seq != uint64(i+1) {
+			t.Fatalf("the store's event %d is seq %d: events were lost", i, e.Seq)
+		}
+	}
+	if uint64(len(got)) != last {
+		t.Fatalf("the store has %d events, the society made %d", len(got), last)
+	}
+}
+
+// TestEvents_NoMissForAnEventOnItsWayToTheStore: an event the ring dropped
+// while the writer was appending it is read from the writer, not reported
+// missed.
+func TestEvents_NoMissForAnEventOnItsWayToTheStore(t *testing.T) {
+	ctx := context.Background()
+	s, st, done := openEventStore(t, as.Config{EventRetention: 4})
+	defer done()
+	s.SubmitRequirement(ctx, "")
+	waitFor(t, "event 1 stored", func() bool { return storedLast(t, st) == 1 })
+	gate := make(chan struct{})
+	st.gate.Store(&gate)
+	s.SubmitRequirement(ctx, "")
+	waitFor(t, "the append of event 2 to wait", func() bool { return st.waiting.Load() == 1 })
+	for range 4 {
+		s.SubmitRequirement(ctx, "") // events 3 to 6: the ring keeps 3 to 6
+	}
+	got, missed := collect(t, s, 2)
+	st.gate.Store(nil)
+	close(gate)
+	if missed != nil || len(got) != 5 || got[0].Seq != 2 {
+		t.Fatalf("reading from 2 while event 2 was on its way to the store: %d events from %d, missed %v", len(got), got[0].Seq, missed)
+	}
+}
+
+// TestEvents_NoEventAfterClose: a call refused after Close adds no event,
+// which the store would never have and whose number a reopened society
+// would give again.
+func TestEvents_NoEventAfterClose(t *testing.T) {
+	dir := t.TempDir()
+	s, st := openFS(t, dir, filestore.SyncBatched, as.Config{})
+	s.SubmitRequirement(context.Background(), "")
+	closeFS(t, s, st)
+	s.SubmitRequirement(context.Background(), "") // refused: closed
+	after := s.LastEvent()
+	s2, st2 := openFS(t, dir, filestore.SyncBatched, as.Config{})
+	defer closeFS(t, s2, st2)
+	if got := s2.LastEvent(); got != after {
+		t.Fatalf("the closed society's last event is %d; reopened, the store's is %d", after, got)
 	}
 }

@@ -95,14 +95,17 @@ type Volatile interface {
 
 // EventLog is implemented by a Store that keeps a society's event log, so
 // that a durable society keeps its history. A society writes its events
-// behind, in batches, in ascending Seq order with no gaps, and trims the
-// oldest to the retention its host set. Events are opaque to the store.
+// behind, in batches, in ascending Seq order, and trims the oldest to the
+// retention its host set. Events are opaque to the store.
 //
 // A society does not write events to a [Volatile] store.
 type EventLog interface {
-	// AppendEvents adds events after those kept. Their Seqs ascend and
-	// follow the last kept one; the Data of each is one JSON value, which
-	// the store may keep without copying (it is not modified).
+	// AppendEvents adds events after those kept. Their Seqs follow one
+	// another and come after the last kept one: directly after it, unless
+	// the society dropped events before the store had them (when the
+	// store was slower than the society, or kept failing), which leaves
+	// a gap that readers are told of. The Data of each is one JSON value,
+	// which the store may keep without copying (it is not modified).
 	AppendEvents(ctx context.Context, events []Event) error
 	// ReadEvents returns up to limit events, the oldest first, from the
 	// first kept one whose Seq is at least from.

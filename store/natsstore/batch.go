@@ -62,6 +62,9 @@ func (s *Store) publish(ctx context.Context, ws []write) (uint64, error) {
 	if s.isFenced() {
 		return 0, fmt.Errorf("%w", ErrFenced)
 	}
+	if err := ctx.Err(); err != nil {
+		return 0, err // nothing sent: no doubt to fence for
+	}
 	seq, err := s.send(ctx, ws, true)
 	var rej *rejection
 	switch {

@@ -44,8 +44,9 @@
 // one bucket never interleave halves of their changes: the loser reads the
 // keys again and retries, and a message pending through one is refused by
 // the other with [store.ErrExists]. A change needing more writes than
-// Options.MaxBatch (at most the server's max_batch_size, 1000 by default)
-// is refused whole, except a change that only finishes messages, which is
+// Options.MaxBatch (at most the server's max_batch_size, 1000 by default),
+// or with a record larger than one message of the server's takes (its
+// max_payload, 1 MB by default, less 1 KB for headers), is refused whole, except a change that only finishes messages, which is
 // written one message at a time (see [store.Store]). Applies made at once
 // go out together, each its own write with its own answer, so that they
 // wait for one round trip between them rather than one each. A history

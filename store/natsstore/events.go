@@ -66,9 +66,10 @@ func (s *Store) openEvents(ctx context.Context, js jetstream.JetStream) error {
 	return err
 }
 
-// AppendEvents adds events after those kept; see [store.EventLog]. An
-// event whose Seq does not directly follow the last one kept is refused.
-// A failure part way leaves the events of the messages before it appended.
+// AppendEvents adds events after those kept; see [store.EventLog]. Events
+// that do not follow one another, or whose first is not after the last one
+// kept, are refused. A failure part way leaves the events of the messages
+// before it appended.
 func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 	ctx, done, err := s.begin(ctx)
 	if err != nil {
@@ -97,8 +98,8 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 			return s.fence(errors.New("another store claimed the event log"))
 		}
 	}
-	if s.evNext != 0 && events[0].Seq != s.evNext {
-		return fmt.Errorf("natsstore: appending events: event %d does not follow the last one kept, %d", events[0].Seq, s.evNext-1)
+	if s.evNext != 0 && events[0].Seq < s.evNext {
+		return fmt.Errorf("natsstore: appending events: event %d does not come after the last one kept, %d", events[0].Seq, s.evNext-1)
 	}
 	for len(events) > 0 {
 		n, size := 0, 0
@@ -350,6 +351,9 @@ func (s *Store) TrimEvents(ctx context.Context, before uint64) error {
 		return err
 	}
 	defer done()
+	if s.isFenced() {
+		return fmt.Errorf("%w", ErrFenced) // the log is another store's now
+	}
 	info, err := s.events.Info(ctx)
 	if err != nil {
 		return fmt.Errorf("natsstore: %w", err)
@@ -415,8 +419,24 @@ func (s *Store) EventBounds(ctx context.Context) (first, last uint64, err error)
 		if err != nil {
 			return 0, 0, fmt.Errorf("natsstore: reading events: %w", err)
 		}
-		if first, _, err = eventRange(m.Header, m.Sequence); err != nil {
+		var last uint64
+		if first, last, err = eventRange(m.Header, m.Sequence); err != nil {
 			return 0, 0, err
+		}
+		if last < first {
+			// A claim's message, holding no events: the oldest event is
+			// the first of the first message after it that holds any,
+			// which may come after a gap.
+			seq, err := s.holding(ctx, m.Sequence, st.LastSeq, first)
+			if err != nil || seq == 0 {
+				return 0, 0, err // no events: only claims' messages
+			}
+			if m, err = s.events.GetMsg(ctx, seq); err != nil {
+				return 0, 0, fmt.Errorf("natsstore: reading events: %w", err)
+			}
+			if first, _, err = eventRange(m.Header, m.Sequence); err != nil {
+				return 0, 0, err
+			}
 		}
 		break
 	}

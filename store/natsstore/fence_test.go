@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -104,6 +105,49 @@ func TestFence_DeposedWriterChangesNothing(t *testing.T) {
 func TestFence_Conformance(t *testing.T) {
 	url := natstest.Server(t)
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t, url, natsstore.Options{Fence: true}) })
+	storetest.RunEventLog(t, func(t *testing.T) store.EventLog { return open(t, url, natsstore.Options{Fence: true}) })
+}
+
+// Events appended after a gap, right after a claim's message, are kept,
+// and the log's oldest event is the first of them, not the claim's.
+func TestFence_GapAfterAClaim(t *testing.T) {
+	ctx := t.Context()
+	ev := func(seq uint64) store.Event { return store.Event{Seq: seq, Data: json.RawMessage(fmt.Sprint(seq))} }
+	s := open(t, natstest.Server(t), natsstore.Options{Fence: true}) // its claim's message comes first
+	if err := s.AppendEvents(ctx, []store.Event{ev(7), ev(8)}); err != nil {
+		t.Fatalf("appending events 7 and 8 to an empty log: %v", err)
+	}
+	if lo, hi, err := s.EventBounds(ctx); err != nil || lo != 7 || hi != 8 {
+		t.Fatalf("EventBounds = %d, %d, %v; want 7, 8", lo, hi, err)
+	}
+	got, err := s.ReadEvents(ctx, 1, 10)
+	if err != nil || len(got) != 2 || got[0].Seq != 7 {
+		t.Fatalf("ReadEvents from 1 = %v, %v; want events 7 and 8", got, err)
+	}
+}
+
+// A store that knows it was deposed trims nothing of the log the new
+// store writes.
+func TestFence_DeposedStoreDoesNotTrim(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	ev := func(seq uint64) store.Event { return store.Event{Seq: seq, Data: json.RawMessage(fmt.Sprint(seq))} }
+	old := open(t, url, natsstore.Options{Bucket: "trim", Fence: true})
+	next := open(t, url, natsstore.Options{Bucket: "trim", Fence: true})
+	for _, evs := range [][]store.Event{{ev(1), ev(2)}, {ev(3), ev(4)}} {
+		if err := next.AppendEvents(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.AppendEvents(ctx, []store.Event{ev(5)}); !errors.Is(err, natsstore.ErrFenced) {
+		t.Fatalf("the deposed store's append: %v, want ErrFenced", err)
+	}
+	if err := old.TrimEvents(ctx, 100); !errors.Is(err, natsstore.ErrFenced) {
+		t.Errorf("the deposed store's TrimEvents: %v, want ErrFenced", err)
+	}
+	if lo, hi, err := next.EventBounds(ctx); err != nil || lo != 1 || hi != 4 {
+		t.Fatalf("the new store's log after the deposed store's trim: %d..%d, %v; want 1..4", lo, hi, err)
+	}
 }
 
 // A deposed store that has not written since the bucket was claimed
@@ -212,5 +256,50 @@ func TestFence_TrimKeepsTheNewestEvent(t *testing.T) {
 	third := open(t, url, natsstore.Options{Bucket: "trim", Fence: true})
 	if err := third.AppendEvents(ctx, []store.Event{ev(4)}); err != nil {
 		t.Fatalf("appending event 4 after the trim: %v", err)
+	}
+}
+
+// A change with a record larger than the server takes in one message is
+// refused, alone or in a batch, and the store is not fenced for it: it
+// was never sent. The next change is written.
+func TestFence_OversizedChangeIsRefusedNotFenced(t *testing.T) {
+	ctx := t.Context()
+	s := open(t, natstest.Server(t), natsstore.Options{Fence: true})
+	big := `"` + strings.Repeat("x", 2<<20) + `"`
+	for name, c := range map[string]store.Change{
+		"single write": {States: []store.StateEntry{state("s", "big", big)}},
+		"batch":        {States: []store.StateEntry{state("s", "a", "1"), state("s", "big", big)}},
+	} {
+		if err := s.Apply(ctx, c); err == nil || errors.Is(err, natsstore.ErrFenced) {
+			t.Errorf("%s: Apply of an oversized record: %v, want an error other than ErrFenced", name, err)
+		}
+	}
+	select {
+	case <-s.Fenced():
+		t.Fatal("the store fenced itself over a change it never sent")
+	default:
+	}
+	if err := s.Apply(ctx, store.Change{States: []store.StateEntry{state("s", "small", "1")}}); err != nil {
+		t.Fatalf("the next, ordinary Apply: %v", err)
+	}
+	// In a round of group commit, between two changes that are written.
+	errs := s.ApplyAll(ctx, []store.Change{
+		{States: []store.StateEntry{state("s", "before", "1")}},
+		{States: []store.StateEntry{state("s", "big", big)}},
+		{States: []store.StateEntry{state("s", "after", "1")}},
+	})
+	if errs[0] != nil || errs[1] == nil || errors.Is(errs[1], natsstore.ErrFenced) || errs[2] != nil {
+		t.Fatalf("a round with an oversized change in the middle: %v", errs)
+	}
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, e := range st.States {
+		keys = append(keys, e.Key)
+	}
+	if !slices.Equal(keys, []string{"after", "before", "small"}) {
+		t.Fatalf("the bucket holds the state keys %v, want after, before and small", keys)
 	}
 }

@@ -450,6 +450,9 @@ func (s *Store) prepare(ctx context.Context, c *store.Change) (*plan, error) {
 	return s.plan(c)
 }
 
+// writeHeaders is the room a write's headers take at most in a message.
+const writeHeaders = 1024
+
 // batchOf returns the writes of p's batch and the deletions of dropped
 // history messages left for later: those ride along in the batch if there
 // is room (they are not part of the state, so they may also follow). A
@@ -457,6 +460,14 @@ func (s *Store) prepare(ctx context.Context, c *store.Change) (*plan, error) {
 func (s *Store) batchOf(p *plan) (ws, rest []write, err error) {
 	if len(p.writes) > s.opts.MaxBatch {
 		return nil, nil, fmt.Errorf("natsstore: the change needs %d writes, over the limit of %d for one atomic batch", len(p.writes), s.opts.MaxBatch)
+	}
+	// Refused here, rather than by the client once part of a batch is
+	// sent: a write whose outcome is unknown fences the store.
+	limit := s.nc.MaxPayload() - writeHeaders
+	for _, w := range p.writes {
+		if int64(len(w.data)) > limit {
+			return nil, nil, fmt.Errorf("natsstore: a record of %d bytes is over the %d the server takes in one message (its max_payload, less %d for headers)", len(w.data), limit, writeHeaders)
+		}
 	}
 	room := min(len(p.garbage), s.opts.MaxBatch-len(p.writes))
 	return append(p.writes, p.garbage[:room]...), p.garbage[room:], nil

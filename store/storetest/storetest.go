@@ -816,6 +816,7 @@ func RunEventLog(t *testing.T, newLog func(t *testing.T) store.EventLog) {
 		{"AppendAndRead", testEventsAppendAndRead},
 		{"Trim", testEventsTrim},
 		{"OutOfOrder", testEventsOutOfOrder},
+		{"Gap", testEventsGap},
 		{"ConcurrentReads", testEventsConcurrentReads},
 	}
 	for _, tt := range tests {
@@ -942,6 +943,43 @@ func testEventsOutOfOrder(t *testing.T, l store.EventLog) {
 		t.Fatal(err)
 	}
 	checkEvents(t, got, 1, 5)
+}
+
+// testEventsGap: events appended after a gap (the society dropped the
+// events between) are kept, and a read from within the gap starts after
+// it.
+func testEventsGap(t *testing.T, l store.EventLog) {
+	ctx := context.Background()
+	if err := l.AppendEvents(ctx, events(1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.AppendEvents(ctx, events(8, 9)); err != nil {
+		t.Fatalf("appending events 8 and 9 after 3: %v", err)
+	}
+	if first, last, err := l.EventBounds(ctx); err != nil || first != 1 || last != 9 {
+		t.Fatalf("EventBounds = %d, %d, %v; want 1, 9", first, last, err)
+	}
+	got, err := l.ReadEvents(ctx, 2, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append(events(2, 3), events(8, 9)...)
+	if len(got) != len(want) {
+		t.Fatalf("read %d events from 2, want %d (2, 3, 8, 9)", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Seq != want[i].Seq || !jsonEqual(got[i].Data, want[i].Data) {
+			t.Fatalf("event %d: got seq %d data %s, want seq %d data %s", i, got[i].Seq, got[i].Data, want[i].Seq, want[i].Data)
+		}
+	}
+	got, err = l.ReadEvents(ctx, 5, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEvents(t, got, 8, 9)
+	if err := l.AppendEvents(ctx, events(9, 10)); err == nil {
+		t.Fatal("appending events 9 and 10 after 9 succeeded")
+	}
 }
 
 func testEventsConcurrentReads(t *testing.T, l store.EventLog) {
