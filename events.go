@@ -396,6 +396,9 @@ func (l *eventLog) fromStore(ctx context.Context, from, oldest uint64, yield fun
 	if l.store != nil {
 		evs, err := l.store.ReadEvents(ctx, from, int(min(oldest-from, 1024)))
 		if err != nil {
+			if ctx.Err() != nil {
+				return from, errStopped // the reader's own context ended it
+			}
 			return from, &Error{Code: ErrStore, Message: "reading events failed", Err: err}
 		}
 		progressed := false

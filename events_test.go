@@ -444,6 +444,17 @@ type eventStore struct {
 	failed  atomic.Int32
 	gate    atomic.Pointer[chan struct{}]
 	waiting atomic.Int32
+	onRead  func() // if set, called before ReadEvents
+}
+
+func (f *eventStore) ReadEvents(ctx context.Context, from uint64, limit int) ([]store.Event, error) {
+	if f.onRead != nil {
+		f.onRead()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	return f.Store.ReadEvents(ctx, from, limit)
 }
 
 func (f *eventStore) AppendEvents(ctx context.Context, evs []store.Event) error {
@@ -555,5 +566,26 @@ func TestEvents_NoEventAfterClose(t *testing.T) {
 	defer closeFS(t, s2, st2)
 	if got := s2.LastEvent(); got != after {
 		t.Fatalf("the closed society's last event is %d; reopened, the store's is %d", after, got)
+	}
+}
+
+// TestEvents_ReaderCancelledInTheStore: a reader whose own context ends
+// while it reads events from the store sees the iteration end, not a
+// store error.
+func TestEvents_ReaderCancelledInTheStore(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, st, done := openEventStore(t, as.Config{EventRetention: 2})
+	defer done()
+	for range 5 {
+		s.SubmitRequirement(ctx, "")
+	}
+	waitFor(t, "event 5 stored", func() bool { return storedLast(t, st) == 5 })
+	st.onRead = cancel
+	for e, err := range s.Events(ctx, 1) {
+		if err != nil {
+			t.Fatalf("the reader cancelled its context while reading the store, and got %v", err)
+		}
+		t.Fatalf("got event %d from a store read whose context ended", e.Seq)
 	}
 }
