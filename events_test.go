@@ -589,3 +589,30 @@ func TestEvents_ReaderCancelledInTheStore(t *testing.T) {
 		t.Fatalf("got event %d from a store read whose context ended", e.Seq)
 	}
 }
+
+// TestEvents_FollowUpAfterReopening: the user's message to root on a task
+// that has agents, after the society reopened, is not taken for the
+// task's start: task_submitted comes once for a task.
+func TestEvents_FollowUpAfterReopening(t *testing.T) {
+	dir := t.TempDir()
+	s, st := openFS(t, dir, filestore.SyncBatched, as.Config{Model: demo.Model()})
+	task, _ := runQuickstart(t, s)
+	waitQuiet(t, s)
+	closeFS(t, s, st)
+
+	s, st = openFS(t, dir, filestore.SyncBatched, as.Config{Model: demo.Model()})
+	defer closeFS(t, s, st)
+	from := s.LastEvent() + 1
+	if _, err := s.SendTextToAgent(context.Background(), as.RootID, "one more thing", task); err != nil {
+		t.Fatal(err)
+	}
+	evs, _ := collect(t, s, from)
+	for _, e := range evs {
+		if e.Kind == as.EventTaskSubmitted {
+			t.Fatalf("a follow-up on task %s after reopening was taken for its start: %+v", task, e)
+		}
+	}
+	if len(evs) == 0 || evs[0].Kind != as.EventMessageAccepted {
+		t.Fatalf("the follow-up's first event: %+v, want message_accepted", evs)
+	}
+}
