@@ -22,6 +22,12 @@ import (
 // since a change is planned against the revisions of its keys as the
 // index knows them before the round.
 //
+// On a bucket whose stream has several replicas, a round goes instead as
+// one atomic batch, of at most Options.MaxBatch writes (commitBatch): a
+// replicated stream takes one expectation of a subject's sequence at a
+// time, refusing a second while the first is in flight, and every change
+// of a round expects the fence key's (see below).
+//
 // With Options.Fence, the first message of each change expects two things
 // of the stream: its last sequence to be the one the changes before it in
 // the round leave, and the fence key's revision to be the one this store's
@@ -81,7 +87,8 @@ func (s *Store) commitQueue() {
 func (s *Store) commitRound(reqs []*applyReq) []*applyReq {
 	var round []planned
 	keys := make(map[string]bool)
-	n := 0
+	n, writes := 0, 0 // writes: of the round so far
+	full := func(more int) bool { return s.replicated && len(round) > 0 && writes+more > s.opts.MaxBatch }
 	for ; n < len(reqs); n++ {
 		r := reqs[n]
 		if err := r.ctx.Err(); err != nil {
@@ -96,9 +103,10 @@ func (s *Store) commitRound(reqs []*applyReq) []*applyReq {
 		if onlyFinishes(r.c) {
 			// Each message's end is its own write: a batch of them would
 			// cost a server on file storage a sync (see BenchmarkApply).
-			if slices.ContainsFunc(p.writes, func(w write) bool { return keys[w.key] }) {
+			if slices.ContainsFunc(p.writes, func(w write) bool { return keys[w.key] }) || full(len(p.writes)) {
 				break
 			}
+			writes += len(p.writes)
 			ids := make(map[string]string, len(r.c.Finished))
 			for _, id := range r.c.Finished {
 				ids[pendingKey(id)] = id
@@ -115,9 +123,10 @@ func (s *Store) commitRound(reqs []*applyReq) []*applyReq {
 			r.finish(err)
 			continue
 		}
-		if slices.ContainsFunc(ws, func(w write) bool { return keys[w.key] }) {
+		if slices.ContainsFunc(ws, func(w write) bool { return keys[w.key] }) || full(len(ws)) {
 			break
 		}
+		writes += len(ws)
 		for _, w := range ws {
 			keys[w.key] = true
 		}
@@ -145,6 +154,9 @@ func (s *Store) pipeline(round []planned) {
 		for _, pl := range round {
 			pl.r.finish(fmt.Errorf("%w", ErrFenced))
 		}
+		return
+	case s.replicated:
+		s.commitBatch(round)
 		return
 	}
 	// The round is everyone's: no one request's context ends it.
@@ -248,9 +260,56 @@ send:
 	for _, pl := range garbage {
 		s.collect(ctx, pl.rest)
 	}
+	if len(later) > 0 {
+		s.log.Debug("natsstore: changes of a round were refused; writing them one by one", "bucket", s.opts.Bucket, "changes", len(later), "of", len(round))
+	}
 	for _, pl := range later {
 		if !pl.r.done || pl.r.err == nil {
 			pl.r.finish(s.applyOne(pl.r.ctx, pl.c, nil))
+		}
+	}
+}
+
+// commitBatch writes round, on a replicated stream, as one atomic batch,
+// which the server stores whole or not at all, and finishes each request.
+// The batch is one change's write as publish makes it: with the fence,
+// its first message expects the stream's last sequence to be this store's
+// last write. A batch refused is tried again change by change (applyOne),
+// which tells whose change was refused and learns what it must. Called
+// with s.mu held.
+func (s *Store) commitBatch(round []planned) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(round[0].r.ctx), s.opts.Timeout)
+	defer cancel()
+	var ws []write
+	for _, pl := range round {
+		ws = append(ws, pl.ws...)
+	}
+	last, err := s.publish(ctx, ws)
+	var rej *rejection
+	switch {
+	case err == nil:
+		end := last - uint64(len(ws))
+		for _, pl := range round {
+			end += uint64(len(pl.ws))
+			s.committed(pl.p, pl.ws, end)
+			pl.r.finish(nil)
+		}
+		for _, pl := range round {
+			s.collect(ctx, pl.rest)
+		}
+	case errors.As(err, &rej) && !s.isFenced():
+		s.log.Debug("natsstore: a round of changes was refused; writing them one by one", "bucket", s.opts.Bucket, "changes", len(round), "err", err)
+		for _, pl := range round {
+			if !pl.r.done || pl.r.err == nil {
+				pl.r.finish(s.applyOne(pl.r.ctx, pl.c, nil))
+			}
+		}
+	default: // fenced, or of unknown outcome
+		if !s.opts.Fence {
+			s.indexed = false // read the bucket again before the next change
+		}
+		for _, pl := range round {
+			pl.r.finish(err)
 		}
 	}
 }

@@ -1,9 +1,11 @@
 package natsstore_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -257,5 +259,78 @@ func TestApply_RoundWithoutFence(t *testing.T) {
 	}
 	if len(st.Pending) != 1 || st.Pending[0].ID != "m1" || len(st.States) != 1 {
 		t.Fatalf("pending %v and %d state keys, want m1 and 1", st.Pending, len(st.States))
+	}
+}
+
+// records is a slog.Handler that keeps the messages of the records it
+// handles, at every level.
+type records struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	r.msgs = append(r.msgs, rec.Message)
+	r.mu.Unlock()
+	return nil
+}
+func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *records) WithGroup(string) slog.Handler      { return r }
+
+// On a bucket of three replicas, which takes one expectation of a
+// subject's sequence at a time, a round goes as one atomic batch: its
+// changes are all written without one being refused and tried again. A
+// round holding a change the server refuses is written change by change,
+// and a deposed store's round writes nothing.
+func TestApply_ReplicatedRound(t *testing.T) {
+	ctx := t.Context()
+	urls := natstest.Cluster(t, 3)
+	log := &records{}
+	s := open(t, urls[0], natsstore.Options{Bucket: "replicated", Fence: true, Replicas: 3, Logger: slog.New(log)})
+	if err := s.Apply(ctx, store.Change{Accepted: []store.Message{msg("m1"), msg("m2")}}); err != nil {
+		t.Fatal(err)
+	}
+	var round []store.Change
+	for i := range 20 {
+		round = append(round, store.Change{States: []store.StateEntry{state("s", fmt.Sprint("k", i), "1")}})
+	}
+	round = append(round, store.Change{Finished: []string{"m1", "m2"}})
+	for i, err := range s.ApplyAll(ctx, round) {
+		if err != nil {
+			t.Fatalf("change %d of the round: %v", i, err)
+		}
+	}
+	if len(log.msgs) != 0 {
+		t.Fatalf("a round of changes to distinct keys was refused in part: %q", log.msgs)
+	}
+	errs := s.ApplyAll(ctx, []store.Change{
+		{States: []store.StateEntry{state("s", "a", "1")}},
+		{Accepted: []store.Message{msg("m3")}},
+		{Accepted: []store.Message{msg("m3")}, States: []store.StateEntry{state("s", "b", "1")}}, // the next round: same key
+	})
+	if errs[0] != nil || errs[1] != nil || !errors.Is(errs[2], store.ErrExists) {
+		t.Fatalf("errors %v, want nil, nil, ErrExists", errs)
+	}
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.States) != 21 || len(st.Pending) != 1 || st.Pending[0].ID != "m3" {
+		t.Fatalf("%d state keys and pending %v, want 21 and m3", len(st.States), st.Pending)
+	}
+
+	next := open(t, urls[1], natsstore.Options{Bucket: "replicated", Fence: true, Replicas: 3})
+	for i, err := range s.ApplyAll(ctx, []store.Change{
+		{States: []store.StateEntry{state("s", "x", "1")}},
+		{States: []store.StateEntry{state("s", "y", "1")}},
+	}) {
+		if !errors.Is(err, natsstore.ErrFenced) {
+			t.Errorf("change %d of the deposed store's round: %v, want ErrFenced", i, err)
+		}
+	}
+	if st, err = next.Load(ctx); err != nil || len(st.States) != 21 {
+		t.Fatalf("the new writer loads %d state keys (%v), want 21: none of the deposed store's round", len(st.States), err)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"agentsociety/store/natsstore"
 	"agentsociety/store/natsstore/natstest"
 	"agentsociety/store/storetest"
+
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A store opened with Fence on a bucket that a later fenced store claimed
@@ -302,4 +304,13 @@ func TestFence_OversizedChangeIsRefusedNotFenced(t *testing.T) {
 	if !slices.Equal(keys, []string{"after", "before", "small"}) {
 		t.Fatalf("the bucket holds the state keys %v, want after, before and small", keys)
 	}
+}
+
+// A fenced store on a bucket of three replicas, where a round of group
+// commit goes as one atomic batch, passes the conformance suite.
+func TestFence_ConformanceReplicated(t *testing.T) {
+	urls := natstest.Cluster(t, 3)
+	opts := natsstore.Options{Fence: true, Replicas: 3, Storage: jetstream.MemoryStorage}
+	storetest.Run(t, func(t *testing.T) store.Store { return open(t, urls[0], opts) })
+	storetest.RunEventLog(t, func(t *testing.T) store.EventLog { return open(t, urls[0], opts) })
 }

@@ -125,7 +125,10 @@ type Store struct {
 	ownConn bool
 	kv      jetstream.KeyValue
 	stream  jetstream.Stream // the bucket's
-	js      jetstream.JetStream
+	// replicated: the bucket's stream has several replicas, on which a
+	// round of group commit goes as one atomic batch (see commitBatch).
+	replicated bool
+	js         jetstream.JetStream
 	// events is the event log's stream, eventSubj its subject.
 	events    jetstream.Stream
 	eventSubj string
@@ -286,6 +289,7 @@ func (s *Store) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.replicated = s.stream.CachedInfo().Config.Replicas > 1
 	if cfg := s.stream.CachedInfo().Config; !cfg.AllowAtomicPublish || !cfg.AllowMsgTTL {
 		cfg.AllowAtomicPublish, cfg.AllowMsgTTL = true, true
 		if _, err := js.UpdateStream(ctx, cfg); err != nil {

@@ -4,11 +4,17 @@
 package natstest
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Server starts a NATS server with JetStream on a temporary directory of
@@ -47,6 +53,83 @@ func start(dir string, jetStream bool) (*server.Server, error) {
 		return nil, errors.New("natstest: the NATS server did not start")
 	}
 	return ns, nil
+}
+
+// Cluster starts n NATS servers with JetStream, routed to each other as
+// one cluster, each on temporary directories of t and random ports of
+// 127.0.0.1, and returns their client URLs once the cluster has elected
+// the leader of its JetStream meta group, so that a stream of several
+// replicas can be made at once. The servers shut down when t ends.
+func Cluster(t testing.TB, n int) []string {
+	t.Helper()
+	routes := make([]string, n)
+	ports := make([]int, n)
+	for i := range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		routes[i] = fmt.Sprintf("nats://127.0.0.1:%d", ports[i])
+	}
+	var urls []string
+	var servers []*server.Server
+	for i := range n {
+		ns, err := server.NewServer(&server.Options{
+			ServerName: fmt.Sprintf("s%d", i), Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+			NoLog: true, NoSigs: true,
+			Cluster: server.ClusterOpts{Name: "natstest", Host: "127.0.0.1", Port: ports[i]},
+			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns.Start()
+		t.Cleanup(func() { Stop(ns) })
+		servers = append(servers, ns)
+		urls = append(urls, ns.ClientURL())
+	}
+	if err := ready(urls[0], n); err != nil {
+		t.Fatal(err)
+	}
+	return urls
+}
+
+// ready waits until the cluster at url makes a stream of n replicas, the
+// sign that its JetStream meta group has a leader and knows every server:
+// up to a minute, a hang guard.
+func ready(url string, n int) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := makeStream(url, n)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("natstest: the cluster made no stream of %d replicas within a minute: %w", n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// makeStream makes and removes a stream of n replicas at url.
+func makeStream(url string, n int) error {
+	nc, err := nats.Connect(url)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "natstest_ready", Replicas: n, Storage: jetstream.MemoryStorage}); err != nil {
+		return err
+	}
+	return js.DeleteStream(ctx, "natstest_ready")
 }
 
 // Stop shuts ns down and waits for it.
