@@ -346,7 +346,7 @@ func (x *Actor) spawn(ctx context.Context, spec SpawnSpec, given bool) (child Ag
 			},
 		}
 		if spec.Budget != nil {
-			ch.record.States = []store.StateEntry{ledgerEntry("agent:"+c.info.ID, *spec.Budget, counts{})}
+			ch.record.States = []store.StateEntry{ledgerEntry("agent:"+c.info.ID, *spec.Budget, counts{}, nil)}
 		}
 		if e := s.chargeSpawn(ch, x.a, x.taskID); e != nil {
 			return nil, e

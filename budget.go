@@ -121,7 +121,10 @@ type ledger struct {
 }
 
 // halt is an agent whose model call a ledger refused, on a task.
-type halt struct{ agent, task string }
+type halt struct {
+	Agent string `json:"agent"`
+	Task  string `json:"task"`
+}
 
 // exhausted names what of l's budget ran out, counting what is reserved,
 // or "": by the names the budget line of the prompt uses, in every
@@ -173,10 +176,13 @@ const (
 type ledgerRecord struct {
 	Budget Budget `json:"budget"`
 	Spent  counts `json:"spent"`
+	// Stopped are the agents its running out stopped, woken when it is
+	// raised, after a restart too.
+	Stopped []halt `json:"stopped,omitempty"`
 }
 
-func ledgerEntry(key string, budget Budget, spent counts) store.StateEntry {
-	v, _ := json.Marshal(ledgerRecord{Budget: budget, Spent: spent})
+func ledgerEntry(key string, budget Budget, spent counts, stopped []halt) store.StateEntry {
+	v, _ := json.Marshal(ledgerRecord{Budget: budget, Spent: spent, Stopped: stopped})
 	return store.StateEntry{Scope: budgetScope + key, Key: budgetKey, Value: v, Writer: RootID, UpdatedAt: time.Now()}
 }
 
@@ -189,7 +195,7 @@ func (s *Society) restoreLedger(e store.StateEntry) bool {
 	}
 	var r ledgerRecord
 	if json.Unmarshal(e.Value, &r) == nil {
-		s.ledgers[key] = &ledger{key: key, budget: r.Budget, spent: r.Spent}
+		s.ledgers[key] = &ledger{key: key, budget: r.Budget, spent: r.Spent, stopped: r.Stopped}
 	}
 	return true
 }
@@ -356,16 +362,33 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 		s.mu.Unlock()
 		return nil, errClosed()
 	}
+	if a.info.Status == StatusTerminated { // ended with an ancestor, mid-turn
+		s.mu.Unlock()
+		return nil, &Error{Code: ErrAgentTerminated, Message: a.info.ID + " was terminated: no more model calls", AgentID: a.info.ID}
+	}
 	path := s.charged(a, task)
 	for _, l := range path {
 		if what := l.exhausted(); what != "" {
 			tell := !l.told
 			l.told = true
-			if h := (halt{a.info.ID, task}); !slices.Contains(l.stopped, h) {
+			h := halt{a.info.ID, task}
+			added := !slices.Contains(l.stopped, h)
+			if added {
 				l.stopped = append(l.stopped, h) // woken when l is raised
 			}
 			spent := l.spent
 			s.mu.Unlock()
+			if added && l.budget != (Budget{}) {
+				// Recorded, so that a raise after a restart wakes it too.
+				if err := s.apply(s.runCtx, func() (*change, *Error) {
+					return &change{
+						claims: []string{claimState(budgetScope+l.key, budgetKey)},
+						record: store.Change{States: []store.StateEntry{ledgerEntry(l.key, l.budget, l.spent, l.stopped)}},
+					}, nil
+				}); err != nil && !errors.Is(err, ErrClosed) {
+					s.log.LogAttrs(s.runCtx, slog.LevelError, "recording a stopped agent failed", slog.String("budget", l.key), slog.String("err", err.Error()))
+				}
+			}
 			if tell {
 				s.tellExhausted(l.key, what, spent)
 			}
@@ -383,11 +406,19 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 	}
 	return func(resp *llm.Response) {
 		if resp == nil { // the call failed: nothing to charge
+			var woken []halt
 			s.mu.Lock()
 			for _, l := range path {
 				release(l)
+				// What the call reserved may have stopped others: they go
+				// on, now that it is not spent.
+				if len(l.stopped) > 0 && l.exhausted() == "" {
+					woken = append(woken, l.stopped...)
+					l.stopped, l.told = nil, false
+				}
 			}
 			s.mu.Unlock()
+			s.wake(s.runCtx, woken)
 			return
 		}
 		in, out := estimate, int64(resp.Usage.OutputTokens)
@@ -420,7 +451,7 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 		}
 		// Recorded and committed as one change on the ledgers' keys, so
 		// that the store keeps the spending in the order it grew.
-		err := s.apply(s.runCtx, func() (*change, *Error) {
+		err := s.applyClosing(s.runCtx, func() (*change, *Error) {
 			c := &change{commit: func() {
 				for _, l := range limited {
 					spend(l)
@@ -428,7 +459,7 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 			}}
 			for _, l := range limited {
 				c.claims = append(c.claims, claimState(budgetScope+l.key, budgetKey))
-				c.record.States = append(c.record.States, ledgerEntry(l.key, l.budget, add(l.spent)))
+				c.record.States = append(c.record.States, ledgerEntry(l.key, l.budget, add(l.spent), l.stopped))
 			}
 			return c, nil
 		})
@@ -561,8 +592,12 @@ func (s *Society) setBudget(ctx context.Context, key string, b Budget, check fun
 	if err := s.apply(ctx, func() (*change, *Error) {
 		woken = nil
 		var spent counts
+		var stopped []halt
 		if l := s.ledgers[key]; l != nil {
 			spent = l.spent
+			if (&ledger{budget: b, spent: spent, reserved: l.reserved}).exhausted() != "" {
+				stopped = l.stopped // still stopped
+			}
 		}
 		if check != nil {
 			if e := check(spent); e != nil {
@@ -571,7 +606,7 @@ func (s *Society) setBudget(ctx context.Context, key string, b Budget, check fun
 		}
 		return &change{
 			claims: []string{claimState(budgetScope+key, budgetKey)},
-			record: store.Change{States: []store.StateEntry{ledgerEntry(key, b, spent)}},
+			record: store.Change{States: []store.StateEntry{ledgerEntry(key, b, spent, stopped)}},
 			commit: func() {
 				l := s.keep(&ledger{key: key})
 				l.budget, l.told = b, false
@@ -595,7 +630,7 @@ func (s *Society) setBudget(ctx context.Context, key string, b Budget, check fun
 func (s *Society) wake(ctx context.Context, stopped []halt) {
 	payload := map[string]any{"text": s.lang.Strings.BudgetRaised, "budget_raised": true}
 	for _, h := range stopped {
-		id := h.agent
+		id := h.Agent
 		s.mu.Lock()
 		a := s.agents[id]
 		var from *agent
@@ -609,7 +644,7 @@ func (s *Society) wake(ctx context.Context, stopped []halt) {
 		if from == nil {
 			continue
 		}
-		if _, err := s.sendOwn(ctx, &Actor{s: s, a: from, taskID: h.task}, Outgoing{To: id, Payload: payload}); err != nil && !errors.Is(err, ErrClosed) {
+		if _, err := s.sendOwn(ctx, &Actor{s: s, a: from, taskID: h.Task}, Outgoing{To: id, Payload: payload}); err != nil && !errors.Is(err, ErrClosed) {
 			s.log.LogAttrs(ctx, slog.LevelWarn, "waking an agent after a raise failed", slog.String("agent", id), slog.String("err", err.Error()))
 		}
 	}
@@ -681,7 +716,7 @@ func (s *Society) chargeSpawn(c *change, parent *agent, task string) *Error {
 		next := l.spent
 		next.Spawns++
 		c.claims = append(c.claims, claimState(budgetScope+l.key, budgetKey))
-		c.record.States = append(c.record.States, ledgerEntry(l.key, l.budget, next))
+		c.record.States = append(c.record.States, ledgerEntry(l.key, l.budget, next, l.stopped))
 	}
 	commit := c.commit
 	c.commit = func() {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -632,5 +633,171 @@ func TestBudget_ChecksKeepNoLedger(t *testing.T) {
 	}
 	if got := s.Tasks(); len(got) != 0 {
 		t.Errorf("Tasks = %+v, want none", got)
+	}
+}
+
+// TestBudget_CallAnsweredAsCloseBeginsIsCharged: a model call in flight
+// when Close begins is answered (Close waits for the turn, so the call
+// goes on) and reported as a finished call with its usage; the task's
+// limited budget must count it, in memory and, reopened, in the store.
+func TestBudget_CallAnsweredAsCloseBeginsIsCharged(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMemory()
+	called, answer := make(chan struct{}, 1), make(chan struct{})
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		select {
+		case called <- struct{}{}:
+			<-answer
+		default:
+		}
+		return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Content: "done"}, Usage: llm.Usage{InputTokens: 100, OutputTokens: 10}}, nil
+	})
+	cfg := as.Config{Model: model, Store: st, TaskBudget: as.Budget{ModelCalls: 10}, Logger: quiet}
+	s, err := as.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task, err := s.SubmitRequirement(ctx, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, called, "the model call")
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(ctx) }()
+	waitFor(t, "Close to begin", func() bool {
+		return errors.Is(s.Terminate(ctx, "nobody"), as.ErrClosed) // changes nothing
+	})
+	close(answer)
+	if err := recv(t, closed, "Close"); err != nil {
+		t.Fatal(err)
+	}
+	finished := 0
+	for e, err := range s.Events(ctx, 0) {
+		if err == nil && e.Kind == as.EventModelCallFinished && e.Usage != nil {
+			finished++
+		}
+	}
+	u, _ := s.Usage(task)
+	s2 := newSociety(t, as.Config{Store: st, Root: noop, Logger: quiet})
+	u2, _ := s2.Usage(task)
+	if finished != 1 || u.ModelCalls != 1 || u2.ModelCalls != 1 {
+		t.Fatalf("%d model calls finished with usage; the task's budget counts %d (%d input tokens), and %d reopened", finished, u.ModelCalls, u.InputTokens, u2.ModelCalls)
+	}
+}
+
+// TestBudget_RefusalByAReservationThatIsReleased: a task may make one
+// model call. A worker's call is in flight when a second worker's first
+// call is refused, the budget being reserved by the first; then the first
+// call fails, which charges nothing: the task has spent nothing and has its
+// call left. User was told the budget ran out, and the second worker, which
+// has work to do and budget to do it with, never goes on.
+func TestBudget_RefusalByAReservationThatIsReleased(t *testing.T) {
+	ctx := context.Background()
+	held, fail := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	later := make(chan string, 10)
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if first.CompareAndSwap(false, true) {
+			close(held)
+			<-fail
+			return nil, errors.New("the provider refused the request")
+		}
+		later <- req.Agent
+		return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Content: "done"}}, nil
+	})
+	s := newSociety(t, as.Config{Language: as.English, Model: model, Root: noop, Logger: quiet})
+	inbox := userInbox(s)
+	if err := s.SetBudget(ctx, "t", as.Budget{ModelCalls: 1}); err != nil {
+		t.Fatal(err)
+	}
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
+	spawnWith(t, s, lead, role.ID, nil)
+	recv(t, held, "the first worker's call")
+	w2 := spawnWith(t, s, lead, role.ID, nil)
+	m := recv(t, inbox, "a report to user")
+	close(fail)
+	waitQuiet(t, s)
+	t.Logf("user was told %s", m.Payload)
+	if id := recv(t, later, w2.ID()+"'s call, refused while the budget was only reserved, once the reservation is released"); id != w2.ID() {
+		t.Fatalf("a call by %s", id)
+	}
+}
+
+// TestBudget_DescendantEndedMidTurnMakesNoMoreCalls: a model-driven
+// worker is in a model call when its parent is terminated and ends with
+// it. The worker is terminated ("stopped", says StatusTerminated), yet its
+// turn goes on calling the model, every step, up to MaxSteps.
+func TestBudget_DescendantEndedMidTurnMakesNoMoreCalls(t *testing.T) {
+	ctx := context.Background()
+	var calls atomic.Int64
+	held, release := make(chan struct{}), make(chan struct{})
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if calls.Add(1) == 1 {
+			close(held)
+			<-release
+		}
+		return call(fmt.Sprint("c", len(req.Messages)), "console_print", `{"text":"working"}`), nil
+	})
+	s := newSociety(t, as.Config{Model: model, Root: noop, MaxSteps: 20, Logger: quiet})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
+	w := spawnWith(t, s, lead, role.ID, nil)
+	recv(t, held, "the worker's first call")
+	if err := s.Terminate(ctx, lead.ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker to end with its parent", func() bool {
+		a, _ := s.Agent(w.ID())
+		return a.Status == as.StatusTerminated
+	})
+	close(release)
+	waitQuiet(t, s)
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("the worker, terminated during its first model call, made %d more", n-1)
+	}
+}
+
+// TestBudget_RaiseAfterReopeningResumesTheStopped: as
+// TestBudget_ResumesAfterRaise, with the society closed and reopened on
+// its store between the budget's running out and the raise. The budget and
+// its exhaustion survive the restart; the agents it stopped should go on
+// when it is raised, as they do without the restart.
+func TestBudget_RaiseAfterReopeningResumesTheStopped(t *testing.T) {
+	ctx := context.Background()
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		done := 0
+		for _, m := range req.Messages {
+			if m.Role == llm.RoleTool {
+				done++
+			}
+		}
+		if done < 4 {
+			return call(fmt.Sprint("c", done), "console_print", `{"text":"step"}`), nil
+		}
+		return call("a", "send_message", `{"to":"user","message_type":"status_report","payload":{"status":"done","text":"finished"},"end_turn":true}`), nil
+	})
+	st := store.NewMemory()
+	cfg := as.Config{Model: model, MaxSteps: 50, Root: noop, TaskBudget: as.Budget{ModelCalls: 2}, Store: st, Logger: quiet}
+	s, err := as.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inbox := userInbox(s)
+	rootSpawn(t, s, "t", "lead", "lead", nil)
+	recv(t, inbox, "the budget report")
+	waitQuiet(t, s)
+	closeSociety(t, s)
+
+	s2 := newSociety(t, cfg)
+	inbox2 := userInbox(s2)
+	if u, _ := s2.Usage("t"); u.ModelCalls != 2 || u.Left.ModelCalls != 0 {
+		t.Fatalf("reopened, Usage = %+v", u)
+	}
+	if err := s2.SetBudget(ctx, "t", as.Budget{ModelCalls: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if m := recv(t, inbox2, "the lead the budget stopped to go on once raised after reopening"); m.Text() != "finished" {
+		t.Fatalf("user got %+v (%s)", m, m.Payload)
 	}
 }

@@ -63,12 +63,23 @@ func claimRequest(id string) string         { return "request:" + id }
 // recorded when Close begins is still committed; Close waits for it, within
 // its own deadline.
 func (s *Society) apply(ctx context.Context, check func() (*change, *Error)) *Error {
+	return s.applyAs(ctx, check, false)
+}
+
+// applyClosing is apply for a change that must be made even once Close
+// has begun, by a goroutine Close waits for: the spending of a model call
+// that was answered.
+func (s *Society) applyClosing(ctx context.Context, check func() (*change, *Error)) *Error {
+	return s.applyAs(ctx, check, true)
+}
+
+func (s *Society) applyAs(ctx context.Context, check func() (*change, *Error), closing bool) *Error {
 	for {
 		if err := ctx.Err(); err != nil {
 			return canceled(err)
 		}
 		s.mu.Lock()
-		if s.closed.Load() {
+		if s.closed.Load() && !closing {
 			s.mu.Unlock()
 			return errClosed()
 		}
@@ -79,7 +90,13 @@ func (s *Society) apply(ctx context.Context, check func() (*change, *Error)) *Er
 		}
 		if busy := s.claimed(c); busy != nil {
 			s.mu.Unlock()
-			if err := s.waitFor(ctx, busy); err != nil {
+			if closing {
+				select { // a change in flight is committed, closed or not
+				case <-busy:
+				case <-ctx.Done():
+					return canceled(ctx.Err())
+				}
+			} else if err := s.waitFor(ctx, busy); err != nil {
 				return err
 			}
 			continue

@@ -57,6 +57,9 @@ func (x *Actor) Collaborate(ctx context.Context, to string, p CollaborationReque
 	var why error
 	select {
 	case out := <-waiter:
+		if out.ID == "" {
+			return Message{}, &Error{Code: ErrAgentTerminated, Message: x.a.info.ID + " was terminated before the request was settled", AgentID: x.a.info.ID}
+		}
 		return s.received(ctx, out), nil
 	case <-ctx.Done():
 		why = ctx.Err()
@@ -70,6 +73,9 @@ func (x *Actor) Collaborate(ctx context.Context, to string, p CollaborationReque
 	s.mu.Unlock()
 	select {
 	case out := <-waiter: // settled as the caller gave up: better returned than lost
+		if out.ID == "" {
+			return Message{}, &Error{Code: ErrAgentTerminated, Message: x.a.info.ID + " was terminated before the request was settled", AgentID: x.a.info.ID}
+		}
 		return s.received(ctx, out), nil
 	default:
 		return Message{}, why

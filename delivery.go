@@ -117,7 +117,7 @@ func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 	} else {
 		err = s.handle(ctx, a, *m)
 	}
-	if ctx.Err() != nil {
+	if ctx.Err() != nil || s.closed.Load() && errors.Is(err, ErrClosed) {
 		return // Close cut the turn short: the message is handled again on reopening
 	}
 	s.handled(ctx, a, m.ID)

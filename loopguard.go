@@ -244,7 +244,7 @@ func (s *Society) loopRefused(ctx context.Context, x *Actor, to string, e *Error
 		t.reported = true
 	}
 	parent := x.a.info.ParentID
-	if parent == RootID {
+	if parent == RootID || x.a.info.ID == RootID {
 		parent = UserID
 	}
 	s.mu.Unlock()

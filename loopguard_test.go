@@ -151,3 +151,36 @@ func TestLoopGuard_RepeatsAndCycles(t *testing.T) {
 		}
 	})
 }
+
+// TestLoopGuard_RootsLoopIsReported: model-driven root sends its lead the
+// same message again and again; the loop guard refuses the repeats, and
+// at the second refusal should tell root's "parent", user, as it tells
+// user of a lead's loop.
+func TestLoopGuard_RootsLoopIsReported(t *testing.T) {
+	ctx := context.Background()
+	var lead string
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		return call(fmt.Sprint("c", len(req.Messages)), "send_message", `{"to":"`+lead+`","payload":{"text":"status?"}}`), nil
+	})
+	s := newSociety(t, as.Config{Model: model, MaxSteps: 4, LoopGuard: as.LoopGuard{Repeats: 1}, Logger: quiet})
+	inbox := userInbox(s)
+	lead = rootSpawn(t, s, "t", "lead", "lead", noop).ID
+	if _, err := s.SendTextToAgent(ctx, as.RootID, "go", "t"); err != nil {
+		t.Fatal(err)
+	}
+	waitQuiet(t, s)
+	refusals := 0
+	for e, err := range s.Events(ctx, 0) {
+		if err == nil && e.Kind == as.EventLoopDetected {
+			refusals++
+		}
+	}
+	for len(inbox) > 0 {
+		m := <-inbox
+		var p as.StatusReportPayload
+		if m.Decode(&p) == nil && p.Status == string(as.ErrLoopDetected) {
+			return
+		}
+	}
+	t.Fatalf("root's messages were refused %d times by the loop guard; nobody was told", refusals)
+}

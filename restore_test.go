@@ -2525,3 +2525,46 @@ func TestHistoryAppendThatFailedIsMadeAgain(t *testing.T) {
 		t.Fatalf("after reopening the model was sent %q, want %q", got, want)
 	}
 }
+
+// TestClose_TurnCutShortIsHandledAgain: root's turn is in a model
+// call when Close begins; Close lets the call finish, then refuses the
+// turn's next call. The turn did not end: its message should stay pending,
+// to be handled again by the society reopened on the store, as a turn
+// whose context Close cancelled is.
+func TestClose_TurnCutShortIsHandledAgain(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var n atomic.Int64
+	held, release := make(chan struct{}), make(chan struct{})
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if n.Add(1) == 1 {
+			close(held)
+			<-release
+		}
+		if lastToolResult(req) == "" {
+			return call("c1", "console_print", `{"text":"working"}`), nil
+		}
+		return call("a", "send_message", `{"to":"user","payload":{"text":"answer"},"end_turn":true}`), nil
+	})
+	cfg := as.Config{Model: model, MaxSteps: 10}
+	s, st := openFS(t, dir, filestore.SyncBatched, cfg)
+	task, err := s.SubmitRequirement(ctx, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, held, "root's first call")
+	closed := make(chan struct{})
+	go func() { closeFS(t, s, st); close(closed) }()
+	waitFor(t, "Close to begin", func() bool {
+		return errors.Is(s.Terminate(ctx, "nobody"), as.ErrClosed) // changes nothing
+	})
+	close(release)
+	recv(t, closed, "Close")
+
+	s2, st2 := openFS(t, dir, filestore.SyncBatched, cfg)
+	defer closeFS(t, s2, st2)
+	m := userMessage(t, s2)
+	if m.TaskID != task || m.Text() != "answer" {
+		t.Fatalf("reopened, user got %+v (%s): the turn Close cut short was not handled again", m, m.Payload)
+	}
+}

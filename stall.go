@@ -129,11 +129,18 @@ func (s *Society) checkStall(task string, t *activity) {
 // Called with s.mu held.
 func (s *Society) stalledAgents(task string) []*agent {
 	var out []*agent
+	onTask := func(m *Message) bool { return m.TaskID == task }
 	for _, a := range s.agents {
-		if (a.info.TaskID == task || a.info.ID == RootID) && a != s.user.self {
-			if b := a.box.Load(); b != nil && b.Busy() {
-				out = append(out, a)
-			}
+		if a == s.user.self {
+			continue
+		}
+		b := a.box.Load()
+		if b == nil || !b.Busy() {
+			continue
+		}
+		// Busy on the task: handling one of its messages, or with one queued.
+		if m, ok := b.Held(); ok && onTask(m) || slices.ContainsFunc(b.Items(), onTask) {
+			out = append(out, a)
 		}
 	}
 	slices.SortFunc(out, func(x, y *agent) int { return cmp.Compare(x.order, y.order) })

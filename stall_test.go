@@ -158,3 +158,71 @@ func TestQuiet_AfterReopening(t *testing.T) {
 		t.Errorf("another message to user: %+v (%s)", m, m.Payload)
 	}
 }
+
+// TestWatchdog_StallOfAMessageHeldByAnotherTasksAgent: the lead of task x
+// sends a message on task x to the lead of task y, whose behaviour hangs on
+// it, with a second one queued behind. Task x has work in flight and
+// nothing handled: user should be told that x stalled.
+func TestWatchdog_StallOfAMessageHeldByAnotherTasksAgent(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	s := newSociety(t, as.Config{Language: as.English, Root: noop, StuckAfter: 100 * time.Millisecond})
+	inbox := userInbox(s)
+	lx := rootSpawn(t, s, "x", "lead", "lead", noop)
+	ly := rootSpawn(t, s, "y", "lead", "lead", as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		if m.Text() == "hang" {
+			<-release
+		}
+		return nil
+	}))
+	if m := sendAs(t, s, lx.ID, ly.ID, "hang"); m.TaskID != "x" {
+		t.Fatalf("the message is on task %q", m.TaskID)
+	}
+	sendAs(t, s, lx.ID, ly.ID, "then this")
+	m := recv(t, inbox, "the report that task x, whose message hangs in "+ly.ID+"'s behaviour, stalled")
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || p.Status != as.StatusStalled || m.TaskID != "x" {
+		t.Fatalf("user got %+v (%s)", m, m.Payload)
+	}
+}
+
+// TestWatchdog_NoStallForATaskThatOnlyWaitsForATimeout: root hangs on
+// user's message of task y; task x has nothing in flight but a request
+// with a long timeout. Only y stalled: x waits for its timeout, not for
+// root.
+func TestWatchdog_NoStallForATaskThatOnlyWaitsForATimeout(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	defer close(release)
+	root := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		if m.Text() == "hang" {
+			<-release
+		}
+		return nil
+	})
+	s := newSociety(t, as.Config{Language: as.English, Root: root, StuckAfter: 100 * time.Millisecond})
+	inbox := userInbox(s)
+	lx := actorOf(t, s, rootSpawn(t, s, "x", "lead", "lead", noop).ID)
+	role, _, _ := lx.CreateRole(ctx, as.RoleSpec{Name: "helper"})
+	h := spawnWith(t, s, lx, role.ID, noop) // handles the request and answers later
+	if _, err := lx.RequestCollaboration(ctx, h.ID(), as.CollaborationRequestPayload{SubtaskDescription: "later"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	y, err := s.SubmitRequirement(ctx, "hang")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// x's watchdog was armed before y's, with the same StuckAfter: by the
+	// time y is reported stalled, x's has looked at least once.
+	for {
+		m := recv(t, inbox, "the report that task y stalled")
+		var p as.StatusReportPayload
+		if m.Decode(&p) != nil || p.Status != as.StatusStalled {
+			continue
+		}
+		if m.TaskID != y {
+			t.Fatalf("task %s, which only waits for a timeout, was reported stalled: %s", m.TaskID, p.Text)
+		}
+		return
+	}
+}

@@ -125,6 +125,16 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) *Error {
 		c.commit = func() {
 			ended = list
 			s.emit(Event{Kind: EventAgentTerminated, Task: a.info.TaskID, Agent: a.info.ParentID, Target: a.info.ID, Count: len(list) - 1})
+			ends := map[string]bool{}
+			for _, e := range list {
+				ends[e.info.ID] = true
+			}
+			for _, r := range s.requests {
+				if r.waiter != nil && ends[r.from] { // blocked in Collaborate: it ends too
+					r.waiter <- Message{}
+					r.waiter = nil
+				}
+			}
 			for _, e := range list {
 				e.info.Status = StatusTerminated
 				delete(s.handoffs, e.info.ID)

@@ -176,3 +176,48 @@ func TestNestedTerminationEndsEachAgentOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestTerminate_DescendantBlockedInCollaborate: a worker blocked in
+// Collaborate (no timeout) on an agent outside its subtree is terminated
+// with its lead. The answer that comes later is refused, the worker being
+// terminated, and nothing else settles its wait: the worker's behaviour
+// runs on, blocked, for the society's life.
+func TestTerminate_DescendantBlockedInCollaborate(t *testing.T) {
+	ctx := context.Background()
+	asked := make(chan string, 1)
+	s := newSociety(t, as.Config{Root: noop, StuckAfter: -1, Logger: quiet})
+	helper := actorOf(t, s, rootSpawn(t, s, "u", "helper", "helper", as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		if m.Type == as.CollaborationRequest {
+			var p as.CollaborationRequestPayload
+			m.Decode(&p)
+			asked <- p.RequestID
+		}
+		return nil
+	})).ID)
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
+	returned := make(chan error, 1)
+	w := spawnWith(t, s, lead, role.ID, as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		if m.Text() == "ask" {
+			_, err := self.Collaborate(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "help"}, 0)
+			returned <- err
+		}
+		return nil
+	}))
+	sendAs(t, s, lead.ID(), w.ID(), "ask")
+	id := recv(t, asked, "the request")
+	if err := s.Terminate(ctx, lead.ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker to end with its lead", func() bool {
+		a, _ := s.Agent(w.ID())
+		return a.Status == as.StatusTerminated
+	})
+	if err := recv(t, returned, "the terminated worker's Collaborate to return"); !errors.Is(err, as.ErrAgentTerminated) {
+		t.Fatalf("the terminated worker's Collaborate returned %v, want ErrAgentTerminated", err)
+	}
+	if _, err := helper.Respond(ctx, id, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: []byte(`"done"`)}); !errors.Is(err, as.ErrAgentTerminated) {
+		t.Fatalf("the answer to the terminated worker: %v, want ErrAgentTerminated", err)
+	}
+	waitQuiet(t, s)
+}

@@ -18,6 +18,8 @@ type Box[T any] struct {
 	items    []T
 	head     int
 	draining bool
+	held     T    // the item the drainer took last, while it handles it
+	holding  bool // held is set
 	// n is len(items) - head, kept for Len: a sender checks the length
 	// of the receiver's queue on every send without taking mu.
 	n atomic.Int64
@@ -43,6 +45,7 @@ func (b *Box[T]) Push(v T) (start bool) {
 func (b *Box[T]) Next() (v T, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.held, b.holding = v, false // the last one is handled
 	if b.head == len(b.items) {
 		b.reset()
 		b.draining = false
@@ -53,6 +56,7 @@ func (b *Box[T]) Next() (v T, ok bool) {
 	b.items[b.head] = zero // let the item be collected
 	b.head++
 	b.n.Add(-1)
+	b.held, b.holding = v, true
 	// A queue that never empties would otherwise append past a head that
 	// never comes back: move what is left to the front once the front is
 	// mostly spent.
@@ -68,8 +72,17 @@ func (b *Box[T]) Next() (v T, ok bool) {
 // queued; the next Push starts a drainer again.
 func (b *Box[T]) Stop() {
 	b.mu.Lock()
-	b.draining = false
+	var zero T
+	b.draining, b.held, b.holding = false, zero, false
 	b.mu.Unlock()
+}
+
+// Held returns the item the drainer took last with Next, while it is
+// still handling it: until it asks for the next one, or stops.
+func (b *Box[T]) Held() (v T, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.held, b.holding
 }
 
 // Busy reports whether the Box has a drainer: an item is queued, or the

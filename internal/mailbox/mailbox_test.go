@@ -168,3 +168,31 @@ func TestBoxBusyWhileAnItemIsQueuedOrHandled(t *testing.T) {
 		t.Fatal("a Box whose drainer found it empty is busy")
 	}
 }
+
+// TestBoxHeld: the item the drainer took last is held while it handles
+// it, until it asks for the next one or stops.
+func TestBoxHeld(t *testing.T) {
+	var b Box[*int]
+	one, two := new(int), new(int)
+	held := func(want *int) {
+		t.Helper()
+		if got, ok := b.Held(); got != want || ok != (want != nil) {
+			t.Fatalf("Held = %v, %v; want %v", got, ok, want)
+		}
+	}
+	held(nil)
+	b.Push(one)
+	b.Push(two)
+	held(nil) // queued, not taken
+	b.Next()
+	held(one)
+	b.Next()
+	held(two)
+	b.Next() // empty: the drainer stops
+	held(nil)
+	b.Push(one)
+	b.Next()
+	held(one)
+	b.Stop()
+	held(nil)
+}
