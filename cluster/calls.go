@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -77,8 +78,12 @@ func (n *Node) forward(ctx context.Context, req callReq) (callResp, error) {
 		return callResp{}, err
 	}
 	for {
-		m, err := n.nc.RequestWithContext(ctx, n.names.call, data)
+		m, lost, err := n.request(ctx, data)
 		switch {
+		case err != nil && n.ctx.Err() != nil:
+			return callResp{}, &as.Error{Code: as.ErrClosed, Message: "the node is closed", Err: ErrUnknownOutcome}
+		case err != nil && lost:
+			return callResp{}, fmt.Errorf("%w (%s): another node leads", ErrUnknownOutcome, req.Op)
 		case err == nil:
 			var resp callResp
 			if err := json.Unmarshal(m.Data, &resp); err != nil {
@@ -102,6 +107,42 @@ func (n *Node) forward(ctx context.Context, req callReq) (callResp, error) {
 			return callResp{}, fmt.Errorf("cluster: forwarding %s to the leader: %w", req.Op, err)
 		}
 	}
+}
+
+// request sends a user call to the leader and waits for its answer, until
+// ctx ends, the node closes, or another node has led for a lease time
+// (lost): the leader that took the call is gone, and its answer with it.
+func (n *Node) request(ctx context.Context, data []byte) (m *nats.Msg, lost bool, err error) {
+	was := n.Leader()
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var gone atomic.Bool
+	go func() {
+		t := time.NewTicker(n.opts.LeaseTTL / 3)
+		defer t.Stop()
+		var since time.Time
+		for {
+			select {
+			case <-rctx.Done():
+				return
+			case <-n.ctx.Done():
+				cancel()
+				return
+			case <-t.C:
+				if l := n.Leader(); l == "" || l == was {
+					since = time.Time{}
+				} else if since.IsZero() {
+					since = time.Now()
+				} else if time.Since(since) >= n.opts.LeaseTTL {
+					gone.Store(true)
+					cancel()
+					return
+				}
+			}
+		}
+	}()
+	m, err = n.nc.RequestWithContext(rctx, n.names.call, data)
+	return m, gone.Load(), err
 }
 
 func (n *Node) isClosed() bool {
@@ -175,6 +216,10 @@ func (n *Node) serveCall(ctx context.Context, s *as.Society, m *nats.Msg) {
 	}
 	if err := m.Respond(data); err != nil {
 		n.log.Warn("cluster: answering a user call", "op", req.Op, "err", err)
+		// An answer over the server's max_payload: the caller gets an
+		// error, not silence.
+		data, _ = json.Marshal(callResp{Err: toWire(fmt.Errorf("cluster: the leader's answer to %s does not fit a NATS message: %w", req.Op, err))})
+		m.Respond(data)
 	}
 }
 

@@ -141,7 +141,8 @@ type Node struct {
 	mu      sync.Mutex
 	leader  string // the leader as last seen, "" when none
 	society *as.Society
-	offline bool // the last heartbeat failed
+	offline bool                          // the last heartbeat failed
+	running map[string]context.CancelFunc // the calls this node serves, by reply subject
 	closed  bool
 }
 

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 
 	as "agentsociety"
 	"agentsociety/cluster"
+	"agentsociety/store/natsstore"
 	"agentsociety/store/natsstore/natstest"
 )
 
@@ -170,4 +172,93 @@ func TestLeaderLosesItsConnection(t *testing.T) {
 func withDefaults(o cluster.Options) cluster.Options {
 	o.Storage = jetstream.MemoryStorage
 	return o
+}
+
+// Close returns on a node whose connection the host closed first, or whose
+// server went away.
+func TestClose_AfterTheConnectionIsGone(t *testing.T) {
+	for _, how := range []string{"connection closed", "server stopped"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := hangGuard(t)
+			ns, err := natstest.Start(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer natstest.Stop(ns)
+			nc, err := nats.Connect(ns.ClientURL(), nats.MaxReconnects(-1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			n, err := cluster.Join(ctx, nc, cluster.Options{Cluster: newClusterName(), NodeID: "n0", LeaseTTL: time.Second, Config: echo()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, ctx, "n0 to lead", func() bool { return n.Leader() == "n0" })
+			if _, err := n.SubmitRequirement(ctx, "x"); err != nil {
+				t.Fatal(err)
+			}
+			if how == "connection closed" {
+				nc.Close()
+			} else {
+				natstest.Stop(ns)
+			}
+			done := make(chan struct{})
+			go func() { n.Close(); close(done) }()
+			recvCtx(t, ctx, done, "Close to return")
+		})
+	}
+}
+
+// countLog counts the records whose message contains part.
+type countLog struct {
+	part string
+	n    atomic.Int64
+}
+
+func (c *countLog) Enabled(context.Context, slog.Level) bool { return true }
+func (c *countLog) WithAttrs([]slog.Attr) slog.Handler       { return c }
+func (c *countLog) WithGroup(string) slog.Handler            { return c }
+func (c *countLog) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, c.part) {
+		c.n.Add(1)
+	}
+	return nil
+}
+
+// A node that takes the lease and cannot open the society (here: a record
+// of the bucket that does not decode, which any process on the server can
+// write) tries again at the lease's pace, once a third of the lease time,
+// not in a loop that claims the bucket and appends to the event log as
+// fast as the server answers.
+func TestLead_FailureIsNotRetriedInAHotLoop(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	name := newClusterName()
+	st, err := natsstore.New(ctx, natsstore.Options{URL: url, Bucket: name, Storage: jetstream.MemoryStorage, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	js, err := jetstream.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "hm.bad", "x"); err != nil { // a history key without its number
+		t.Fatal(err)
+	}
+	log := &countLog{part: "opening the"}
+	start := time.Now()
+	join(t, url, name, "n0", cluster.Options{LeaseTTL: time.Second, Config: as.Config{Root: echo().Root, Logger: slog.New(log)}})
+	const tries = 5
+	waitFor(t, ctx, "five tries to open the society", func() bool { return log.n.Load() >= tries })
+	// One try at once, then one a tick (a third of the lease time) at
+	// most: a machine under load makes fewer, never more.
+	if most := int64(time.Since(start)/(time.Second/3)) + 2; log.n.Load() > most {
+		t.Fatalf("in %v the node failed to open the society %d times, at most %d at the lease's pace", time.Since(start), log.n.Load(), most)
+	}
 }

@@ -94,6 +94,13 @@ func (n *Node) leaseLoop() {
 			return
 		case <-done:
 			resign("the society stopped")
+			// Not at once: a society that cannot open would be claimed
+			// again as fast as the server answers.
+			select {
+			case <-n.ctx.Done():
+				return
+			case <-tick.C:
+			}
 		case <-tick.C:
 		case <-wake:
 		}

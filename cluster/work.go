@@ -210,6 +210,8 @@ func (r *router) send(ctx context.Context, agent string, req workReq) (workResp,
 			return out, nil
 		case ctx.Err() != nil:
 			return workResp{}, fmt.Errorf("cluster: calling node %s for %s: %w", owner, agent, ctx.Err())
+		case errors.Is(err, nats.ErrMaxPayload):
+			return workResp{}, fmt.Errorf("%w: cluster: the call does not fit a NATS message: %v", llm.ErrBadRequest, err)
 		case errors.Is(err, errNodeGone), errors.Is(err, nats.ErrNoResponders):
 			r.gone(owner)
 			r.n.log.Warn("cluster: a node is gone: its agent moves to another node, and the call is made again there", "gone", owner, "agent", agent)
@@ -242,11 +244,22 @@ func (r *router) sendTo(ctx context.Context, node string, data []byte) ([]byte, 
 	if err := nc.PublishRequest(r.n.names.work+"."+node, inbox, data); err != nil {
 		return nil, err
 	}
+	answered := false
+	defer func() {
+		if !answered {
+			// The node stops a call its caller gave up, as it would stop
+			// in one process.
+			cancel := nats.NewMsg(r.n.names.work + "." + node)
+			cancel.Header.Set(cancelHeader, inbox)
+			nc.PublishMsg(cancel)
+		}
+	}()
 	t := time.NewTicker(r.n.opts.LeaseTTL / 3)
 	defer t.Stop()
 	for {
 		select {
 		case m := <-answer:
+			answered = true
 			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
 				return nil, nats.ErrNoResponders
 			}
@@ -261,25 +274,60 @@ func (r *router) sendTo(ctx context.Context, node string, data []byte) ([]byte, 
 	}
 }
 
+// cancelHeader, on a message without data on a node's work subject,
+// names the reply subject of a call its caller gave up.
+const cancelHeader = "Agentsociety-Cancel"
+
 // serveWork subscribes to the calls sent to this node.
 func (n *Node) serveWork() error {
 	sub, err := n.nc.Subscribe(n.names.work+"."+n.opts.NodeID, func(m *nats.Msg) {
 		n.mu.Lock()
-		if n.closed {
+		if id := m.Header.Get(cancelHeader); id != "" {
+			if stop := n.running[id]; stop != nil {
+				stop()
+			}
+			n.mu.Unlock()
+			return
+		}
+		if n.closed || m.Reply == "" { // closed, or a call nobody could be answered on
 			n.mu.Unlock()
 			return
 		}
 		n.wg.Add(1)
+		ctx, stop := context.WithCancel(n.ctx)
+		if n.running == nil {
+			n.running = make(map[string]context.CancelFunc)
+		}
+		n.running[m.Reply] = stop
 		n.mu.Unlock()
 		go func() {
 			defer n.wg.Done()
-			resp := n.work(m.Data)
+			defer func() {
+				n.mu.Lock()
+				delete(n.running, m.Reply)
+				n.mu.Unlock()
+				stop()
+			}()
+			resp := n.work(ctx, m.Data)
+			if resp.Err != nil && n.ctx.Err() != nil {
+				// The node is leaving and cut the call short: the leader
+				// makes it again on the agent's next node, as when a node
+				// dies (sendTo reads this as no responders).
+				gone := nats.NewMsg(m.Reply)
+				gone.Header.Set("Status", "503")
+				n.nc.PublishMsg(gone)
+				return
+			}
 			data, err := json.Marshal(resp)
 			if err != nil {
 				data, _ = json.Marshal(workResp{Err: toWire(fmt.Errorf("cluster: encoding the answer: %w", err))})
 			}
 			if err := m.Respond(data); err != nil {
 				n.log.Warn("cluster: answering a call", "err", err)
+				// An answer over the server's max_payload: the leader gets
+				// an error, not silence.
+				data, _ = json.Marshal(workResp{Err: toWire(fmt.Errorf("cluster: node %s's answer does not fit a NATS message: %w", n.opts.NodeID, err))})
+				m.Respond(data)
 			}
 		}()
 	})
@@ -291,12 +339,18 @@ func (n *Node) serveWork() error {
 }
 
 // work runs one call with the node's own model or host tool.
-func (n *Node) work(data []byte) workResp {
+func (n *Node) work(ctx context.Context, data []byte) (resp workResp) {
+	defer func() {
+		// A model that panics fails its call, as it fails its turn in one
+		// process: the node's process goes on.
+		if p := recover(); p != nil {
+			resp = workResp{Err: toWire(fmt.Errorf("cluster: the call panicked on node %s: %v", n.opts.NodeID, p))}
+		}
+	}()
 	var req workReq
 	if err := json.Unmarshal(data, &req); err != nil {
 		return workResp{Err: toWire(fmt.Errorf("%w: cluster: decoding a call: %v", llm.ErrBadRequest, err))}
 	}
-	ctx := n.ctx
 	if req.Timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, req.Timeout)

@@ -1,0 +1,110 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	as "agentsociety"
+	"agentsociety/cluster"
+	"agentsociety/store/natsstore/natstest"
+)
+
+// An artifact larger than the server's max_payload (1 MB), which the
+// society stores, read through a node: the leader's answer does not fit
+// one NATS message, and the call fails with the leader's error rather than
+// waiting out its context and reporting an unknown outcome.
+func TestGetArtifact_LargerThanMaxPayload(t *testing.T) {
+	ctx := hangGuard(t)
+	data := bytes.Repeat([]byte("x"), 2<<20)
+	cfg := as.Config{Root: as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		a, err := self.PutArtifact(ctx, as.ArtifactSpec{Name: "big", Data: data})
+		if err != nil {
+			return err
+		}
+		_, err = self.SendText(ctx, as.UserID, a.Ref())
+		return err
+	})}
+	n := join(t, natstest.Server(t), newClusterName(), "n0", cluster.Options{Config: cfg})
+	if _, err := n.SubmitRequirement(ctx, "make it"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := n.WaitForUserMessage(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := n.GetArtifact(ctx, m.Text())
+	switch {
+	case err == nil && len(got) != len(data):
+		t.Fatalf("GetArtifact: %d bytes, want %d", len(got), len(data))
+	case errors.Is(err, cluster.ErrUnknownOutcome) || err != nil && !strings.Contains(err.Error(), "does not fit"):
+		t.Fatalf("GetArtifact of a 2 MB artifact: %v, want the leader's error that its answer does not fit", err)
+	}
+}
+
+// A user call taken by a leader that then dies (its process paused, then
+// killed, as a leader cut off mid-call) fails with ErrUnknownOutcome once
+// another node has led for a lease time, instead of waiting for an answer
+// that cannot come for as long as its context lasts: with
+// context.Background, for ever.
+func TestUserCall_LeaderDiesWithTheCall(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	name := newClusterName()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envNode+"=p0", envURL+"="+url, envCluster+"="+name)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
+	nc := connect(t, url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "p0 to lead", func() bool {
+		kv, err := js.KeyValue(ctx, name+"_leases")
+		if err != nil {
+			return false
+		}
+		e, err := kv.Get(ctx, "leader")
+		return err == nil && string(e.Value()) == "p0"
+	})
+	me := join(t, url, name, "test", lossOptions(name, "test"))
+	if _, err := me.Agents(ctx); err != nil { // p0 serves calls
+		t.Fatal(err)
+	}
+	// The call is delivered to p0, paused, which never reads it: seen
+	// here, on the calls' subject, it is on its way to p0 too.
+	sent, err := nc.SubscribeSync("agentsociety." + name + ".call")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Signal(syscall.SIGSTOP)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := me.SubmitRequirement(context.Background(), "msg 1")
+		errc <- err
+	}()
+	if _, err := sent.NextMsgWithContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cmd.Process.Kill()
+	if err := recvCtx(t, ctx, errc, "the call taken by p0, dead, to return"); !errors.Is(err, cluster.ErrUnknownOutcome) {
+		t.Fatalf("the call: %v, want ErrUnknownOutcome", err)
+	}
+}
