@@ -595,12 +595,10 @@ func newID() string {
 // scan reads the bucket's last value of every key into a State, and
 // rebuilds the index from it. Called with s.mu held.
 func (s *Store) scan(ctx context.Context) (store.State, error) {
-	w, err := s.kv.WatchAll(ctx)
+	entries, err := s.entries(ctx)
 	if err != nil {
-		return store.State{}, fmt.Errorf("natsstore: reading the bucket: %w", err)
+		return store.State{}, err
 	}
-	defer w.Stop()
-
 	var (
 		st       store.State
 		revs     = make(map[string]rev)
@@ -611,23 +609,10 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 		contacts = make(map[string][]ordered[store.Contact])
 		histMsgs = make(map[string]map[uint64][]byte)
 	)
-	for {
-		var e jetstream.KeyValueEntry
-		select {
-		case <-ctx.Done():
-			return store.State{}, ctx.Err()
-		case u, ok := <-w.Updates():
-			if !ok {
-				return store.State{}, fmt.Errorf("natsstore: reading the bucket: the watcher stopped")
-			}
-			e = u
-		}
-		if e == nil { // every key has been read
-			break
-		}
+	for _, e := range entries {
 		key, seq := e.Key(), e.Revision()
 		switch {
-		case key == keyFence:
+		case key == keyFence, key == keySync:
 			continue
 		case strings.HasPrefix(key, prefixArtifact):
 			continue
@@ -731,6 +716,58 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 
 	s.revs, s.heads, s.indexed = revs, heads, true
 	return st, nil
+}
+
+// keySync is the key scan writes on a bucket of several replicas.
+const keySync = "sync"
+
+// entries returns the last entry of every key of the bucket.
+//
+// On a bucket of several replicas, the watcher that reads it may be served
+// by a replica that has not yet applied the last writes (the server places
+// it on any of them): entries first writes keySync, and reads the
+// watcher's updates after its first values until it has seen that write.
+// The replica applies the writes in order, so it has then given every
+// write made before, and the entries are as of that write. With the fence,
+// the write is fenced as any other: a deposed store reads nothing.
+func (s *Store) entries(ctx context.Context) (map[string]jetstream.KeyValueEntry, error) {
+	var mark uint64
+	if s.replicated {
+		var err error
+		if mark, err = s.publish(ctx, []write{{key: keySync, data: []byte("{}")}}); err != nil {
+			return nil, fmt.Errorf("natsstore: marking where to read the bucket: %w", err)
+		}
+	}
+	w, err := s.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("natsstore: reading the bucket: %w", err)
+	}
+	defer w.Stop()
+	out := make(map[string]jetstream.KeyValueEntry)
+	first := false // the watcher gave every key's value it had
+	for !first || mark != 0 {
+		var e jetstream.KeyValueEntry
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case u, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("natsstore: reading the bucket: the watcher stopped")
+			}
+			e = u
+		}
+		if e == nil {
+			first = true
+			continue
+		}
+		if e.Key() == keySync && e.Revision() >= mark {
+			mark = 0
+		}
+		if old, ok := out[e.Key()]; !ok || old.Revision() < e.Revision() {
+			out[e.Key()] = e
+		}
+	}
+	return out, nil
 }
 
 // ordered is a record with the revision that orders it.
