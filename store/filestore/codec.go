@@ -520,7 +520,7 @@ func normalize(c *store.Change) (store.Change, error) {
 	if len(c.Agents) > 0 {
 		out.Agents = make([]store.Agent, len(c.Agents))
 		for i, a := range c.Agents {
-			if err := checkStrings("agent", a.ID, a.ID, a.RoleID, a.ParentID, a.TaskID, a.Status); err != nil {
+			if err := checkStrings("agent", a.ID, a.ID, a.RoleID, a.ParentID, a.TaskID, a.Status, a.SpawnKey); err != nil {
 				return store.Change{}, err
 			}
 			var err error

@@ -2,6 +2,7 @@ package filestore
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -308,4 +309,150 @@ func midCompaction(t testing.TB, dir string) bool {
 		return rec.LSN <= seqs[0]
 	}
 	return false
+}
+
+// Environment of the process TestDurability_NewDirectoriesAreSynced traces.
+const (
+	dirSyncDirEnv  = "FILESTORE_DIRSYNC_DIR"
+	dirSyncCaseEnv = "FILESTORE_DIRSYNC_CASE"
+)
+
+// TestHelperDirSync is the process TestDurability_NewDirectoriesAreSynced
+// runs under strace: it opens the store, makes one change of the kind
+// asked, prints "acked" once it returned, and exits without Close (a crash
+// of the machine may follow any acknowledgement).
+func TestHelperDirSync(t *testing.T) {
+	dir := os.Getenv(dirSyncDirEnv)
+	if dir == "" {
+		t.Skip("the traced process of TestDurability_NewDirectoriesAreSynced")
+	}
+	ctx := context.Background()
+	s, err := Open(dir, Options{Logger: quiet}) // SyncEveryRecord
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch os.Getenv(dirSyncCaseEnv) {
+	case "events":
+		err = s.AppendEvents(ctx, eventBatch(1, 1))
+	case "apply":
+		err = s.Apply(ctx, store.Change{Accepted: []store.Message{message("m-1", 1)}})
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("acked\n")
+	os.Exit(0)
+}
+
+// TestDurability_NewDirectoriesAreSynced checks, with strace, that under
+// SyncEveryRecord every directory the store created is made durable in
+// its parent (fsync of the parent) before the call that relies on it
+// returns: a directory entry created and not synced can vanish with a
+// crash of the machine, and every file under it with it.
+func TestDurability_NewDirectoriesAreSynced(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	stracePath, err := exec.LookPath("strace")
+	if err != nil {
+		t.Fatal("this test traces the store's writes with strace (Debian's strace package, which .ci/run installs)")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		dir     string
+		prepare func(dir string)
+		kind    string
+		created []string // directories the traced process creates
+		synced  []string // directories it must sync before the acknowledgement
+	}{
+		{
+			// A store that has no event log's directory yet (one that
+			// never kept an event, or made before the event log was)
+			// gets one for its first event.
+			name: "events directory",
+			dir:  filepath.Join(tmp, "s1"),
+			prepare: func(dir string) {
+				s := open(t, dir, Options{})
+				apply(t, s, store.Change{Accepted: []store.Message{message("m-0", 1)}})
+				closeStore(t, s)
+				if err := os.RemoveAll(filepath.Join(dir, eventsName)); err != nil {
+					t.Fatal(err)
+				}
+			},
+			kind:    "events",
+			created: []string{filepath.Join(tmp, "s1", eventsName)},
+		},
+		{
+			// Open creates the directory, and its missing parents.
+			name:    "nested store directory",
+			dir:     filepath.Join(tmp, "a", "b"),
+			prepare: func(string) {},
+			kind:    "apply",
+			created: []string{filepath.Join(tmp, "a"), filepath.Join(tmp, "a", "b")},
+		},
+		{
+			// A store whose previous process was killed after a rename
+			// (restartJournal's of journal.log, a snapshot's, a sidecar's)
+			// and before the directory's sync looks like any other: Open
+			// must make the entries it finds durable before it appends
+			// to them, or an acknowledged record can go with the entry.
+			name: "reopened store",
+			dir:  filepath.Join(tmp, "s3"),
+			prepare: func(dir string) {
+				s := open(t, dir, Options{})
+				apply(t, s, store.Change{Accepted: []store.Message{message("m-0", 1)}})
+				closeStore(t, s)
+			},
+			kind:   "apply",
+			synced: []string{filepath.Join(tmp, "s3"), filepath.Join(tmp, "s3", artifactsName)},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.prepare(tc.dir)
+			trace := filepath.Join(tmp, filepath.Base(tc.dir)+".trace")
+			cmd := exec.Command(stracePath, "-f", "-qq", "-y", "-s", "256", "-e", "trace=mkdirat,fsync,fdatasync,write", "-o", trace,
+				exe, "-test.run=^TestHelperDirSync$", "-test.count=1")
+			cmd.Env = append(os.Environ(), dirSyncDirEnv+"="+tc.dir, dirSyncCaseEnv+"="+tc.kind)
+			if out, err := cmd.CombinedOutput(); err != nil || !bytes.Contains(out, []byte("acked")) {
+				t.Fatalf("traced process: %v\n%s", err, out)
+			}
+			data, err := os.ReadFile(trace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Only what happened before the acknowledgement counts.
+			lines := strings.Split(string(data), "\n")
+			ack := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, `"acked\n"`) })
+			if ack < 0 {
+				t.Fatalf("no acknowledgement in the trace:\n%s", data)
+			}
+			lines = lines[:ack]
+			for _, d := range tc.created {
+				made := slices.IndexFunc(lines, func(l string) bool { return strings.Contains(l, "mkdirat(") && strings.Contains(l, `, "`+d+`", `) })
+				if made < 0 {
+					t.Errorf("%s was not created before the acknowledgement", d)
+					continue
+				}
+				synced := slices.ContainsFunc(lines[made:], func(l string) bool {
+					return strings.Contains(l, "fsync(") && strings.Contains(l, "<"+filepath.Dir(d)+">")
+				})
+				if !synced {
+					t.Errorf("%s was created, and its parent %s not synced before the call returned", d, filepath.Dir(d))
+				}
+			}
+			for _, d := range tc.synced {
+				if !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, "fsync(") && strings.Contains(l, "<"+d+">") }) {
+					t.Errorf("%s was not synced before the call returned", d)
+				}
+			}
+		})
+	}
 }

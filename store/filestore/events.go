@@ -304,24 +304,32 @@ func (s *Store) openEvents() error {
 		firsts = append(firsts, first)
 	}
 	slices.Sort(firsts)
-	for i, first := range firsts {
-		last := firsts[min(i+1, len(firsts)-1)] - 1
-		if i == len(firsts)-1 {
-			if last, err = s.recoverSegment(filepath.Join(dir, segmentName(first))); err != nil {
-				return err
-			}
-			if last < first { // empty: appends go on in it
-				last = first - 1
-			}
+	// The newest segment may end torn, or be empty: created just before a
+	// crash (the next append makes it again). Once an empty one is removed
+	// the one before is the newest, and its last event is read from it,
+	// not taken from the removed one's name: events may have been dropped
+	// between them.
+	var newest uint64
+	for len(firsts) > 0 {
+		first := firsts[len(firsts)-1]
+		name := filepath.Join(dir, segmentName(first))
+		if newest, err = s.recoverSegment(name); err != nil {
+			return err
 		}
-		l.segments = append(l.segments, segment{first, last})
-	}
-	if n := len(l.segments); n > 0 && l.segments[n-1].len() == 0 {
-		// A segment created just before a crash: the next append makes it again.
-		if err := os.Remove(filepath.Join(dir, segmentName(l.segments[n-1].first))); err != nil {
+		if newest >= first {
+			break
+		}
+		if err := os.Remove(name); err != nil {
 			return fmt.Errorf("filestore: %w", err)
 		}
-		l.segments = l.segments[:n-1]
+		firsts = firsts[:len(firsts)-1]
+	}
+	for i, first := range firsts {
+		last := newest
+		if i < len(firsts)-1 {
+			last = firsts[i+1] - 1
+		}
+		l.segments = append(l.segments, segment{first, last})
 	}
 	l.opened = true
 	return nil
@@ -342,6 +350,20 @@ func (s *Store) recoverSegment(name string) (uint64, error) {
 		}
 		var e eventLine
 		if json.Unmarshal(data[off:off+i], &e) != nil {
+			// Only the last write can be torn: a whole event after this
+			// line was written after it was whole, so it was damaged
+			// since, and cutting here would drop acknowledged events.
+			for rest := data[off+i+1:]; ; {
+				j := bytes.IndexByte(rest, '\n')
+				if j < 0 {
+					break
+				}
+				if json.Unmarshal(rest[:j], &e) == nil {
+					return 0, fmt.Errorf("%w %s: the event line at offset %d is damaged, but whole events follow it (event %d at offset %d)",
+						ErrCorrupt, name, off, e.Seq, len(data)-len(rest))
+				}
+				rest = rest[j+1:]
+			}
 			break
 		}
 		off += i + 1

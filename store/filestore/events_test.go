@@ -1,7 +1,9 @@
 package filestore
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"testing"
@@ -104,5 +106,94 @@ func TestEventLogDataAsGiven(t *testing.T) {
 		if e.Seq != uint64(i+1) || string(e.Data) != want[i] {
 			t.Errorf("event %d: seq %d data %s, want seq %d data %s", i, e.Seq, e.Data, i+1, want[i])
 		}
+	}
+}
+
+// eventBatch returns the events from..to, each with data {"k":"x"}.
+func eventBatch(from, to uint64) []store.Event {
+	var out []store.Event
+	for seq := from; seq <= to; seq++ {
+		out = append(out, store.Event{Seq: seq, Data: []byte(`{"k":"x"}`)})
+	}
+	return out
+}
+
+// TestEventLog_DamagedLineIsReported: a line of the newest segment damaged
+// since it was written (bit rot, a stray write) with whole events after it
+// is not a torn tail: opening the log must not cut the acknowledged events
+// that follow it, nor remove the segment; it reports ErrCorrupt and leaves
+// the file as it is, as Open does for the journal.
+func TestEventLog_DamagedLineIsReported(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name string
+		line int // the line damaged, from 0
+	}{
+		{"middle line", 4},
+		{"first line", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := open(t, dir, Options{})
+			if err := s.AppendEvents(ctx, eventBatch(1, 20)); err != nil {
+				t.Fatal(err)
+			}
+			closeStore(t, s)
+
+			seg := filepath.Join(dir, eventsName, segmentName(1))
+			data, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := bytes.SplitAfter(data, []byte("\n"))
+			lines[tc.line][0] = '#' // one byte damaged: the line no longer parses
+			damaged := bytes.Join(lines, nil)
+			if err := os.WriteFile(seg, damaged, 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			s = open(t, dir, Options{})
+			defer closeStore(t, s)
+			first, last, err := s.EventBounds(ctx)
+			if !errors.Is(err, ErrCorrupt) {
+				t.Errorf("EventBounds with line %d of 20 damaged = %d, %d, %v; want an error wrapping ErrCorrupt (events %d..20 were acknowledged)",
+					tc.line, first, last, err, tc.line+2)
+			}
+			if got, err := os.ReadFile(seg); err != nil || !bytes.Equal(got, damaged) {
+				t.Errorf("the damaged segment was changed: %d bytes now, %d before (%v)", len(got), len(damaged), err)
+			}
+		})
+	}
+}
+
+// TestEventLog_BoundsAfterEmptyNewSegment: a crash between creating a
+// segment and writing its first event leaves it empty, and Open removes it.
+// When the event it was made for came after a gap, the previous segment's
+// newest event is not the one before the removed segment's first:
+// EventBounds must say which event is the newest kept.
+func TestEventLog_BoundsAfterEmptyNewSegment(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	if err := s.AppendEvents(ctx, eventBatch(1, eventsPerSegment)); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(t, s)
+	// The society dropped events 1025..1999; the next segment, for 2000,
+	// was created and the process killed before the write.
+	empty := filepath.Join(dir, eventsName, segmentName(2000))
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	s = open(t, dir, Options{})
+	defer closeStore(t, s)
+	first, last, err := s.EventBounds(ctx)
+	if err != nil || first != 1 || last != eventsPerSegment {
+		t.Errorf("EventBounds = %d, %d, %v; want 1, %d (the newest event kept)", first, last, err, eventsPerSegment)
+	}
+	got, err := s.ReadEvents(ctx, eventsPerSegment, 10)
+	if err != nil || len(got) != 1 || got[0].Seq != eventsPerSegment {
+		t.Fatalf("ReadEvents(%d) = %v, %v; want the newest event alone", eventsPerSegment, got, err)
 	}
 }

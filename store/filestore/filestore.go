@@ -194,11 +194,22 @@ func Open(dir string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("filestore: %w", err)
 	}
 	if _, err := os.Stat(dir); err != nil {
+		// Every directory made, not only the last, must be durable in its
+		// parent.
+		var made []string
+		for d := dir; ; d = filepath.Dir(d) {
+			if _, err := os.Stat(d); err == nil || filepath.Dir(d) == d {
+				break
+			}
+			made = append(made, d)
+		}
 		if err := os.MkdirAll(dir, dirMode); err != nil {
 			return nil, fmt.Errorf("filestore: %w", err)
 		}
-		if err := syncDir(filepath.Dir(filepath.Clean(dir))); err != nil {
-			return nil, fmt.Errorf("filestore: %w", err)
+		for _, d := range made {
+			if err := syncDir(filepath.Dir(d)); err != nil {
+				return nil, fmt.Errorf("filestore: %w", err)
+			}
 		}
 	}
 	lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDWR|os.O_CREATE, fileMode)
@@ -237,28 +248,29 @@ func Open(dir string, opts Options) (*Store, error) {
 
 // recover loads the snapshots and replays the journal into s.
 func (s *Store) recover() error {
-	// dirty and artsDirty say whether the directories' entries changed, so
-	// that they must be synced before the store is used.
+	// The directories are synced before the store is used, whatever this
+	// Open changed in them: a process killed between a rename (of the
+	// journal, a snapshot, a sidecar) and its directory's sync leaves an
+	// entry that looks like any other and may not be durable.
 	arts := filepath.Join(s.dir, artifactsName)
-	_, err := os.Stat(arts)
-	dirty := err != nil
 	if err := os.MkdirAll(arts, dirMode); err != nil {
+		return fmt.Errorf("filestore: %w", err)
+	}
+	// The event log's directory is made here, so that its entry is synced
+	// with the others before an event is acknowledged in it.
+	if err := os.MkdirAll(filepath.Join(s.dir, eventsName), dirMode); err != nil {
 		return fmt.Errorf("filestore: %w", err)
 	}
 	names := []string{journalName}
 	for _, p := range parts {
 		names = append(names, p.name)
 	}
-	n, err := removeTemps(s.dir, names...)
-	if err != nil {
+	if _, err := removeTemps(s.dir, names...); err != nil {
 		return fmt.Errorf("filestore: removing temporary files: %w", err)
 	}
-	dirty = dirty || n > 0
-	n, err = removeTemps(arts)
-	if err != nil {
+	if _, err := removeTemps(arts); err != nil {
 		return fmt.Errorf("filestore: removing temporary files: %w", err)
 	}
-	artsDirty := n > 0
 
 	seqs := make([]uint64, len(parts))
 	s.haveSnap = true
@@ -282,9 +294,7 @@ func (s *Store) recover() error {
 	}
 
 	jpath := filepath.Join(s.dir, journalName)
-	if _, err := os.Stat(jpath); err != nil {
-		dirty = true
-	}
+	var err error
 	s.journal, err = os.OpenFile(jpath, os.O_RDWR|os.O_CREATE|os.O_APPEND, fileMode)
 	if err != nil {
 		return fmt.Errorf("filestore: %w", err)
@@ -304,15 +314,11 @@ func (s *Store) recover() error {
 	for _, m := range st.Pending {
 		s.pending[m.ID] = struct{}{}
 	}
-	// Make the journal's creation and the temporary files' removal
+	// Make the directories' entries (the journal's creation, the
+	// temporary files' removal, renames a killed process left unsynced)
 	// durable before anything is built on them.
-	if dirty {
-		if err := syncDir(s.dir); err != nil {
-			return fmt.Errorf("filestore: %w", err)
-		}
-	}
-	if artsDirty {
-		if err := syncDir(arts); err != nil {
+	for _, d := range []string{s.dir, arts} {
+		if err := syncDir(d); err != nil {
 			return fmt.Errorf("filestore: %w", err)
 		}
 	}

@@ -1314,3 +1314,21 @@ func TestCancelledApplyWritesNothing(t *testing.T) {
 		t.Errorf("journal holds %d bytes", s.size)
 	}
 }
+
+// TestUnstorable_SpawnKey: an agent's spawn key that is not UTF-8 is
+// refused as every other string of a record is (see TestUnstorable), not
+// accepted and kept as something else, which a reopened store would load
+// as a key that no longer matches the spawn that made the agent.
+func TestUnstorable_SpawnKey(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	c := store.Change{Agents: []store.Agent{{ID: "a", SpawnKey: "m-1\xff#1"}}}
+	err := s.Apply(context.Background(), c)
+	closeStore(t, s)
+	if err == nil {
+		s = open(t, dir, Options{})
+		defer closeStore(t, s)
+		st := load(t, s)
+		t.Fatalf("Apply of a spawn key that is not UTF-8 succeeded; reopened, the store holds %q for %q", st.Agents[0].SpawnKey, c.Agents[0].SpawnKey)
+	}
+}
