@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -132,7 +133,18 @@ func (s *Store) appendEvents(l *eventLog, events []store.Event) error {
 func (s *Store) newSegment(first uint64) error {
 	l := &s.events
 	dir := filepath.Join(s.dir, eventsName)
-	f, err := os.OpenFile(filepath.Join(dir, segmentName(first)), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, fileMode)
+	// Only the newest segment may end torn (see openEvents): the one
+	// before is synced before a newer one exists.
+	if err := s.syncNewest(); err != nil {
+		return fmt.Errorf("filestore: syncing events: %w", err)
+	}
+	name := filepath.Join(dir, segmentName(first))
+	f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, fileMode)
+	if errors.Is(err, fs.ErrExist) {
+		// Left by a newSegment that failed after making it: the log does
+		// not know it, and it holds nothing the log acknowledged.
+		f, err = os.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_TRUNC, fileMode)
+	}
 	if err != nil {
 		return fmt.Errorf("filestore: %w", err)
 	}
@@ -141,16 +153,31 @@ func (s *Store) newSegment(first uint64) error {
 		return fmt.Errorf("filestore: %w", err)
 	}
 	if l.file != nil {
-		// Only the newest segment may end torn (see openEvents).
-		if err := datasync(l.file); err != nil {
-			f.Close()
-			return fmt.Errorf("filestore: syncing events: %w", err)
-		}
 		l.file.Close()
 	}
 	l.file = f
 	l.segments = append(l.segments, segment{first, first - 1})
 	return nil
+}
+
+// syncNewest makes the newest segment's events durable, whether this
+// Store has it open or not (after a reopen, it has not written to it yet).
+// Called with s.events.mu held.
+func (s *Store) syncNewest() error {
+	l := &s.events
+	if l.file != nil {
+		return datasync(l.file)
+	}
+	n := len(l.segments)
+	if n == 0 {
+		return nil
+	}
+	f, err := os.OpenFile(filepath.Join(s.dir, eventsName, segmentName(l.segments[n-1].first)), os.O_WRONLY, fileMode)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return datasync(f)
 }
 
 // ReadEvents returns up to limit events from Seq from on; see

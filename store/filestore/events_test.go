@@ -197,3 +197,27 @@ func TestEventLog_BoundsAfterEmptyNewSegment(t *testing.T) {
 		t.Fatalf("ReadEvents(%d) = %v, %v; want the newest event alone", eventsPerSegment, got, err)
 	}
 }
+
+// TestEventLog_NewSegmentLeftOver: a segment file that a failed start of
+// a new segment left behind, empty and unknown to the log, does not stop
+// the appends that start that segment again.
+func TestEventLog_NewSegmentLeftOver(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	defer closeStore(t, s)
+	if err := s.AppendEvents(ctx, eventBatch(1, eventsPerSegment)); err != nil {
+		t.Fatal(err)
+	}
+	next := uint64(eventsPerSegment + 1)
+	if err := os.WriteFile(filepath.Join(dir, eventsName, segmentName(next)), nil, fileMode); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AppendEvents(ctx, eventBatch(next, next+1)); err != nil {
+		t.Fatalf("appending the first events of a segment whose file was left empty: %v", err)
+	}
+	got, err := s.ReadEvents(ctx, next-1, 10)
+	if err != nil || len(got) != 3 || got[2].Seq != next+1 {
+		t.Fatalf("ReadEvents from %d = %v, %v; want %d to %d", next-1, got, err, next-1, next+1)
+	}
+}
