@@ -238,11 +238,17 @@ func decodeLenient(tool string, args json.RawMessage, v any) error {
 const endTurnKey = "end_turn"
 
 // endsTurn reports whether a tool call's arguments say end_turn: true.
+// The boolean written as a string ("true"), which decodeArgs accepts as it
+// accepts any end_turn, counts too.
 func endsTurn(args json.RawMessage) bool {
 	var a struct {
-		EndTurn bool `json:"end_turn"`
+		EndTurn json.RawMessage `json:"end_turn"`
 	}
-	return json.Unmarshal(args, &a) == nil && a.EndTurn
+	if json.Unmarshal(args, &a) != nil {
+		return false
+	}
+	v := string(a.EndTurn)
+	return v == "true" || v == `"true"`
 }
 
 // jsonFields returns the JSON keys a struct type declares, each with its
@@ -442,8 +448,10 @@ func argsProblem(err error) string {
 	if typ.Field == "" {
 		return "the arguments must be " + want + ", not " + given
 	}
-	if given == want { // a number too large for its Go type
-		n, _ := strings.CutPrefix(typ.Value, "number ")
+	n, _ := strings.CutPrefix(typ.Value, "number ")
+	if given == want || want == "a whole number" && given == "a number" && !strings.ContainsAny(n, ".eE") {
+		// A number too large for its Go type (a whole number for an
+		// integer: encoding/json says only "number" for both).
 		return strconvQuote(typ.Field) + " holds a number out of range: " + n + " is too large"
 	}
 	return strconvQuote(typ.Field) + " holds " + given + " where " + want + " is expected"

@@ -1772,3 +1772,88 @@ func TestSpawnedChildReadsItsBriefAsSent(t *testing.T) {
 		closeSociety(t, s)
 	})
 }
+
+// TestLoop_RestartReplaysTheSameConversation: a society reopened on its
+// store after some turns must show the model, on the turns that follow,
+// exactly what a society that ran on without the restart shows it: the
+// history recorded after each turn is the history the model saw, with
+// trimming, markers, summaries and the pinned brief.
+func TestLoop_RestartReplaysTheSameConversation(t *testing.T) {
+	for _, withSummary := range []bool{false, true} {
+		t.Run(fmt.Sprint("summary=", withSummary), func(t *testing.T) {
+			const turns, restartAfter = 7, 3
+			run := func(restart bool) [][]llm.Message {
+				var mu sync.Mutex
+				var reqs [][]llm.Message
+				model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+					if req.Agent == as.RootID {
+						return llmtest.Say(""), nil
+					}
+					mu.Lock()
+					reqs = append(reqs, slices.Clone(req.Messages))
+					mu.Unlock()
+					n, user := 0, ""
+					for i := len(req.Messages) - 1; i >= 0; i-- {
+						if m := req.Messages[i]; m.Role == llm.RoleUser {
+							user = m.Content
+							break
+						} else if m.Role == llm.RoleTool {
+							n++
+						}
+					}
+					if strings.Contains(user, "task_assignment") {
+						return llmtest.Say(""), nil
+					}
+					if n < 3 {
+						args, _ := json.Marshal(map[string]string{"text": fmt.Sprintf("%d %s %s", n, strings.Repeat("y", 150), user[len(user)-8:])})
+						return call(fmt.Sprintf("c%d-%d", len(req.Messages), n), "console_print", string(args)), nil
+					}
+					return llmtest.Say("done " + user[len(user)-8:]), nil
+				})
+				cfg := as.Config{Model: model, Root: noop, HistoryBudget: 1800}
+				if withSummary {
+					cfg.Summarize = func(ctx context.Context, agentID, previous string, dropped []llm.Message) (string, error) {
+						return fmt.Sprintf("%s|%d", previous[max(0, len(previous)-20):], len(dropped)), nil
+					}
+				}
+				dir := t.TempDir()
+				s, st := openFS(t, dir, filestore.SyncBatched, cfg)
+				w := rootSpawn(t, s, "t", "worker", "work", nil)
+				waitQuiet(t, s)
+				for i := range turns {
+					if restart && i == restartAfter {
+						closeFS(t, s, st)
+						s, st = openFS(t, dir, filestore.SyncBatched, cfg)
+					}
+					sendAs(t, s, as.RootID, w.ID, fmt.Sprintf("TURN-%03d", i))
+					waitQuiet(t, s)
+				}
+				closeFS(t, s, st)
+				mu.Lock()
+				defer mu.Unlock()
+				return reqs
+			}
+			plain, restarted := run(false), run(true)
+			if len(plain) != len(restarted) {
+				t.Fatalf("%d model calls without the restart, %d with it", len(plain), len(restarted))
+			}
+			for i := range plain {
+				if !reflect.DeepEqual(plain[i], restarted[i]) {
+					t.Fatalf("call %d differs after the restart:\nwithout: %s\nwith:    %s", i+1, dumpMsgs(plain[i]), dumpMsgs(restarted[i]))
+				}
+			}
+		})
+	}
+}
+
+func dumpMsgs(msgs []llm.Message) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		c := m.Content
+		if len(c) > 60 {
+			c = c[:30] + "…" + c[len(c)-30:]
+		}
+		fmt.Fprintf(&b, "\n  %s %q calls=%d id=%s", m.Role, c, len(m.ToolCalls), m.ToolCallID)
+	}
+	return b.String()
+}

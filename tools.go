@@ -2,6 +2,7 @@ package agentsociety
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -174,17 +175,38 @@ func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (res
 	}
 	object := isJSONObject(args)
 	out, err := s.callTool(ctx, x, call.Name, args, object)
+	result, coded := s.toolOutcome(ctx, x, call.Name, out, err)
 	if !s.events.off {
 		e := Event{Kind: EventToolCalled, Task: x.taskID, Agent: x.ID(), Turn: x.turn.id(), Name: call.Name, Duration: time.Since(start)}
 		if len(bytes.TrimSpace(call.Arguments)) > 0 && (object || json.Valid(call.Arguments)) {
 			e.Args = call.Arguments // blank arguments, read as {}, are no JSON to show
 		}
-		if err != nil {
-			e.Code = toolError(err).Code
+		if coded != nil {
+			e.Code = coded.Code
 		}
 		s.emit(e)
 	}
-	return encodeResult(out, err), err == nil
+	return result, coded == nil
+}
+
+// toolOutcome encodes a tool's result or error for the model, with the
+// coded error (nil on success). A result whose encoding panics (a
+// MarshalJSON that does) or an error whose Error method panics (a typed
+// nil) fails the call with ErrToolFailed: the panic must not leave the
+// call without a result in the history.
+func (s *Society) toolOutcome(ctx context.Context, x *Actor, name string, out any, err error) (result string, coded *Error) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.LogAttrs(ctx, slog.LevelError, "tool result panicked", slog.String("tool", name), slog.String("agent", x.ID()), slog.Any("panic", r))
+			coded = &Error{Code: ErrToolFailed, Message: fmt.Sprintf("the tool %s failed", name)}
+			result = encodeResult(nil, coded)
+		}
+	}()
+	if err != nil {
+		coded = toolError(err)
+		return encodeResult(nil, coded), coded
+	}
+	return encodeResult(out, nil), nil
 }
 
 // callTool runs tool name for x with args (object says whether they are a
@@ -327,11 +349,18 @@ func toolSend(ctx context.Context, x *Actor, args json.RawMessage) (any, error) 
 	if err := decodeArgs("send_message", args, &a); err != nil {
 		return nil, err
 	}
-	// Models often pass a bare string as the payload: take it as the text.
+	// Models often pass a bare string as the payload: take it as the text,
+	// or, when it holds a JSON object that the message's type takes (the
+	// payload written as JSON text), as that object.
 	if p := bytes.TrimSpace(a.Payload); len(p) > 0 && p[0] == '"' {
 		var text string
 		if json.Unmarshal(p, &text) == nil {
 			a.Payload = Text(text)
+			if obj := json.RawMessage(text); isJSONObject(obj) {
+				if _, err := checkPayload(cmp.Or(a.MessageType, General), obj); err == nil {
+					a.Payload = obj
+				}
+			}
 		}
 	}
 	m, err := x.Send(ctx, Outgoing{To: a.To, Type: a.MessageType, Payload: a.Payload})

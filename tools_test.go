@@ -854,3 +854,186 @@ func TestGetArtifactPages(t *testing.T) {
 		t.Errorf("the largest limit gave %+v, want the whole text from its first character", p)
 	}
 }
+
+// toolPairsProblem says what is wrong with req's conversation as a
+// provider checks it: every assistant message with tool calls must be
+// followed, at once, by one tool result for each of its call ids, ids are
+// unique, and no tool result answers a call that is not there. "" when
+// nothing is wrong.
+func toolPairsProblem(req *llm.Request) string {
+	seen := map[string]bool{}
+	msgs := req.Messages
+	for i := 0; i < len(msgs); i++ {
+		m := msgs[i]
+		switch {
+		case m.Role == llm.RoleTool:
+			return fmt.Sprintf("message %d: a tool result for %q follows no call", i, m.ToolCallID)
+		case m.Role == llm.RoleAssistant && len(m.ToolCalls) > 0:
+			want := map[string]bool{}
+			for _, c := range m.ToolCalls {
+				if c.ID == "" || seen[c.ID] {
+					return fmt.Sprintf("message %d: tool call id %q is empty or used before", i, c.ID)
+				}
+				seen[c.ID], want[c.ID] = true, true
+			}
+			for len(want) > 0 {
+				i++
+				if i >= len(msgs) || msgs[i].Role != llm.RoleTool || !want[msgs[i].ToolCallID] {
+					return fmt.Sprintf("message %d: the calls %v of an assistant message have no results", i, want)
+				}
+				delete(want, msgs[i].ToolCallID)
+			}
+		}
+	}
+	return ""
+}
+
+// panickyResult is a host tool's result whose MarshalJSON panics, as one
+// that reads a field through a nil pointer does.
+type panickyResult struct{ inner *struct{ N int } }
+
+func (r panickyResult) MarshalJSON() ([]byte, error) { return json.Marshal(r.inner.N) }
+
+// lookupErr is a host tool's error type; a nil *lookupErr returned as an
+// error (Go's typed-nil gotcha) panics in Error.
+type lookupErr struct{ key string }
+
+func (e *lookupErr) Error() string { return "no entry " + e.key }
+
+// TestHostTool_ResultThatPanicsWhenEncodedIsACodedResult: runTool
+// promises never to panic; a result that panics while it is encoded, or
+// an error that panics when read, must reach the model as a tool_failed
+// result, and the history must never hold a call without its result.
+func TestHostTool_ResultThatPanicsWhenEncodedIsACodedResult(t *testing.T) {
+	for name, handler := range map[string]func(context.Context, *as.Actor, json.RawMessage) (any, error){
+		"result": func(context.Context, *as.Actor, json.RawMessage) (any, error) { return panickyResult{}, nil },
+		"error": func(context.Context, *as.Actor, json.RawMessage) (any, error) {
+			var err *lookupErr
+			return nil, err
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			var mu sync.Mutex
+			var reqs []*llm.Request
+			second := make(chan struct{})
+			model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+				mu.Lock()
+				cp := *req
+				cp.Messages = append([]llm.Message(nil), req.Messages...)
+				reqs = append(reqs, &cp)
+				mu.Unlock()
+				last := req.Messages[len(req.Messages)-1]
+				switch {
+				case strings.Contains(last.Content, "second"):
+					close(second)
+					return llmtest.Say(""), nil
+				case last.Role == llm.RoleUser:
+					return call("c1", "lookup", `{}`), nil
+				}
+				return llmtest.Say(""), nil
+			})
+			s := newSociety(t, as.Config{Model: model, Tools: []as.Tool{{Name: "lookup", Description: "looks up", Handler: handler}}})
+			task, err := s.SubmitRequirement(context.Background(), "first")
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitQuiet(t, s)
+			if _, err := s.SendTextToAgent(context.Background(), as.RootID, "second", task); err != nil {
+				t.Fatal(err)
+			}
+			recv(t, second, "root's second turn")
+			mu.Lock()
+			defer mu.Unlock()
+			for i, req := range reqs {
+				if p := toolPairsProblem(req); p != "" {
+					t.Errorf("request %d to the model: %s", i+1, p)
+				}
+			}
+			sawResult := false
+			for _, req := range reqs {
+				for _, m := range req.Messages {
+					if m.Role == llm.RoleTool && m.ToolCallID == "c1" && strings.Contains(m.Content, `"error":"tool_failed"`) {
+						sawResult = true
+					}
+				}
+			}
+			if !sawResult {
+				t.Errorf("the model never read a tool_failed result for the call")
+			}
+		})
+	}
+}
+
+// TestSendMessage_PayloadWrittenAsJSONText: a model that writes the
+// payload object as a string holding it (as models do with nested objects,
+// and as decodeArgs accepts for a brief) must have it read as that object,
+// not as text: a collaboration request so written is refused as missing
+// subtask_description, which the model did give, and a status report's
+// text is the raw JSON.
+func TestSendMessage_PayloadWrittenAsJSONText(t *testing.T) {
+	in := newInbox()
+	payload, _ := json.Marshal(`{"subtask_description":"review the page"}`)
+	results := callTools(t, as.Config{}, in.behavior(),
+		toolCall{"send_message", `{"to":"agent-2","message_type":"collaboration_request","payload":` + string(payload) + `}`},
+	)
+	if len(results) != 1 || !strings.Contains(results[0], `"status":"pending"`) {
+		t.Fatalf("the model read %q, want a pending collaboration request", results)
+	}
+	// JSON text that the type does not take (a status report without its
+	// fields) stays text, as any other string does.
+	report, _ := json.Marshal(`{"rows":3}`)
+	results = callTools(t, as.Config{}, in.behavior(),
+		toolCall{"send_message", `{"to":"agent-2","message_type":"status_report","payload":` + string(report) + `}`},
+	)
+	if len(results) != 1 || strings.Contains(results[0], `"error"`) {
+		t.Fatalf("the model read %q, want the report sent with the JSON as its text", results)
+	}
+}
+
+// TestArgs_EndTurnWrittenAsAString: decodeArgs accepts end_turn of any
+// type on every tool, so a model that writes the boolean as a string
+// ("true", as models that stringify scalars do) has its call succeed; the
+// turn must then end as it asked, not go on with a model call it said it
+// did not need (or the call must be refused, so that the model learns).
+func TestArgs_EndTurnWrittenAsAString(t *testing.T) {
+	var mu sync.Mutex
+	var after []string
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if req.Agent == as.RootID {
+			return llmtest.Say(""), nil
+		}
+		last := req.Messages[len(req.Messages)-1]
+		if last.Role == llm.RoleTool {
+			mu.Lock()
+			after = append(after, last.Content)
+			mu.Unlock()
+			return llmtest.Say("anything else?"), nil
+		}
+		if strings.Contains(last.Content, "task_assignment") {
+			return llmtest.Say(""), nil
+		}
+		return call("c1", "send_message", `{"to":"user","payload":{"text":"the answer"},"end_turn":"true"}`), nil
+	})
+	s := newSociety(t, as.Config{Model: model, Root: noop})
+	w := rootSpawn(t, s, "t", "worker", "work", nil)
+	sendAs(t, s, as.RootID, w.ID, "go")
+	waitQuiet(t, s)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(after) > 0 && !strings.Contains(after[0], `"error"`) {
+		t.Fatalf("end_turn \"true\" on a call that succeeded (%s): the turn went on to another model call", after[0])
+	}
+}
+
+// TestArgs_WholeNumberOutOfRange: a whole number too large for an
+// integer argument is reported as a number where a whole number is
+// expected, which the model, having written a whole number, cannot act on;
+// argsProblem's branch for a number out of range never fires for integers.
+func TestArgs_WholeNumberOutOfRange(t *testing.T) {
+	results := callTools(t, as.Config{}, newInbox().behavior(),
+		toolCall{"get_artifact", `{"ref":"artifact:x","limit":99999999999999999999}`},
+	)
+	if len(results) != 1 || !strings.Contains(results[0], "out of range") {
+		t.Fatalf("the model read %q, want the limit called out of range", results)
+	}
+}
