@@ -97,12 +97,14 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		if err != nil {
 			return err
 		}
-		resp, err := s.generate(ctx, a, m.TaskID, m.ID, &llm.Request{Agent: a.info.ID, System: system, Messages: s.view(a, mem), Tools: tools})
+		view := s.view(a, mem)
+		resp, err := s.generate(ctx, a, m.TaskID, m.ID, &llm.Request{Agent: a.info.ID, System: system, Messages: view, Tools: tools})
 		if err != nil {
 			return err
 		}
 		reply := resp.Message
 		reply.Role = llm.RoleAssistant
+		ensureCallIDs(reply.ToolCalls, view)
 		mem.msgs = append(mem.msgs, reply)
 		if reply.Content != "" {
 			s.log.LogAttrs(ctx, slog.LevelInfo, "thought", slog.String("agent", a.info.ID), slog.String("text", reply.Content))
@@ -141,6 +143,33 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		}
 	}
 	return &Error{Code: ErrStepLimit, Message: "the turn used " + itoa(s.cfg.MaxSteps) + " model calls without finishing", AgentID: a.info.ID}
+}
+
+// ensureCallIDs gives each of calls that has no id, or one that a call of
+// the conversation the model saw (view) or an earlier one of calls has,
+// an id of its own, "call_<n>": the results are matched to the calls by id,
+// here and by providers, which refuse a conversation whose ids repeat. The
+// llm.Model contract asks the model for such ids; a host's model may not
+// keep it. The ids made depend only on the view and the calls, so that a
+// society reopened on its store shows the model what it would have.
+func ensureCallIDs(calls []llm.ToolCall, view []llm.Message) {
+	var seen map[string]bool
+	n := 0
+	for i := range calls {
+		if seen == nil {
+			seen = make(map[string]bool)
+			for _, m := range view {
+				for _, c := range m.ToolCalls {
+					seen[c.ID] = true
+				}
+			}
+		}
+		for calls[i].ID == "" || seen[calls[i].ID] {
+			n++
+			calls[i].ID = "call_" + itoa(n)
+		}
+		seen[calls[i].ID] = true
+	}
 }
 
 // generate calls the model for a's turn (the handling of message turn), under

@@ -1857,3 +1857,45 @@ func dumpMsgs(msgs []llm.Message) string {
 	}
 	return b.String()
 }
+
+// TestLoop_CallsWithoutIDs: a model that breaks the llm.Model contract,
+// giving its tool calls no ids, or ids it gave before, has each call of
+// its turns answered under an id of the call's own, never one an earlier
+// call of the conversation has.
+func TestLoop_CallsWithoutIDs(t *testing.T) {
+	var mu sync.Mutex
+	var last *llm.Request
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if req.Agent == as.RootID {
+			return llmtest.Say(""), nil
+		}
+		mu.Lock()
+		last = req
+		mu.Unlock()
+		results := 0
+		for _, m := range req.Messages {
+			if m.Role == llm.RoleTool {
+				results++
+			}
+		}
+		if results >= 6 {
+			return llmtest.Say("done"), nil
+		}
+		print := func(id string) llm.ToolCall {
+			return llm.ToolCall{ID: id, Name: "console_print", Arguments: json.RawMessage(`{"text":"x"}`)}
+		}
+		return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{print(""), print(""), print("same")}}}, nil
+	})
+	s := newSociety(t, as.Config{Model: model, Root: noop})
+	w := rootSpawn(t, s, "t", "worker", "work", nil)
+	sendAs(t, s, as.RootID, w.ID, "go")
+	waitQuiet(t, s)
+	mu.Lock()
+	defer mu.Unlock()
+	if last == nil {
+		t.Fatal("the worker never called the model")
+	}
+	if p := toolPairsProblem(last); p != "" {
+		t.Fatalf("the worker's last request: %s", p)
+	}
+}
