@@ -54,7 +54,7 @@ type pendingSend struct {
 	from     *agent // set by prepare; nil for the society's own messages
 	to       *agent
 	contacts contactAdds
-	asks     []introKey
+	asks     []introAsk
 	answers  []introKey
 	request  *request // a new request, or nil
 	answered *request // the request a response closes, or nil
@@ -64,6 +64,10 @@ type pendingSend struct {
 	trace    string // the host's trace context, for a message sent outside a turn (see WithTrace)
 	start    bool   // set by commitSend: the receiver's drainer is to be started
 }
+
+// introAsk is an introduction request accepting a message opens, and the
+// request it is made on behalf of, if any.
+type introAsk struct{ key, via introKey }
 
 // typed reports whether a message of type t needs prepareTyped: its
 // acceptance reads or changes requests, open introduction requests or
@@ -203,7 +207,7 @@ func (s *Society) commitSend(p *pendingSend) {
 		s.intros.remove(k)
 	}
 	for _, k := range p.asks {
-		s.intros.add(k)
+		s.intros.add(k.key, k.via)
 	}
 	if r := p.request; r != nil {
 		s.requests[r.id] = r
@@ -358,9 +362,9 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 		// introduce an agent to the sender, and to the agent the sender
 		// asks for, if that one asked the sender.
 		if s.cfg.ContactPolicy == ContactStrict {
-			p.asks = append(p.asks, introKey{by, m.To})
+			p.asks = append(p.asks, introAsk{key: introKey{by, m.To}})
 			if r := f.text("requester_agent_id"); r != "" && r != by && r != m.To && s.intros.has(introKey{r, by}) {
-				p.asks = append(p.asks, introKey{r, m.To})
+				p.asks = append(p.asks, introAsk{introKey{r, m.To}, introKey{r, by}})
 			}
 		}
 	case IntroductionResponse:

@@ -271,9 +271,19 @@ const maxOpenIntroductions = 8192
 // At most maxOpenIntroductions are kept, the oldest forgotten first.
 // Society.intros is guarded by the society's lock, s.mu.
 type introductions struct {
-	open  map[introKey]uint64 // the stamp of the request's latest opening
-	queue []introStamp        // openings, oldest first; stale when open has another stamp
+	open  map[introKey]introOpen // the request's latest opening
+	queue []introStamp           // openings, oldest first; stale when open has another stamp
 	stamp uint64
+}
+
+// introOpen is an open request's stamp, and the requester's own request it
+// serves: itself, unless it was made on the requester's behalf. One
+// request, one introduction: answering any of the requests that serve one
+// closes them all.
+type introOpen struct {
+	stamp   uint64
+	origin  introKey
+	proxied bool // requests were made on behalf of this one
 }
 
 type introStamp struct {
@@ -286,25 +296,43 @@ func (r *introductions) has(k introKey) bool {
 	return ok
 }
 
-// add opens k, or opens it again as the newest if it is open.
-func (r *introductions) add(k introKey) {
+// add opens k, made on behalf of the open request via (zero for none),
+// or opens it again as the newest if it is open. A request made on behalf
+// of one that was answered meanwhile opens nothing.
+func (r *introductions) add(k, via introKey) {
+	e := introOpen{origin: k}
+	if via != (introKey{}) {
+		o, ok := r.open[via]
+		if !ok {
+			return
+		}
+		e.origin = o.origin
+	}
 	if r.open == nil {
-		r.open = make(map[introKey]uint64)
+		r.open = make(map[introKey]introOpen)
 	}
 	r.stamp++
-	r.open[k] = r.stamp
+	e.stamp = r.stamp
+	if old, ok := r.open[k]; ok && old.origin == e.origin {
+		e.proxied = old.proxied
+	}
+	r.open[k] = e
+	if o, ok := r.open[e.origin]; ok && e.origin != k {
+		o.proxied = true
+		r.open[e.origin] = o
+	}
 	r.queue = append(r.queue, introStamp{k, r.stamp})
 	for len(r.open) > maxOpenIntroductions {
 		old := r.queue[0]
 		r.queue = r.queue[1:]
-		if r.open[old.key] == old.stamp {
+		if r.open[old.key].stamp == old.stamp {
 			delete(r.open, old.key)
 		}
 	}
 	if len(r.queue) > 2*len(r.open)+64 { // mostly stale: keep the live openings
 		live := make([]introStamp, 0, len(r.open))
 		for _, st := range r.queue {
-			if r.open[st.key] == st.stamp {
+			if r.open[st.key].stamp == st.stamp {
 				live = append(live, st)
 			}
 		}
@@ -312,8 +340,23 @@ func (r *introductions) add(k introKey) {
 	}
 }
 
-// remove closes k, if it is open.
-func (r *introductions) remove(k introKey) { delete(r.open, k) }
+// remove closes k, if it is open, with the requests that serve the same
+// request of its requester.
+func (r *introductions) remove(k introKey) {
+	o, ok := r.open[k]
+	if !ok {
+		return
+	}
+	delete(r.open, k)
+	if o.origin == k && !o.proxied {
+		return
+	}
+	for k2, o2 := range r.open {
+		if o2.origin == o.origin {
+			delete(r.open, k2)
+		}
+	}
+}
 
 // solicited reports whether introducer may add a contact to beneficiary by
 // an introduction_response to receiver, and returns the open requests that

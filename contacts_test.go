@@ -2,6 +2,7 @@ package agentsociety_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -755,4 +756,244 @@ func mustRole(t *testing.T, x *as.Actor, name string) string {
 		t.Fatal(err)
 	}
 	return r.ID
+}
+
+// TestIntroduction_StrictProxyChainClosesTheRequest: under ContactStrict
+// one introduction_request buys one introduction. When g's request to a is
+// answered along a chain in which a asked root on g's behalf
+// (requester_agent_id g), g's request to a must be closed as it is on the
+// other chain (g asks a, a asks root, root answers a naming g): otherwise a
+// may introduce yet another agent to g for the same single request.
+func TestIntroduction_StrictProxyChainClosesTheRequest(t *testing.T) {
+	for _, proxy := range []bool{false, true} {
+		name := "plain-chain"
+		if proxy {
+			name = "on-behalf"
+		}
+		t.Run(name, func(t *testing.T) {
+			f := newSmallOrg(t, as.Config{ContactPolicy: as.ContactStrict})
+			b, g := f.b.ID(), f.g.ID()
+			askFor(t, f, f.g, f.a, "") // g's one and only request
+			requester := ""
+			if proxy {
+				requester = g
+			}
+			askFor(t, f, f.a, f.root, requester)
+			if err := introduce(t, f, f.root, f.a, b, g); err != nil {
+				t.Fatalf("root's answer along the chain: %v", err)
+			}
+			if !f.s.IsKnown(g, b) {
+				t.Fatal("g was not given b")
+			}
+			// a knows root (its parent); g does not. g asked once, and was
+			// answered: a second introduction for it is unsolicited.
+			before := snapshot(t, f.s)
+			err := introduce(t, f, f.a, f.g, as.RootID, "")
+			if err == nil {
+				t.Fatalf("one introduction_request from g bought two introductions: g now knows b and root (%v)", f.s.IsKnown(g, as.RootID))
+			}
+			refusedWith(t, f, before, err, as.ErrUnsolicitedIntroduction, g)
+		})
+	}
+}
+
+// TestContacts_StrictStateMachine drives a strict society with
+// random spawns (with presets), general messages, introduction requests
+// (some on behalf of another agent) and introduction responses (some for
+// another agent), and checks after each step that every registry is what
+// DESIGN §3 Contacts says, that a message is refused with
+// ErrUnknownContact exactly when the sender does not know the receiver
+// (user aside), that a spawn is refused exactly when it presets an agent
+// the parent does not know, and that an introduction that adds a contact
+// has an introducer that knew the target and a beneficiary that asked:
+// no agent is given more contacts by introductions than the
+// introduction_requests it sent.
+func TestContacts_StrictStateMachine(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		ctx := context.Background()
+		s, done := openSociety(rt, as.Config{ContactPolicy: as.ContactStrict, Root: noop, DefaultBehavior: noop, LoopGuard: as.LoopGuard{Off: true}})
+		defer done()
+		m := newContactModel()
+		ids := []string{as.RootID} // agents that may act (user too, below)
+		asked := map[string]int{}  // introduction_requests each agent sent
+		var asks [][2]string       // the accepted introduction_requests, (from or the agent it is made for, to)
+		given := map[string]int{}  // contacts each agent was given by introductions
+		n := 0
+		actor := func(id string) *as.Actor { return actorOf(rt, s, id) }
+		all := func() []string { return append([]string{as.UserID}, ids...) }
+		strictOK := func(from, to string) bool {
+			return from == as.UserID || to == as.UserID || m.knows(from, to)
+		}
+		// accepted reports whether err is nil, failing the check if the
+		// contact policy should have decided otherwise. unknownOK allows
+		// ErrUnknownContact for another reason (an unknown target).
+		accepted := func(err error, what string, allowed, unknownOK bool) bool {
+			rt.Helper()
+			if err == nil {
+				if !allowed {
+					rt.Fatalf("%s was accepted; the sender does not know the receiver", what)
+				}
+				return true
+			}
+			var e *as.Error
+			if !errors.As(err, &e) {
+				rt.Fatalf("%s: %v", what, err)
+			}
+			if e.Code == as.ErrUnknownContact && allowed && !unknownOK {
+				rt.Fatalf("%s was refused: %v", what, err)
+			}
+			return false
+		}
+		var ask, introduce func(*rapid.T)
+		actions := map[string]func(*rapid.T){
+			"spawn": func(rt *rapid.T) {
+				parent := rapid.SampledFrom(ids).Draw(rt, "parent")
+				x := actor(parent)
+				if parent == as.RootID {
+					n++
+					x = x.WithTask(fmt.Sprintf("t%d", n))
+				}
+				role, _, err := x.CreateRole(ctx, as.RoleSpec{Name: "w"})
+				if err != nil {
+					rt.Fatal(err)
+				}
+				var collabs []as.Collaborator
+				allowed := true
+				for _, c := range rapid.SliceOfNDistinct(rapid.SampledFrom(all()), 0, 2, rapid.ID[string]).Draw(rt, "collaborators") {
+					collabs = append(collabs, as.Collaborator{AgentID: c, Description: "d"})
+					if c != parent && c != as.UserID && !m.knows(parent, c) {
+						allowed = false
+					}
+				}
+				b := validBrief()
+				b.Collaborators = collabs
+				child, _, err := x.SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: b})
+				if (err == nil) != allowed {
+					rt.Fatalf("%s spawning with presets %v: %v; want accepted %v", parent, collabs, err, allowed)
+				}
+				if err == nil {
+					ids = append(ids, child.ID)
+					m.task[child.ID] = child.TaskID
+					m.spawned(parent, child.ID, "w", nil, collabs)
+				}
+			},
+			"send": func(rt *rapid.T) {
+				from, to := drawPair(rt, all())
+				n++
+				_, err := actor(from).SendText(ctx, to, fmt.Sprintf("hello %d", n))
+				if accepted(err, from+" -> "+to, strictOK(from, to), false) {
+					m.sent(from, to)
+				}
+			},
+			"ask":             func(rt *rapid.T) { ask(rt) },
+			"ask again":       func(rt *rapid.T) { ask(rt) },
+			"introduce":       func(rt *rapid.T) { introduce(rt) },
+			"introduce again": func(rt *rapid.T) { introduce(rt) },
+			"introduce, 3":    func(rt *rapid.T) { introduce(rt) },
+			"introduce, 4":    func(rt *rapid.T) { introduce(rt) },
+			"ask, 3":          func(rt *rapid.T) { ask(rt) },
+			"":                func(rt *rapid.T) { m.check(rt, s) },
+		}
+		ask = func(rt *rapid.T) {
+			from, to := drawKnown(rt, m, all())
+			requester := drawRequester(rt, asks, from, from)
+			n++
+			_, err := actor(from).Send(ctx, as.Outgoing{To: to, Type: as.IntroductionRequest, Payload: as.IntroductionRequestPayload{
+				Reason: fmt.Sprintf("r%d", n), RequiredCapability: "c", RequesterAgentID: requester}})
+			if accepted(err, "the request "+from+" -> "+to, strictOK(from, to), false) {
+				m.sent(from, to)
+				asked[from]++
+				asks = append(asks, [2]string{from, to})
+				if requester != "" && requester != to {
+					asks = append(asks, [2]string{requester, to}) // made on requester's behalf
+				}
+			}
+		}
+		introduce = func(rt *rapid.T) {
+			from, to := drawKnown(rt, m, all())
+			requester := drawRequester(rt, asks, from, to)
+			if len(asks) > 0 && rapid.Bool().Draw(rt, "answer a request?") {
+				// The asked answers: its asker, or, for the asker's
+				// requester, an agent that asked it.
+				k := rapid.SampledFrom(asks).Draw(rt, "request")
+				from, to, requester = k[1], k[0], ""
+				var via []string
+				for _, k2 := range asks {
+					if k2[1] == from && k2[0] != k[0] {
+						via = append(via, k2[0])
+					}
+				}
+				if len(via) > 0 && rapid.Bool().Draw(rt, "through another?") {
+					to, requester = rapid.SampledFrom(via).Draw(rt, "through"), k[0]
+				}
+			}
+			beneficiary := to
+			if requester != "" {
+				beneficiary = requester
+			}
+			// Mostly a contact of from that beneficiary lacks.
+			var news []string
+			for _, c := range m.reg[from] {
+				if c.ID != beneficiary && !m.knows(beneficiary, c.ID) {
+					news = append(news, c.ID)
+				}
+			}
+			target := rapid.SampledFrom(all()).Draw(rt, "any target")
+			if len(news) > 0 && rapid.IntRange(0, 9).Draw(rt, "new target?") > 0 {
+				target = rapid.SampledFrom(news).Draw(rt, "new target")
+			}
+			knew := m.knows(beneficiary, target)
+			_, err := actor(from).Send(ctx, as.Outgoing{To: to, Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{
+				TargetAgentID: target, RequesterAgentID: requester, Advice: "a"}})
+			if !accepted(err, "the introduction "+from+" -> "+to, strictOK(from, to), !m.knows(from, target)) {
+				return
+			}
+			m.sent(from, to)
+			if knew {
+				return
+			}
+			if !m.knows(from, target) {
+				rt.Fatalf("%s introduced %s, which it does not know, to %s", from, target, beneficiary)
+			}
+			if given[beneficiary] >= asked[beneficiary] {
+				rt.Fatalf("%s was given a contact by introduction (%s by %s, sent to %s) after %d introduction_requests and %d introductions",
+					beneficiary, target, from, to, asked[beneficiary], given[beneficiary])
+			}
+			given[beneficiary]++
+			m.add(beneficiary, as.Contact{ID: target, Role: m.role[target], InterfaceSpec: m.spec[target], Source: as.SourceIntroduction, IntroducedBy: from, Note: "a"})
+		}
+		rt.Repeat(actions)
+	})
+}
+
+// drawKnown draws a sender and, mostly, a receiver among its contacts.
+func drawKnown(t *rapid.T, m *contactModel, ids []string) (from, to string) {
+	from = rapid.SampledFrom(ids).Draw(t, "from")
+	return drawKnownFrom(t, m, ids, from)
+}
+
+// drawKnownFrom draws, mostly, a contact of from, else any agent but from.
+func drawKnownFrom(t *rapid.T, m *contactModel, ids []string, from string) (string, string) {
+	var known []string
+	for _, c := range m.reg[from] {
+		known = append(known, c.ID)
+	}
+	if len(known) > 0 && rapid.IntRange(0, 9).Draw(t, "known?") > 0 {
+		return from, rapid.SampledFrom(known).Draw(t, "contact")
+	}
+	return from, rapid.SampledFrom(ids).Filter(func(id string) bool { return id != from }).Draw(t, "other")
+}
+
+// drawRequester draws "" or, mostly, an agent that asked a or b.
+func drawRequester(t *rapid.T, asks [][2]string, a, b string) string {
+	var cands []string
+	for _, k := range asks {
+		if k[1] == a || k[1] == b {
+			cands = append(cands, k[0])
+		}
+	}
+	if len(cands) == 0 || rapid.IntRange(0, 2).Draw(t, "for another?") == 0 {
+		return ""
+	}
+	return rapid.SampledFrom(cands).Draw(t, "requester")
 }

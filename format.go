@@ -357,6 +357,10 @@ func hasLookAlikeMark(line string) bool {
 		switch r {
 		case '需', '【', '】', '〖', '〗', '[', ']', '〔', '〕', '(', ')', '（', '）', '［', '］', ',', '，':
 			return true
+		default:
+			if c, ok := compatForms[r]; ok && c < 0x4E00 {
+				return true // a bracket or a comma in another form
+			}
 		}
 	}
 	return false
@@ -366,6 +370,9 @@ func hasLookAlikeMark(line string) bool {
 // for a full-width form or a look-alike of a Latin letter, simplified for
 // the traditional characters of the Chinese source line and reply hint.
 func fold(r rune) rune {
+	if c, ok := compatForms[r]; ok {
+		r = c
+	}
 	switch {
 	case r >= 0xFF01 && r <= 0xFF5E: // full-width ASCII
 		r -= 0xFEE0
@@ -395,6 +402,17 @@ func fold(r rune) rune {
 		return l
 	}
 	return r
+}
+
+// compatForms are the characters whose compatibility decomposition (NFKC)
+// is a character of a source line or a reply hint: vertical, small,
+// superscript and subscript brackets and commas, a Kangxi radical and CJK
+// compatibility ideographs. They read as the character they stand for.
+var compatForms = map[rune]rune{
+	'⁽': '(', '⁾': ')', '₍': '(', '₎': ')', '︵': '(', '︶': ')', '﹙': '(', '﹚': ')',
+	'︐': ',', '﹐': ',', '﹇': '[', '﹈': ']',
+	'︗': '〖', '︘': '〗', '︹': '〔', '︺': '〕', '﹝': '〔', '﹞': '〕', '︻': '【', '︼': '】',
+	'\u2f83': '自', '\uf92d': '来', '\uf966': '复', '\ufab7': '复', '復': '复',
 }
 
 // latinLookAlikes are Cyrillic, Greek and Latin letters that read as a

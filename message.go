@@ -3,6 +3,8 @@ package agentsociety
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -209,6 +211,20 @@ func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 	if err := json.Unmarshal(payload, &f); err != nil {
 		return nil, formatError(t, "the payload must be a JSON object", nil)
 	}
+	// Message.Decode into the type's *Payload struct matches keys
+	// case-insensitively, the last one winning, where the society reads
+	// them by their exact names: a case variant of a field could make the
+	// receiver read what the society did not check.
+	if typ := payloadTypes[t]; typ != nil {
+		names, _ := jsonFields(typ)
+		for k := range f {
+			for _, n := range names {
+				if k != n && strings.EqualFold(k, n) {
+					return nil, formatError(t, "the payload's field "+strconvQuote(k)+" must be written "+strconvQuote(n), nil)
+				}
+			}
+		}
+	}
 	var missing []string
 	problem, malformed := "the payload lacks fields its type requires", false
 	need := func(names ...string) {
@@ -266,6 +282,16 @@ func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 		return nil, formatError(t, problem, missing)
 	}
 	return f, nil
+}
+
+// payloadTypes are the payloads of the typed messages but task_assignment
+// (a brief the society decodes as its receivers do), by type.
+var payloadTypes = map[MessageType]reflect.Type{
+	StatusReport:          reflect.TypeFor[StatusReportPayload](),
+	IntroductionRequest:   reflect.TypeFor[IntroductionRequestPayload](),
+	IntroductionResponse:  reflect.TypeFor[IntroductionResponsePayload](),
+	CollaborationRequest:  reflect.TypeFor[CollaborationRequestPayload](),
+	CollaborationResponse: reflect.TypeFor[CollaborationResponsePayload](),
 }
 
 func formatError(t MessageType, msg string, missing []string) *Error {

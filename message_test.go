@@ -3,6 +3,7 @@ package agentsociety_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -319,4 +320,66 @@ func showPayload(payload any) string {
 		return fmt.Sprintf("%#v", payload)
 	}
 	return string(b)
+}
+
+// TestPayload_CaseVariantKeysAreRefused: the society
+// checks and acts on a typed payload's fields by their exact names
+// (request_id, status, ...), while Message.Decode into the documented
+// *Payload types (which Collaborate's callers, the send_message tool's
+// result and code-driven agents use) matches keys case-insensitively, the
+// last one winning. A payload with a case variant of a field must not be
+// accepted with one meaning for the society and another for its receiver.
+func TestPayload_CaseVariantKeysAreRefused(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	s, lead, helper := twoAgents(t, in)
+	_ = s
+
+	// A request the society registers as r1, which its receiver decodes as r2.
+	m, err := lead.Send(ctx, as.Outgoing{To: helper.ID(), Type: as.CollaborationRequest,
+		Payload: json.RawMessage(`{"subtask_description":"x","request_id":"r1","Request_ID":"r2"}`)})
+	if err == nil {
+		var p as.CollaborationRequestPayload
+		if err := m.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		_, rerr := helper.Respond(ctx, p.RequestID, as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"})
+		if p.RequestID != "r1" || rerr != nil {
+			t.Errorf("accepted a collaboration_request the society registered as r1 whose receiver decodes request_id %q; answering it: %v", p.RequestID, rerr)
+		}
+	} else if !errors.Is(err, as.ErrInvalidMessageFormat) {
+		t.Fatalf("refused with %v, want ErrInvalidMessageFormat", err)
+	}
+
+	// A response the society settles as rejected, which the requester
+	// blocked in Collaborate decodes as completed.
+	go func() {
+		for m := range in.ch {
+			if m.Type != as.CollaborationRequest || m.To != helper.ID() {
+				continue
+			}
+			var p as.CollaborationRequestPayload
+			m.Decode(&p)
+			if p.SubtaskDescription != "y" {
+				continue
+			}
+			payload := `{"request_id":"` + p.RequestID + `","status":"rejected","error_message":"no","Status":"completed"}`
+			if _, err := helper.Send(ctx, as.Outgoing{To: lead.ID(), Type: as.CollaborationResponse, Payload: json.RawMessage(payload)}); err != nil {
+				// Refused: answer properly so that Collaborate returns.
+				helper.Respond(ctx, p.RequestID, as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"})
+			}
+			return
+		}
+	}()
+	out, err := lead.Collaborate(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "y"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p as.CollaborationResponsePayload
+	if err := out.Decode(&p); err != nil {
+		t.Fatal(err)
+	}
+	if p.Status != as.StatusRejected {
+		t.Errorf("the society settled the request as rejected; the requester decodes status %q from %s", p.Status, out.Payload)
+	}
 }
