@@ -158,6 +158,11 @@ func (s *Society) accepting(p *pendingSend) *change {
 	if p.request != nil {
 		c.claims = append(c.claims, claimRequest(p.request.id))
 	}
+	if p.answered != nil {
+		// After a report of the request as stuck, if one is in flight:
+		// the answer then removes its record (see record).
+		c.claims = append(c.claims, claimRequest(p.answered.id))
+	}
 	s.awaiting(c, p)
 	return c
 }
