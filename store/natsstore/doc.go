@@ -21,6 +21,8 @@
 //	h.<agent>         a history's head {"agentId","summary","dropped","lo","hi"}
 //	hm.<agent>.<n>    message n of a history, the society's JSON as given
 //	x.<id>            an artifact's metadata, naming its object
+//	fence             the claim of the store that writes (Options.Fence)
+//	sync              a mark Load writes on a bucket of several replicas, to read up to it
 //
 // the artifacts' contents are objects in the object store
 // Bucket+"_artifacts", and the society's events ([store.EventLog]) are
