@@ -430,7 +430,11 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 // stops each agent after the message it is handling, and waits for those
 // handlers, and for changes being recorded, to return. Messages accepted and
 // not yet handled stay in the store as pending; a [store.Volatile] store
-// gets them now, and an error recording them is returned.
+// gets them now, and an error recording them is returned. A handler that
+// Close cut short (a model-driven turn whose next step was refused with
+// ErrClosed) leaves its message pending too: it is handled again when the
+// society reopens, as after a crash, and what the turn sent before may be
+// sent again.
 //
 // If ctx ends first, Close cancels the handlers' contexts and returns
 // ctx.Err() at once, whatever a handler, the model, the store or a log

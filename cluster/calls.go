@@ -129,7 +129,9 @@ func (n *Node) request(ctx context.Context, data []byte) (m *nats.Msg, lost bool
 				cancel()
 				return
 			case <-t.C:
-				if l := n.Leader(); l == "" || l == was {
+				// Only a leader seen when the call was sent can be seen
+				// gone: with none, the call went to whoever led.
+				if l := n.Leader(); was == "" || l == "" || l == was {
 					since = time.Time{}
 				} else if since.IsZero() {
 					since = time.Now()
