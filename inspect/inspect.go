@@ -20,7 +20,11 @@
 // The inspector shows everything the society holds: briefs, messages,
 // artifacts. It has no authentication of its own. Serve it on a loopback
 // address, or, if you expose it beyond loopback, wrap the handler in your
-// own authentication.
+// own authentication. Loopback alone does not keep out a web page whose
+// site name resolves to 127.0.0.1 (DNS rebinding): the browser then takes
+// that page for the inspector's own origin. The handler does not check
+// the Host header; a host that must resist this wraps it in a handler
+// that refuses any Host but its own.
 //
 // It is read-only by default. With [Options.AllowSend] the page may also
 // send a message as user to any agent. Requests that change something
@@ -64,6 +68,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -535,6 +540,9 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	if last := r.Header.Get("Last-Event-ID"); last != "" {
 		n, err := strconv.ParseUint(strings.TrimSpace(last), 10, 64)
+		if err == nil && n == math.MaxUint64 {
+			err = strconv.ErrRange // n+1 would wrap to 0: a replay from the start
+		}
 		if err != nil {
 			writeError(w, http.StatusBadRequest, "bad_request", "Last-Event-ID is not a sequence number: "+strconv.Quote(last))
 			return
@@ -553,13 +561,15 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
-	sse := &sseWriter{w: w}
+	sse := &sseWriter{w: w, rc: rc}
+	failed := false
 	for e, err := range h.s.WatchEvents(ctx, from) {
 		if err != nil {
 			var me *as.MissedEventsError
 			if errors.As(err, &me) {
 				sse.send("missed", "", missed{From: me.From, Oldest: me.Oldest, Count: me.Missed()})
 			} else {
+				failed = true
 				sse.send("failed", "", apiError{Error: "events", Message: err.Error()})
 			}
 		} else {
@@ -569,15 +579,24 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if failed || sse.err != nil {
+		return // not closed: the client reconnects
+	}
 	if ctx.Err() == nil { // the society closed
 		sse.send("closed", "", apiError{Error: string(as.ErrClosed), Message: "the society closed"})
 		rc.Flush()
 	}
 }
 
+// sseWriteTimeout bounds the writing of one message: a client that stops
+// reading and keeps its connection open would hold the handler for ever,
+// past the society's Close.
+const sseWriteTimeout = 5 * time.Second
+
 // sseWriter writes server-sent events, keeping the first write error.
 type sseWriter struct {
 	w   io.Writer
+	rc  *http.ResponseController // sets each write's deadline, if not nil
 	buf []byte
 	err error
 }
@@ -601,5 +620,8 @@ func (s *sseWriter) send(event, id string, v any) {
 	s.buf = append(s.buf, "\ndata: "...)
 	s.buf = append(s.buf, data...)
 	s.buf = append(s.buf, "\n\n"...)
+	if s.rc != nil {
+		s.rc.SetWriteDeadline(time.Now().Add(sseWriteTimeout)) // a server that cannot: no bound
+	}
 	_, s.err = s.w.Write(s.buf)
 }

@@ -6,7 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -530,5 +533,68 @@ func TestInspect_Page(t *testing.T) {
 	}
 	if status, _, _ := do(t, "GET", srv.URL+"/index.html", "", ""); status != http.StatusNotFound {
 		t.Errorf("GET /index.html: %d, want 404", status)
+	}
+}
+
+// TestStream_LastEventIDOverflow: Last-Event-ID 2^64-1 wraps to 0 and the
+// stream replays the log from the start.
+func TestStream_LastEventIDOverflow(t *testing.T) {
+	s := newSociety(t, as.Config{})
+	srv := serve(t, s, inspect.Options{})
+	spawn(t, s, "t1", "worker", as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil }))
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/api/events/stream", nil)
+	req.Header.Set("Last-Event-ID", "18446744073709551615")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusBadRequest {
+		t.Errorf("Last-Event-ID 2^64-1: %d, want 400 (it wraps to a replay from event 1)", resp.StatusCode)
+	}
+}
+
+// TestStream_StalledClientEndsAfterClose: a client that opens the stream and
+// stops reading (its connection stays open) blocks the handler in Write
+// for ever; closing the society does not end it, contrary to New's doc
+// ("a stream of events ends when its request does or when s is closed").
+func TestStream_StalledClientEndsAfterClose(t *testing.T) {
+	s := newSociety(t, as.Config{EventRetention: 100})
+	returned := make(chan struct{})
+	h := inspect.New(s, inspect.Options{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		if r.URL.Path == "/api/events/stream" {
+			close(returned)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	worker := spawn(t, s, "t1", "worker", as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil }))
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET /api/events/stream HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	// The client never reads. Fill the socket buffers.
+	big := strings.Repeat("x", 60<<10)
+	for range 400 {
+		if _, err := s.SendTextToAgent(context.Background(), worker.ID(), big, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-returned:
+	case <-time.After(hangGuard): // a hang guard
+		t.Error("the stream's handler still runs after the society closed")
 	}
 }
