@@ -120,6 +120,19 @@ type ledger struct {
 	stopped []halt
 }
 
+// recordLedger records l as it is, with the agents it stopped. Called
+// with s.mu released.
+func (s *Society) recordLedger(l *ledger) {
+	if err := s.apply(s.runCtx, func() (*change, *Error) {
+		return &change{
+			claims: []string{claimState(budgetScope+l.key, budgetKey)},
+			record: store.Change{States: []store.StateEntry{ledgerEntry(l.key, l.budget, l.spent, l.stopped)}},
+		}, nil
+	}); err != nil && !errors.Is(err, ErrClosed) {
+		s.log.LogAttrs(s.runCtx, slog.LevelError, "recording the agents a budget stopped failed", slog.String("budget", l.key), slog.String("err", err.Error()))
+	}
+}
+
 // halt is an agent whose model call a ledger refused, on a task.
 type halt struct {
 	Agent string `json:"agent"`
@@ -379,15 +392,7 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 			spent := l.spent
 			s.mu.Unlock()
 			if added && l.budget != (Budget{}) {
-				// Recorded, so that a raise after a restart wakes it too.
-				if err := s.apply(s.runCtx, func() (*change, *Error) {
-					return &change{
-						claims: []string{claimState(budgetScope+l.key, budgetKey)},
-						record: store.Change{States: []store.StateEntry{ledgerEntry(l.key, l.budget, l.spent, l.stopped)}},
-					}, nil
-				}); err != nil && !errors.Is(err, ErrClosed) {
-					s.log.LogAttrs(s.runCtx, slog.LevelError, "recording a stopped agent failed", slog.String("budget", l.key), slog.String("err", err.Error()))
-				}
+				s.recordLedger(l) // so that a raise after a restart wakes it too
 			}
 			if tell {
 				s.tellExhausted(l.key, what, spent)
@@ -407,6 +412,7 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 	return func(resp *llm.Response) {
 		if resp == nil { // the call failed: nothing to charge
 			var woken []halt
+			var changed []*ledger
 			s.mu.Lock()
 			for _, l := range path {
 				release(l)
@@ -415,9 +421,15 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 				if len(l.stopped) > 0 && l.exhausted() == "" {
 					woken = append(woken, l.stopped...)
 					l.stopped, l.told = nil, false
+					if l.budget != (Budget{}) {
+						changed = append(changed, l)
+					}
 				}
 			}
 			s.mu.Unlock()
+			for _, l := range changed {
+				s.recordLedger(l) // so that a raise after a restart does not wake them again
+			}
 			s.wake(s.runCtx, woken)
 			return
 		}

@@ -703,9 +703,15 @@ func TestBudget_RefusalByAReservationThatIsReleased(t *testing.T) {
 			return nil, errors.New("the provider refused the request")
 		}
 		later <- req.Agent
-		return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Content: "done"}}, nil
+		// Failed too: no spending of the call records the ledger again.
+		return nil, errors.New("the provider refused the request")
 	})
-	s := newSociety(t, as.Config{Language: as.English, Model: model, Root: noop, Logger: quiet})
+	st := store.NewMemory()
+	cfg := as.Config{Language: as.English, Model: model, Root: noop, Logger: quiet, Store: st}
+	s, err := as.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	inbox := userInbox(s)
 	if err := s.SetBudget(ctx, "t", as.Budget{ModelCalls: 1}); err != nil {
 		t.Fatal(err)
@@ -721,6 +727,19 @@ func TestBudget_RefusalByAReservationThatIsReleased(t *testing.T) {
 	t.Logf("user was told %s", m.Payload)
 	if id := recv(t, later, w2.ID()+"'s call, refused while the budget was only reserved, once the reservation is released"); id != w2.ID() {
 		t.Fatalf("a call by %s", id)
+	}
+	// The wake was recorded: reopened, a raise wakes nobody again.
+	waitQuiet(t, s)
+	closeSociety(t, s)
+	s2 := newSociety(t, cfg)
+	if err := s2.SetBudget(ctx, "t", as.Budget{ModelCalls: 20}); err != nil {
+		t.Fatal(err)
+	}
+	waitQuiet(t, s2)
+	select {
+	case id := <-later:
+		t.Fatalf("reopened, the raise woke %s, which the released reservation had woken already", id)
+	default:
 	}
 }
 
