@@ -1,6 +1,9 @@
 package agentsociety
 
-import "iter"
+import (
+	"fmt"
+	"iter"
+)
 
 // ModelCallsUpTo counts, for each agent, the model calls it had started by
 // event seq (that event included): the EventModelCallStarted events, one
@@ -10,19 +13,26 @@ import "iter"
 // recording) up to that event and go live after it. Pass the events of the
 // recorded run, from the first (Society.Events(ctx, 1)); an error reading
 // them, such as a MissedEventsError for events no longer kept, is returned,
-// since a count that misses calls would fork at the wrong place.
+// since a count that misses calls would fork at the wrong place. An event
+// seq past the run's last is refused with ErrInvalidArgument: the run never
+// reached it.
 func ModelCallsUpTo(events iter.Seq2[Event, error], seq uint64) (map[string]int, error) {
 	calls := map[string]int{}
+	var last uint64
 	for e, err := range events {
 		if err != nil {
 			return nil, err
 		}
 		if e.Seq > seq {
-			break
+			return calls, nil
 		}
+		last = e.Seq
 		if e.Kind == EventModelCallStarted {
 			calls[e.Agent]++
 		}
+	}
+	if last < seq {
+		return nil, &Error{Code: ErrInvalidArgument, Message: fmt.Sprintf("event %d is past the last event of the run, %d", seq, last)}
 	}
 	return calls, nil
 }

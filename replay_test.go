@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -401,5 +402,29 @@ func BenchmarkReplay_Quickstart(b *testing.B) {
 			}
 			cpu.report()
 		})
+	}
+}
+
+// TestModelCallsUpTo_PastTheEnd: a fork at an event the run never reached
+// must fail, not silently fork at the last event.
+func TestModelCallsUpTo_PastTheEnd(t *testing.T) {
+	events := []as.Event{
+		{Seq: 1, Kind: as.EventTaskSubmitted},
+		{Seq: 2, Kind: as.EventModelCallStarted, Agent: "root"},
+		{Seq: 3, Kind: as.EventModelCallFinished, Agent: "root"},
+	}
+	seq := func(yield func(as.Event, error) bool) {
+		for _, e := range events {
+			if !yield(e, nil) {
+				return
+			}
+		}
+	}
+	calls, err := as.ModelCallsUpTo(seq, 1000)
+	if !errors.Is(err, as.ErrInvalidArgument) {
+		t.Errorf("ModelCallsUpTo(.., 1000) on a log of 3 events = %v, %v; want ErrInvalidArgument", calls, err)
+	}
+	if calls, err := as.ModelCallsUpTo(seq, 3); err != nil || calls["root"] != 1 {
+		t.Errorf("ModelCallsUpTo(.., 3), the last event = %v, %v; want root's one call", calls, err)
 	}
 }

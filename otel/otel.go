@@ -212,6 +212,7 @@ type turnSpan struct {
 	sc    trace.SpanContext
 	task  string
 	agent string
+	by    sentBy // what the turn hangs under and links to
 }
 
 // sentBy is what a turn needs of the message that opened it: its parent,
@@ -278,6 +279,10 @@ func (t *tracer) record(e as.Event) {
 		_, span := t.tr.Start(t.under(e), OperationChat, at, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(t.common(e, OperationChat)...),
 			trace.WithAttributes(attribute.Int(AttrAttempt, e.Attempt)))
+		if old, ok := t.chats[e.Turn]; ok { // its finish was missed
+			old.SetAttributes(attribute.Bool(AttrUnfinished, true))
+			old.End(at)
+		}
 		t.chats[e.Turn] = span
 	case as.EventModelCallFinished:
 		span, ok := t.chats[e.Turn]
@@ -352,6 +357,10 @@ func (t *tracer) delivered(e as.Event) {
 	by, ok := t.sent[m.ID]
 	if ok {
 		delete(t.sent, m.ID)
+	} else if old := t.turns[e.Turn]; old != nil { // delivered again: the first handling never finished
+		by = old.by
+		old.span.SetAttributes(attribute.Bool(AttrUnfinished, true))
+		old.span.End(trace.WithTimestamp(e.Time))
 	} else { // accepted before the events traced
 		ts.open++
 		by.parent = ts.sc
@@ -370,7 +379,7 @@ func (t *tracer) delivered(e as.Event) {
 	if t.content {
 		span.SetAttributes(attribute.String(AttrInputMessages, inputMessages(payloadText(*m))))
 	}
-	t.turns[e.Turn] = &turnSpan{span: span, sc: span.SpanContext(), task: e.Task, agent: e.Agent}
+	t.turns[e.Turn] = &turnSpan{span: span, sc: span.SpanContext(), task: e.Task, agent: e.Agent, by: by}
 	t.active[e.Agent] = e.Turn
 }
 
@@ -380,6 +389,13 @@ func (t *tracer) handled(e as.Event) {
 	ts := t.task(e)
 	turn := t.turns[e.Turn]
 	if turn == nil { // delivered before the events traced
+		if _, ok := t.sent[e.Turn]; ok { // accepted traced, delivery missed
+			delete(t.sent, e.Turn)
+			if ts.open--; ts.open <= 0 && !ts.done {
+				ts.open, ts.done = 0, true
+				ts.span.End(trace.WithTimestamp(e.Time))
+			}
+		}
 		return
 	}
 	delete(t.turns, e.Turn)
