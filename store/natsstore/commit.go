@@ -260,8 +260,16 @@ send:
 	for _, pl := range garbage {
 		s.collect(ctx, pl.rest)
 	}
+	s.oneByOne(later, len(round))
+}
+
+// oneByOne writes the changes of a round of n that the round did not
+// write, one at a time (applyOne), which tells a refused change from a
+// deposed store and learns what it must. A request written in parts keeps
+// the error of a part that failed. Called with s.mu held.
+func (s *Store) oneByOne(later []planned, n int) {
 	if len(later) > 0 {
-		s.log.Debug("natsstore: changes of a round were refused; writing them one by one", "bucket", s.opts.Bucket, "changes", len(later), "of", len(round))
+		s.log.Debug("natsstore: changes of a round were refused; writing them one by one", "bucket", s.opts.Bucket, "changes", len(later), "of", n)
 	}
 	for _, pl := range later {
 		if !pl.r.done || pl.r.err == nil {
@@ -274,9 +282,8 @@ send:
 // which the server stores whole or not at all, and finishes each request.
 // The batch is one change's write as publish makes it: with the fence,
 // its first message expects the stream's last sequence to be this store's
-// last write. A batch refused is tried again change by change (applyOne),
-// which tells whose change was refused and learns what it must. Called
-// with s.mu held.
+// last write. A batch refused is written change by change (oneByOne).
+// Called with s.mu held.
 func (s *Store) commitBatch(round []planned) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(round[0].r.ctx), s.opts.Timeout)
 	defer cancel()
@@ -298,12 +305,7 @@ func (s *Store) commitBatch(round []planned) {
 			s.collect(ctx, pl.rest)
 		}
 	case errors.As(err, &rej) && !s.isFenced():
-		s.log.Debug("natsstore: a round of changes was refused; writing them one by one", "bucket", s.opts.Bucket, "changes", len(round), "err", err)
-		for _, pl := range round {
-			if !pl.r.done || pl.r.err == nil {
-				pl.r.finish(s.applyOne(pl.r.ctx, pl.c, nil))
-			}
-		}
+		s.oneByOne(round, len(round))
 	default: // fenced, or of unknown outcome
 		if !s.opts.Fence {
 			s.indexed = false // read the bucket again before the next change
