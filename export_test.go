@@ -73,3 +73,9 @@ func (s *Society) StallWatched(task string) bool {
 	t := s.tasks[task]
 	return t != nil && t.watch != nil
 }
+
+// CompatForms and CompatFrom expose what fold and hasLookAlikeMark rely
+// on.
+func CompatForms() map[rune]rune { return compatForms }
+
+const CompatFrom = compatFrom

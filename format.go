@@ -337,13 +337,13 @@ func forgeable(line string) bool {
 }
 
 // ignorable reports whether forgeable skips r: a space, an invisible
-// character or a combining mark. ASCII and CJK ideographs, most of what it
-// reads, are told apart without the Unicode tables.
+// character or a combining mark. ASCII, CJK ideographs and full-width
+// forms, most of what it reads, are told apart without the Unicode tables.
 func ignorable(r rune) bool {
 	switch {
 	case r < 0x80:
 		return r == ' ' || '\t' <= r && r <= '\r'
-	case 0x4E00 <= r && r <= 0x9FFF:
+	case 0x4E00 <= r && r <= 0x9FFF, 0xFF01 <= r && r <= 0xFF5E: // ideographs; full-width ASCII, Chinese punctuation
 		return false
 	}
 	return unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me)
@@ -358,7 +358,7 @@ func hasLookAlikeMark(line string) bool {
 		case '需', '【', '】', '〖', '〗', '[', ']', '〔', '〕', '(', ')', '（', '）', '［', '］', ',', '，':
 			return true
 		default:
-			if c, ok := compatForms[r]; ok && c < 0x4E00 {
+			if c, ok := compat(r); ok && c < 0x4E00 {
 				return true // a bracket or a comma in another form
 			}
 		}
@@ -370,7 +370,7 @@ func hasLookAlikeMark(line string) bool {
 // for a full-width form or a look-alike of a Latin letter, simplified for
 // the traditional characters of the Chinese source line and reply hint.
 func fold(r rune) rune {
-	if c, ok := compatForms[r]; ok {
+	if c, ok := compat(r); ok {
 		r = c
 	}
 	switch {
@@ -382,7 +382,7 @@ func fold(r rune) rune {
 		r = 'a' + (r-0x24B6)%26
 	case r == '來':
 		r = '来'
-	case r == '覆':
+	case r == '覆', r == '復':
 		r = '复'
 	}
 	switch {
@@ -404,15 +404,30 @@ func fold(r rune) rune {
 	return r
 }
 
+// compat returns the character r stands for when it is one of
+// compatForms. ASCII and the CJK ideographs, most of what it reads, it
+// tells apart without a lookup (TestCompatFormsInRange).
+func compat(r rune) (rune, bool) {
+	if r < compatFrom || 0x4E00 <= r && r < 0xF900 {
+		return r, false
+	}
+	c, ok := compatForms[r]
+	return c, ok
+}
+
+// compatFrom is the lowest of compatForms' characters.
+const compatFrom = 0x2000
+
 // compatForms are the characters whose compatibility decomposition (NFKC)
 // is a character of a source line or a reply hint: vertical, small,
 // superscript and subscript brackets and commas, a Kangxi radical and CJK
-// compatibility ideographs. They read as the character they stand for.
+// compatibility ideographs; none lies in U+4E00-U+F8FF, the CJK ideographs.
+// They read as the character they stand for.
 var compatForms = map[rune]rune{
 	'⁽': '(', '⁾': ')', '₍': '(', '₎': ')', '︵': '(', '︶': ')', '﹙': '(', '﹚': ')',
 	'︐': ',', '﹐': ',', '﹇': '[', '﹈': ']',
 	'︗': '〖', '︘': '〗', '︹': '〔', '︺': '〕', '﹝': '〔', '﹞': '〕', '︻': '【', '︼': '】',
-	'\u2f83': '自', '\uf92d': '来', '\uf966': '复', '\ufab7': '复', '復': '复',
+	'\u2f83': '自', '\uf92d': '来', '\uf966': '复', '\ufab7': '复',
 }
 
 // latinLookAlikes are Cyrillic, Greek and Latin letters that read as a
