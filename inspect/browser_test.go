@@ -280,3 +280,31 @@ func frameContext(t *testing.T, ctx context.Context, suffix string) context.Cont
 	t.Fatal(errors.New("no frame target for " + suffix + " among " + strings.Join(seen, ", ")))
 	return nil
 }
+
+// TestBrowser_EventsOff opens the page of a society that keeps no events:
+// it said "society closed" and gave up, though the society ran. It says
+// that events are off, shows an agent spawned after it loaded (it reloads
+// what it shows), and says closed when the society closes.
+func TestBrowser_EventsOff(t *testing.T) {
+	s := newSociety(t, as.Config{EventRetention: -1})
+	srv := serve(t, s, inspect.Options{})
+	ctx := browser(t)
+
+	must(t, ctx, "opening the page",
+		chromedp.Navigate(srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`#org .node[data-id="root"]`)),
+		waitTrue(`['off', 'closed'].includes(document.getElementById('conn').dataset.state)`),
+	)
+	if state := run(t, ctx, "reading the connection", chromedp.Evaluate[string](`document.getElementById('conn').dataset.state`)); state != "off" {
+		t.Fatalf("the page of a running society without events shows %q, want off\n%s", state, dump(ctx))
+	}
+	worker := spawn(t, s, "t1", "worker", as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil }))
+	must(t, ctx, "waiting for the new agent", chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`#org .node[data-id=%q]`, worker.ID()))))
+
+	cctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if err := s.Close(cctx); err != nil {
+		t.Fatal(err)
+	}
+	must(t, ctx, "waiting for the close", chromedp.WaitVisible(chromedp.CSS(`#conn[data-state="closed"]`)))
+}

@@ -57,8 +57,9 @@
 //
 // Queue lengths, open requests and the list of artifacts are derived from
 // the event log: a society that keeps no events (Config.EventRetention
-// below zero) shows none, and events older than the retention are not
-// counted.
+// below zero) shows none, and the page says that events are off and
+// reloads what it shows every few seconds; events older than the
+// retention are not counted.
 package inspect
 
 import (
@@ -531,7 +532,9 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 // event as JSON. Events no longer kept are told in a "missed" message; a
 // "closed" message ends the stream when the society closes. A client that
 // reconnects with Last-Event-ID goes on after that event; otherwise the
-// stream starts at ?from=N, or at the oldest event kept.
+// stream starts at ?from=N, or at the oldest event kept. A society that
+// keeps no events is told in an "off" message; the stream then stays open
+// until the society closes.
 func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 	from, err := parseSeq(r, "from")
 	if err != nil {
@@ -579,13 +582,42 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if failed || sse.err != nil {
-		return // not closed: the client reconnects
+	if failed || sse.err != nil || ctx.Err() != nil {
+		return // not closed: the client reconnects, or went away
 	}
-	if ctx.Err() == nil { // the society closed
-		sse.send("closed", "", apiError{Error: string(as.ErrClosed), Message: "the society closed"})
-		rc.Flush()
+	// WatchEvents ends on its own when the society closes, and at once
+	// when it keeps no events: then no event was ever numbered.
+	if h.s.LastEvent() == 0 && !h.closed() {
+		sse.send("off", "", apiError{Error: "events_off", Message: eventsOff})
+		if sse.err != nil || rc.Flush() != nil || !h.waitClosed(ctx) {
+			return
+		}
 	}
+	sse.send("closed", "", apiError{Error: string(as.ErrClosed), Message: "the society closed"})
+	rc.Flush()
+}
+
+// eventsOff tells the page why nothing will come.
+const eventsOff = "the society keeps no events (its Config.EventRetention is below zero): " +
+	"the inspector cannot follow it live, and shows no queues, open requests or artifacts; " +
+	"the page reloads the organisation and the tasks every few seconds instead"
+
+// waitClosed waits until the society closes, and reports whether it did
+// before ctx ended.
+//
+// The society tells that it closed only through the calls it refuses:
+// WaitForUserMessage returns ErrClosed once it has, and a filter that
+// matches nothing claims no message from the host.
+func (h *handler) waitClosed(ctx context.Context) bool {
+	_, err := h.s.WaitForUserMessage(ctx, func(as.Message) bool { return false })
+	return errors.Is(err, as.ErrClosed)
+}
+
+// closed reports whether the society is closed, without waiting.
+func (h *handler) closed() bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return h.waitClosed(ctx)
 }
 
 // sseWriteTimeout bounds the writing of one message: a client that stops

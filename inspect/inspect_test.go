@@ -598,3 +598,30 @@ func TestStream_StalledClientEndsAfterClose(t *testing.T) {
 		t.Error("the stream's handler still runs after the society closed")
 	}
 }
+
+// TestStream_EventsOff: a society that keeps no events (EventRetention
+// below zero) is running, yet the stream told the page it had closed, and
+// the page gave up. The stream says that events are off, stays open, and
+// says closed when the society does close.
+func TestStream_EventsOff(t *testing.T) {
+	s := newSociety(t, as.Config{EventRetention: -1})
+	srv := serve(t, s, inspect.Options{})
+	next, stop := readSSE(t, srv.URL+"/api/events/stream")
+	defer stop()
+	m, ok := next()
+	var e struct{ Error, Message string }
+	if !ok || m.event != "off" || json.Unmarshal([]byte(m.data), &e) != nil || e.Error != "events_off" || !strings.Contains(e.Message, "EventRetention") {
+		t.Fatalf("the first message of the stream of a running society without events: %+v (ended: %v), want off, naming EventRetention", m, !ok)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if m, ok := next(); !ok || m.event != "closed" {
+		t.Errorf("after Close: %+v (ended: %v), want closed", m, !ok)
+	}
+	if m, ok := next(); ok {
+		t.Errorf("after closed: %+v, want the end", m)
+	}
+}

@@ -324,9 +324,10 @@ async function refresh() {
   refreshing = null;
 }
 
-function setConn(s, text) {
+function setConn(s, text, title) {
   $('#conn').dataset.state = s;
   $('#conn').textContent = text;
+  $('#conn').title = title || '';
 }
 
 async function start() {
@@ -348,8 +349,16 @@ async function start() {
     b.textContent = x.count + ' events missed (' + x.from + '–' + (x.oldest - 1) + ' are no longer kept)';
     b.hidden = false;
   });
+  let polling = null;
+  es.addEventListener('off', (m) => {
+    // The society keeps no events: nothing will come on the stream, which
+    // stays open until the society closes. Reload what the page shows.
+    setConn('off', 'events off', JSON.parse(m.data).message);
+    if (!polling) polling = setInterval(refresh, 5000);
+  });
   es.addEventListener('closed', () => {
     es.close();
+    if (polling) clearInterval(polling);
     setConn('closed', 'society closed');
   });
   setInterval(tick, 1000);
