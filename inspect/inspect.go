@@ -22,9 +22,13 @@
 // address, or, if you expose it beyond loopback, wrap the handler in your
 // own authentication. Loopback alone does not keep out a web page whose
 // site name resolves to 127.0.0.1 (DNS rebinding): the browser then takes
-// that page for the inspector's own origin. The handler does not check
-// the Host header; a host that must resist this wraps it in a handler
-// that refuses any Host but its own.
+// that page for the inspector's own origin. So a request that reaches
+// the handler on a loopback address is refused with 403 Forbidden unless
+// its Host header names a loopback host ("localhost", a name ending in
+// ".localhost", or a loopback address) or one of [Options.AllowedHosts]
+// (a request without one, which no browser sends, is answered).
+// A request that reaches it on another address is answered whatever its
+// Host: that is the host's authentication's to judge.
 //
 // It is read-only by default. With [Options.AllowSend] the page may also
 // send a message as user to any agent. Requests that change something
@@ -71,7 +75,9 @@ import (
 	"io/fs"
 	"math"
 	"mime"
+	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -80,12 +86,20 @@ import (
 )
 
 // Options configure the inspector. The zero value is a read-only
-// inspector.
+// inspector that, reached on a loopback address, answers only to loopback
+// host names.
 type Options struct {
 	// AllowSend lets the page send a message as user to any agent (POST
 	// /api/agents/{id}/messages). Without it such a request is refused
 	// with 403 Forbidden.
 	AllowSend bool
+
+	// AllowedHosts are the host names, besides loopback ones, that the
+	// inspector answers to when it is reached on a loopback address: a
+	// name a host gave the inspector (in /etc/hosts, or by a proxy on the
+	// same machine that passes the Host header on). Names are matched
+	// without their port, ignoring case. See the package doc, Security.
+	AllowedHosts []string
 }
 
 //go:embed page
@@ -134,7 +148,70 @@ func New(s *as.Society, opts Options) http.Handler {
 	mux.HandleFunc("GET /api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no endpoint "+strconv.Quote(r.URL.Path))
 	})
-	return http.NewCrossOriginProtection().Handler(mux)
+	return hostCheck(opts.AllowedHosts, http.NewCrossOriginProtection().Handler(mux))
+}
+
+// hostCheck refuses a request that came to a loopback address with a Host
+// that names neither a loopback host nor one of allowed: a page whose name
+// resolves to 127.0.0.1 (DNS rebinding) would otherwise read the API as
+// its own site.
+func hostCheck(allowed []string, next http.Handler) http.Handler {
+	names := map[string]bool{}
+	for _, n := range allowed {
+		if h, _, err := net.SplitHostPort(n); err == nil {
+			n = h // a name given with its port
+		}
+		names[normalHost(n)] = true
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		local, _ := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		if !isLoopbackAddr(local) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = normalHost(host)
+		if host == "" || isLoopbackHost(host) || names[host] { // no Host: an HTTP/1.0 client, not a browser
+			next.ServeHTTP(w, r)
+			return
+		}
+		writeError(w, http.StatusForbidden, "host_not_allowed", "the inspector is reached on a loopback address and answers only to a loopback Host "+
+			"(localhost, 127.0.0.1, [::1]), not to "+strconv.Quote(r.Host)+", which may be a site that resolved its name to 127.0.0.1 (DNS rebinding); "+
+			"open it as http://localhost, or, if the name is the host's own, add it to inspect.Options.AllowedHosts")
+	})
+}
+
+// normalHost returns host name h in lower case, without the brackets of an
+// IPv6 address or a final dot.
+func normalHost(h string) string {
+	h = strings.TrimSuffix(strings.ToLower(strings.TrimSpace(h)), ".")
+	if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		h = h[1 : len(h)-1]
+	}
+	return h
+}
+
+// isLoopbackHost reports whether host, normalised, names loopback.
+func isLoopbackHost(host string) bool {
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
+}
+
+// isLoopbackAddr reports whether a, the address a request came to, is a
+// loopback address.
+func isLoopbackAddr(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	ip, ok := netip.AddrFromSlice(tcp.IP)
+	return ok && ip.Unmap().IsLoopback()
 }
 
 // pageCSP is the policy of the inspector's own page: its script and style

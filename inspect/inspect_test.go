@@ -577,7 +577,7 @@ func TestStream_StalledClientEndsAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if _, err := io.WriteString(c, "GET /api/events/stream HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(c, "GET /api/events/stream HTTP/1.1\r\nHost: localhost\r\n\r\n"); err != nil {
 		t.Fatal(err)
 	}
 	// The client never reads. Fill the socket buffers.
@@ -623,5 +623,75 @@ func TestStream_EventsOff(t *testing.T) {
 	}
 	if m, ok := next(); ok {
 		t.Errorf("after closed: %+v, want the end", m)
+	}
+}
+
+// getHost gets url with Host header host and returns the status and body
+// (none for an event stream).
+func getHost(t testing.TB, url, host string) (int, []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = host
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.Header.Get("Content-Type") == "text/event-stream" {
+		return resp.StatusCode, nil // a stream does not end
+	}
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, body
+}
+
+// TestInspect_HostOnLoopback: served on loopback, the inspector answered a
+// request whose Host is a foreign name, which is what a DNS-rebinding
+// page sends: its browser takes the inspector for the page's own site,
+// and the page reads the API. It refuses any Host but a loopback name or
+// address, or one in Options.AllowedHosts.
+func TestInspect_HostOnLoopback(t *testing.T) {
+	s := newSociety(t, as.Config{})
+	srv := serve(t, s, inspect.Options{})
+	allow := serve(t, s, inspect.Options{AllowedHosts: []string{"Inspector.Example"}})
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	for _, path := range []string{"/", "/app.js", "/api/org", "/api/events/stream"} {
+		status, body := getHost(t, srv.URL+path, "rebind.example:"+port)
+		var e struct{ Error, Message string }
+		if json.Unmarshal(body, &e) != nil || status != http.StatusForbidden || e.Error != "host_not_allowed" || !strings.Contains(e.Message, "AllowedHosts") {
+			t.Errorf("GET %s with Host rebind.example: %d %.200s, want 403 host_not_allowed naming AllowedHosts", path, status, body)
+		}
+	}
+	for _, host := range []string{"localhost", "localhost:" + port, "LocalHost.:" + port, "app.localhost:" + port, "127.0.0.1:" + port, "127.1.2.3", "[::1]:" + port} {
+		if status, body := getHost(t, srv.URL+"/api/org", host); status != http.StatusOK {
+			t.Errorf("GET /api/org with Host %s: %d %.200s, want 200", host, status, body)
+		}
+	}
+	if status, body := getHost(t, allow.URL+"/api/org", "inspector.example:"+port); status != http.StatusOK {
+		t.Errorf("GET /api/org with an allowed Host: %d %.200s, want 200", status, body)
+	}
+	if status, _ := getHost(t, allow.URL+"/api/org", "rebind.example"); status != http.StatusForbidden {
+		t.Errorf("GET /api/org with a Host not allowed, on an inspector that allows another: %d, want 403", status)
+	}
+
+	// Served beyond loopback, the host authenticates: any Host is answered.
+	// So is a request without Host (HTTP/1.0), which no browser sends.
+	h := inspect.New(s, inspect.Options{})
+	for _, c := range []struct{ local, host string }{{"192.0.2.1", "rebind.example"}, {"127.0.0.1", ""}} {
+		req := httptest.NewRequest("GET", "/api/org", nil)
+		req.Host = c.host
+		req = req.WithContext(context.WithValue(req.Context(), http.LocalAddrContextKey, &net.TCPAddr{IP: net.ParseIP(c.local), Port: 80}))
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		if w.Code != http.StatusOK {
+			t.Errorf("served on %s, GET /api/org with Host %q: %d %.200s, want 200", c.local, c.host, w.Code, w.Body)
+		}
 	}
 }
