@@ -19,6 +19,13 @@ const maxArtifacts = 1000
 // messages wait for each agent, what each is handling, the open requests
 // and the artifacts. It folds the events in as it is asked, from where it
 // stopped, so that each request reads only the events since the last.
+//
+// Nothing in it grows for the society's life: a count or a turn is
+// dropped when its messages are delivered or handled, a request when it
+// is settled or its requester has ended (the society then never settles
+// it), the artifacts beyond maxArtifacts; and when events it had not read
+// are no longer kept, all but the artifacts is dropped, since what those
+// events ended cannot be told.
 type derived struct {
 	s  *as.Society
 	mu sync.Mutex
@@ -70,12 +77,22 @@ type queueState struct {
 
 // catchUp folds in the events since the last call. Called with d.mu held.
 func (d *derived) catchUp(ctx context.Context) {
+	ended := false
+	defer func() {
+		if ended {
+			d.dropEnded()
+		}
+	}()
 	for e, err := range d.s.Events(ctx, d.next) {
 		if err != nil {
 			var me *as.MissedEventsError
 			if errors.As(err, &me) {
-				// What the missed events did is lost: counts may be short,
-				// and are never negative.
+				// What the missed events ended is lost: forget what came
+				// before them, as the events no longer kept are not
+				// counted. A count may be short then, never negative.
+				clear(d.queued)
+				clear(d.handling)
+				clear(d.open)
 				d.next = me.Oldest
 				continue
 			}
@@ -83,6 +100,20 @@ func (d *derived) catchUp(ctx context.Context) {
 		}
 		d.fold(e)
 		d.next = e.Seq + 1
+		ended = ended || e.Kind == as.EventAgentTerminated
+	}
+}
+
+// dropEnded drops the open requests whose requester has ended, after an
+// agent was terminated: the society settles a request to an agent that
+// ended, but not one from an agent that ended (its subtree ends with it,
+// in one event), and later forgets it without an event. Called with d.mu
+// held.
+func (d *derived) dropEnded() {
+	for id, r := range d.open {
+		if a, ok := d.s.Agent(r.From); !ok || a.Status == as.StatusTerminated {
+			delete(d.open, id)
+		}
 	}
 }
 

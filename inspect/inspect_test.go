@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -693,5 +694,121 @@ func TestInspect_HostOnLoopback(t *testing.T) {
 		if w.Code != http.StatusOK {
 			t.Errorf("served on %s, GET /api/org with Host %q: %d %.200s, want 200", c.local, c.host, w.Code, w.Body)
 		}
+	}
+}
+
+// openRequestView mirrors an open request of GET /api/requests.
+type openRequestView struct {
+	ID, From, To string
+}
+
+// TestDerived_MissedEventsForgetWhatTheyEnded: when the inspector was not
+// asked for a while and the events it had not read were dropped, what it
+// had counted before stayed for ever: the messages delivered and the
+// request answered in the dropped events. What the inspector counted
+// before events it missed is forgotten, as the package doc says: events
+// older than the retention are not counted.
+func TestDerived_MissedEventsForgetWhatTheyEnded(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{EventRetention: 16})
+	srv := serve(t, s, inspect.Options{})
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release) // before the society's Close
+	started, handled := make(chan struct{}, 10), make(chan struct{}, 10)
+	worker := spawn(t, s, "t1", "worker", as.BehaviorFunc(func(ctx context.Context, _ *as.Actor, m as.Message) error {
+		if m.Type == as.TaskAssignment {
+			return nil
+		}
+		started <- struct{}{}
+		select {
+		case <-gate:
+		case <-ctx.Done():
+		}
+		handled <- struct{}{}
+		return nil
+	}))
+	other := spawn(t, s, "t2", "other", as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })) // root has one child a task
+	user, err := s.Actor(as.UserID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user = user.WithTask("t1")
+	for i := range 3 {
+		if _, err := user.SendText(ctx, worker.ID(), fmt.Sprint("work ", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-started:
+	case <-time.After(hangGuard):
+		t.Fatal("the worker never started")
+	}
+	req, err := user.RequestCollaboration(ctx, other.ID(), as.CollaborationRequestPayload{SubtaskDescription: "review"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := getJSON[org](t, srv.URL+"/api/org").agent(worker.ID()); w.Queued != 2 || w.Handling == "" {
+		t.Fatalf("worker queued %d handling %q, want 2 and one", w.Queued, w.Handling)
+	}
+	if reqs := getJSON[[]openRequestView](t, srv.URL+"/api/requests"); len(reqs) != 1 || reqs[0].ID != req {
+		t.Fatalf("open requests %+v, want %s", reqs, req)
+	}
+
+	// The worker handles its queue and the request is answered, while
+	// nobody asks the inspector; then more events than it keeps.
+	release()
+	if _, err := other.WithTask("t1").Respond(ctx, req, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		select {
+		case <-handled:
+		case <-time.After(hangGuard):
+			t.Fatal("the worker never handled its queue")
+		}
+	}
+	for mark := s.LastEvent(); s.LastEvent() < mark+40; {
+		if _, err := user.SendText(ctx, other.ID(), "more"); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if w := getJSON[org](t, srv.URL+"/api/org").agent(worker.ID()); w.Queued != 0 || w.Handling != "" {
+		t.Errorf("worker queued %d handling %q after it handled everything, want 0 and none", w.Queued, w.Handling)
+	}
+	if reqs := getJSON[[]openRequestView](t, srv.URL+"/api/requests"); len(reqs) != 0 {
+		t.Errorf("open requests %+v after the answer, want none", reqs)
+	}
+}
+
+// TestDerived_RequestOfATerminatedAgent: a request whose requester was
+// terminated is never settled (nobody waits for the answer, and the
+// society forgets it without an event): the inspector listed it as open
+// for ever, and kept it in memory for the society's life.
+func TestDerived_RequestOfATerminatedAgent(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{})
+	srv := serve(t, s, inspect.Options{})
+	nop := as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil })
+	asker := spawn(t, s, "t1", "asker", nop)
+	helper := spawn(t, s, "t2", "helper", nop) // root has one child a task
+	req, err := asker.WithTask("t1").RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "review"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reqs := getJSON[[]openRequestView](t, srv.URL+"/api/requests"); len(reqs) != 1 || reqs[0].ID != req {
+		t.Fatalf("open requests %+v, want %s", reqs, req)
+	}
+	if err := s.Terminate(ctx, asker.ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the asker to end", func() bool {
+		a, ok := s.Agent(asker.ID())
+		return !ok || a.Status == as.StatusTerminated
+	})
+	if reqs := getJSON[[]openRequestView](t, srv.URL+"/api/requests"); len(reqs) != 0 {
+		t.Errorf("open requests %+v after their requester was terminated, want none", reqs)
 	}
 }
