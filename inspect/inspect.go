@@ -73,6 +73,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"maps"
 	"math"
 	"mime"
 	"net"
@@ -148,7 +149,60 @@ func New(s *as.Society, opts Options) http.Handler {
 	mux.HandleFunc("GET /api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no endpoint "+strconv.Quote(r.URL.Path))
 	})
-	return hostCheck(opts.AllowedHosts, http.NewCrossOriginProtection().Handler(mux))
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusForbidden, "cross_origin", "a request that changes something must come from the inspector's own page: this one came from another origin")
+	}))
+	return hostCheck(opts.AllowedHosts, cop.Handler(jsonMuxErrors(mux)))
+}
+
+// jsonMuxErrors answers in JSON the requests mux refuses itself, in plain
+// text: a path it has no pattern for (404) and a method its patterns for
+// the path do not take (405, with Allow).
+func jsonMuxErrors(mux *http.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h, pattern := mux.Handler(r)
+		if pattern != "" || r.RequestURI == "*" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		refusal := &recorder{header: http.Header{}}
+		h.ServeHTTP(refusal, r)
+		switch refusal.status {
+		case http.StatusNotFound:
+			writeError(w, http.StatusNotFound, "not_found", "no page or endpoint "+strconv.Quote(r.URL.Path))
+		case http.StatusMethodNotAllowed:
+			allow := refusal.header.Get("Allow")
+			w.Header().Set("Allow", allow)
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", r.Method+" is not taken by "+strconv.Quote(r.URL.Path)+"; it takes "+allow)
+		default: // nothing else comes without a pattern: pass it on as it is
+			maps.Copy(w.Header(), refusal.header)
+			w.WriteHeader(refusal.status)
+			w.Write(refusal.body)
+		}
+	})
+}
+
+// recorder keeps the answer of a handler that the mux answers a request
+// with when no pattern matches it.
+type recorder struct {
+	header http.Header
+	status int
+	body   []byte
+}
+
+func (r *recorder) Header() http.Header { return r.header }
+
+func (r *recorder) WriteHeader(status int) {
+	if r.status == 0 {
+		r.status = status
+	}
+}
+
+func (r *recorder) Write(b []byte) (int, error) {
+	r.WriteHeader(http.StatusOK)
+	r.body = append(r.body, b...)
+	return len(b), nil
 }
 
 // hostCheck refuses a request that came to a loopback address with a Host

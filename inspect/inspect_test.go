@@ -812,3 +812,32 @@ func TestDerived_RequestOfATerminatedAgent(t *testing.T) {
 		t.Errorf("open requests %+v after their requester was terminated, want none", reqs)
 	}
 }
+
+// TestInspect_ErrorsAreJSON: the package doc says every error is a JSON
+// object {"error", "message"}, but the mux's 405 and 404 and the
+// cross-origin refusal answered in plain text, which a script reading the
+// API cannot decode.
+func TestInspect_ErrorsAreJSON(t *testing.T) {
+	s := newSociety(t, as.Config{})
+	srv := serve(t, s, inspect.Options{AllowSend: true})
+	for _, c := range []struct {
+		method, path, allow string
+		header              []string
+		status              int
+		code                string
+	}{
+		{"POST", "/api/tasks", "GET, HEAD", nil, http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"DELETE", "/api/agents/root", "GET, HEAD", nil, http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"PUT", "/api/agents/root/messages", "GET, HEAD, POST", nil, http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"POST", "/api/nothing", "GET, HEAD", nil, http.StatusMethodNotAllowed, "method_not_allowed"},
+		{"GET", "/nothing", "", nil, http.StatusNotFound, "not_found"},
+		{"POST", "/api/agents/root/messages", "", []string{"Origin", "http://evil.example", "Sec-Fetch-Site", "cross-site"}, http.StatusForbidden, "cross_origin"},
+	} {
+		status, h, body := do(t, c.method, srv.URL+c.path, "application/json", `{"text":"hi"}`, c.header...)
+		var e struct{ Error, Message string }
+		if err := json.Unmarshal(body, &e); err != nil || status != c.status || e.Error != c.code || e.Message == "" ||
+			!strings.HasPrefix(h.Get("Content-Type"), "application/json") || h.Get("Allow") != c.allow {
+			t.Errorf("%s %s: %d, Allow %q, %q; want %d %s in JSON, Allow %q", c.method, c.path, status, h.Get("Allow"), body, c.status, c.code, c.allow)
+		}
+	}
+}
