@@ -665,7 +665,9 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 // reconnects with Last-Event-ID goes on after that event; otherwise the
 // stream starts at ?from=N, or at the oldest event kept. A society that
 // keeps no events is told in an "off" message; the stream then stays open
-// until the society closes.
+// until the society closes. A Last-Event-ID past the newest event is from
+// a society the host ran before this one: a "reset" message says so, and
+// the stream starts from the oldest event kept.
 func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 	from, err := parseSeq(r, "from")
 	if err != nil {
@@ -683,6 +685,12 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 		}
 		from = n + 1
 	}
+	// A client that saw an event the log has not numbered yet saw it from
+	// another society: the host started afresh, and numbers from 1 again.
+	reset := from > h.s.LastEvent()+1 && r.Header.Get("Last-Event-ID") != ""
+	if reset {
+		from = 1
+	}
 	rc := http.NewResponseController(w)
 	hd := w.Header()
 	hd.Set("Content-Type", "text/event-stream")
@@ -696,6 +704,10 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	sse := &sseWriter{w: w, rc: rc}
+	if reset {
+		sse.send("reset", "", apiError{Error: "events_reset", Message: "the client saw events up to " + strings.TrimSpace(r.Header.Get("Last-Event-ID")) +
+			", which this society has not logged: it is another society than the one the client followed (its host started afresh); the stream goes on from the start"})
+	}
 	failed := false
 	for e, err := range h.s.WatchEvents(ctx, from) {
 		if err != nil {

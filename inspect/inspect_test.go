@@ -841,3 +841,26 @@ func TestInspect_ErrorsAreJSON(t *testing.T) {
 		}
 	}
 }
+
+// TestStream_LastEventIDAheadOfTheLog: a page left open while its host
+// restarted with a fresh society reconnects with the Last-Event-ID of the
+// old one, past the new log's end; the stream waited for that event, and
+// the page, "live", showed nothing of the new society until its log
+// caught up. The stream says that the log was started afresh and goes on
+// from its start.
+func TestStream_LastEventIDAheadOfTheLog(t *testing.T) {
+	s := newSociety(t, as.Config{})
+	srv := serve(t, s, inspect.Options{})
+	spawn(t, s, "t1", "worker", as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil }))
+	last := s.LastEvent()
+	next, stop := readSSE(t, srv.URL+"/api/events/stream", "Last-Event-ID", fmt.Sprint(last+1000))
+	defer stop()
+	m, ok := next()
+	var e struct{ Error, Message string }
+	if !ok || m.event != "reset" || json.Unmarshal([]byte(m.data), &e) != nil || e.Error != "events_reset" || e.Message == "" {
+		t.Fatalf("the stream after Last-Event-ID %d, with %d events logged: %+v, want reset", last+1000, last, m)
+	}
+	if m, ok := next(); !ok || m.event != "event" || m.id != "1" {
+		t.Errorf("after the reset: %+v, want event 1", m)
+	}
+}

@@ -349,6 +349,11 @@ async function start() {
     b.textContent = x.count + ' events missed (' + x.from + '–' + (x.oldest - 1) + ' are no longer kept)';
     b.hidden = false;
   });
+  es.addEventListener('reset', () => {
+    // The host started a new society: what the page shows is the old one's.
+    es.close();
+    location.reload();
+  });
   let polling = null;
   es.addEventListener('off', (m) => {
     // The society keeps no events: nothing will come on the stream, which
