@@ -334,6 +334,12 @@ func (t *tracer) record(e as.Event) {
 // sent it, and what the turn that will handle it hangs under.
 func (t *tracer) accepted(e as.Event) {
 	m := e.Message
+	if m == nil { // the event did not encode: its delivery is traced as of a message accepted before
+		if span := t.spanOf(e); span != nil {
+			span.AddEvent(string(e.Kind), trace.WithTimestamp(e.Time), trace.WithAttributes(t.eventAttrs(e)...))
+		}
+		return
+	}
 	ts := t.task(e)
 	ts.open++
 	by := sentBy{parent: ts.sc, link: hostSpan(e)}
@@ -353,6 +359,9 @@ func (t *tracer) accepted(e as.Event) {
 // delivered starts the span of the turn that handles e.Message.
 func (t *tracer) delivered(e as.Event) {
 	m := e.Message
+	if m == nil { // the event did not encode: all that is known is the turn
+		m = &as.Message{ID: e.Turn, TaskID: e.Task}
+	}
 	ts := t.task(e)
 	by, ok := t.sent[m.ID]
 	if ok {
@@ -376,7 +385,7 @@ func (t *tracer) delivered(e as.Event) {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: by.link}))
 	}
 	_, span := t.tr.Start(trace.ContextWithSpanContext(context.Background(), by.parent), spanName(OperationInvokeAgent, name), opts...)
-	if t.content {
+	if t.content && e.Message != nil {
 		span.SetAttributes(attribute.String(AttrInputMessages, inputMessages(payloadText(*m))))
 	}
 	t.turns[e.Turn] = &turnSpan{span: span, sc: span.SpanContext(), task: e.Task, agent: e.Agent, by: by}
