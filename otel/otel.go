@@ -28,8 +28,8 @@
 //
 // Spans carry the times of the events, not the time they are exported, so a
 // log traced after the fact shows when things happened. Message text, tool
-// arguments, thoughts and console output are recorded only when
-// Options.RecordContent is set.
+// arguments, thoughts, console output and the text of errors are recorded
+// only when Options.RecordContent is set.
 //
 // This package is the only one of the module that imports OpenTelemetry.
 package otel
@@ -105,8 +105,11 @@ type Options struct {
 	// (go.opentelemetry.io/otel.GetTracerProvider).
 	TracerProvider trace.TracerProvider
 	// RecordContent records what models and agents said: message text,
-	// tool arguments, thoughts, console output and the requirement. It is
-	// off by default, as the conventions ask: content may be sensitive.
+	// tool arguments, thoughts, console output and the requirement, and
+	// the text of a failed model call or turn (a provider's or a
+	// behaviour's error may quote them), which is otherwise described by
+	// its error code alone. It is off by default, as the conventions ask:
+	// content may be sensitive.
 	RecordContent bool
 	// From is the sequence number of the first event to trace; 0 or 1
 	// means every event the society keeps. Follow starts watching there;
@@ -294,7 +297,7 @@ func (t *tracer) record(e as.Event) {
 		if e.Usage != nil {
 			span.SetAttributes(attribute.Int(AttrUsageInputTokens, e.Usage.InputTokens), attribute.Int(AttrUsageOutputTokens, e.Usage.OutputTokens))
 		}
-		fail(span, e.Code, e.Detail)
+		t.fail(span, e.Code, e.Detail)
 		span.End(at)
 	case as.EventToolCalled:
 		_, span := t.tr.Start(t.under(e), OperationExecuteTool+" "+e.Name, trace.WithTimestamp(e.Time.Add(-e.Duration)),
@@ -303,7 +306,7 @@ func (t *tracer) record(e as.Event) {
 		if t.content && len(e.Args) > 0 {
 			span.SetAttributes(attribute.String(AttrToolCallArguments, string(e.Args)))
 		}
-		fail(span, e.Code, "")
+		t.fail(span, e.Code, "")
 		span.End(at)
 	case as.EventAgentSpawned:
 		t.roles[e.Target] = e.Name
@@ -411,7 +414,7 @@ func (t *tracer) handled(e as.Event) {
 	if t.active[e.Agent] == e.Turn {
 		delete(t.active, e.Agent)
 	}
-	fail(turn.span, e.Code, e.Detail)
+	t.fail(turn.span, e.Code, e.Detail)
 	turn.span.End(trace.WithTimestamp(e.Time))
 	if ts.open--; ts.open <= 0 && !ts.done {
 		ts.open, ts.done = 0, true
@@ -553,13 +556,16 @@ func (t *tracer) finish() {
 	clear(t.tasks)
 }
 
-// fail sets span's status to Error when code is set.
-func fail(span trace.Span, code as.Code, detail string) {
+// fail sets span's status to Error when code is set, described by detail
+// when content is recorded and by code otherwise: detail is the text of an
+// error from outside the society (a model provider's, a behaviour's),
+// which may quote what was said.
+func (t *tracer) fail(span trace.Span, code as.Code, detail string) {
 	if code == "" {
 		return
 	}
 	span.SetAttributes(attribute.String(AttrErrorType, string(code)))
-	if detail == "" {
+	if detail == "" || !t.content {
 		detail = string(code)
 	}
 	span.SetStatus(codes.Error, detail)
