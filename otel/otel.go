@@ -214,6 +214,7 @@ type turnSpan struct {
 	span  trace.Span
 	sc    trace.SpanContext
 	task  string
+	ts    *taskSpan // task's workflow span, which the turn keeps open
 	agent string
 	by    sentBy // what the turn hangs under and links to
 }
@@ -365,6 +366,11 @@ func (t *tracer) delivered(e as.Event) {
 	if m == nil { // the event did not encode: all that is known is the turn
 		m = &as.Message{ID: e.Turn, TaskID: e.Task}
 	}
+	if prev, ok := t.active[e.Agent]; ok && prev != e.Turn {
+		// An agent handles one message at a time: its previous turn
+		// ended, and the end was missed.
+		t.endTurn(prev, e.Time, "", "", true)
+	}
 	ts := t.task(e)
 	by, ok := t.sent[m.ID]
 	if ok {
@@ -391,34 +397,52 @@ func (t *tracer) delivered(e as.Event) {
 	if t.content && e.Message != nil {
 		span.SetAttributes(attribute.String(AttrInputMessages, inputMessages(payloadText(*m))))
 	}
-	t.turns[e.Turn] = &turnSpan{span: span, sc: span.SpanContext(), task: e.Task, agent: e.Agent, by: by}
+	t.turns[e.Turn] = &turnSpan{span: span, sc: span.SpanContext(), task: e.Task, ts: ts, agent: e.Agent, by: by}
 	t.active[e.Agent] = e.Turn
 }
 
 // handled ends the span of turn e.Turn, and the task's workflow span when
 // nothing of the task is under way any more.
 func (t *tracer) handled(e as.Event) {
-	ts := t.task(e)
-	turn := t.turns[e.Turn]
-	if turn == nil { // delivered before the events traced
-		if _, ok := t.sent[e.Turn]; ok { // accepted traced, delivery missed
-			delete(t.sent, e.Turn)
-			if ts.open--; ts.open <= 0 && !ts.done {
-				ts.open, ts.done = 0, true
-				ts.span.End(trace.WithTimestamp(e.Time))
-			}
-		}
+	if t.turns[e.Turn] != nil {
+		t.endTurn(e.Turn, e.Time, e.Code, e.Detail, false)
 		return
 	}
-	delete(t.turns, e.Turn)
-	if t.active[e.Agent] == e.Turn {
-		delete(t.active, e.Agent)
+	// Delivered before the events traced, or its delivery was missed.
+	if _, ok := t.sent[e.Turn]; ok { // accepted traced, delivery missed
+		delete(t.sent, e.Turn)
+		t.settle(t.task(e), e.Time)
 	}
-	t.fail(turn.span, e.Code, e.Detail)
-	turn.span.End(trace.WithTimestamp(e.Time))
+}
+
+// endTurn ends the span of turn id at time at, failed with code, and the
+// span of its model call if that is still open. unfinished says the
+// turn's end was missed. The turn no longer keeps its task open.
+func (t *tracer) endTurn(id string, at time.Time, code as.Code, detail string, unfinished bool) {
+	turn := t.turns[id]
+	delete(t.turns, id)
+	if t.active[turn.agent] == id {
+		delete(t.active, turn.agent)
+	}
+	if chat, ok := t.chats[id]; ok { // its finish was missed
+		delete(t.chats, id)
+		chat.SetAttributes(attribute.Bool(AttrUnfinished, true))
+		chat.End(trace.WithTimestamp(at))
+	}
+	if unfinished {
+		turn.span.SetAttributes(attribute.Bool(AttrUnfinished, true))
+	}
+	t.fail(turn.span, code, detail)
+	turn.span.End(trace.WithTimestamp(at))
+	t.settle(turn.ts, at)
+}
+
+// settle counts one turn or message of ts as no longer under way, and ends
+// ts's workflow span at time at when it was the last.
+func (t *tracer) settle(ts *taskSpan, at time.Time) {
 	if ts.open--; ts.open <= 0 && !ts.done {
 		ts.open, ts.done = 0, true
-		ts.span.End(trace.WithTimestamp(e.Time))
+		ts.span.End(trace.WithTimestamp(at))
 	}
 }
 

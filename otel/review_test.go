@@ -104,3 +104,102 @@ func TestTrace_ErrorTextIsContent(t *testing.T) {
 		}
 	}
 }
+
+// ended returns the ended span named name, failing the test when there is
+// not exactly one.
+func ended(t *testing.T, rec *tracetest.SpanRecorder, name string) sdktrace.ReadOnlySpan {
+	t.Helper()
+	var found []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == name {
+			found = append(found, s)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d ended spans named %q, want 1", len(found), name)
+	}
+	return found[0]
+}
+
+// unfinished reports whether s is marked unfinished.
+func unfinished(s sdktrace.ReadOnlySpan) bool {
+	for _, kv := range s.Attributes() {
+		if string(kv.Key) == otel.AttrUnfinished {
+			return kv.Value.AsBool()
+		}
+	}
+	return false
+}
+
+// TestTrace_HandledMissed: the end of a turn was missed (a slow reader lost
+// it); the agent's next delivery shows the turn ended, since an agent
+// handles one message at a time. The missed turn ends there, unfinished,
+// and the task's workflow span ends when its last turn is handled, not
+// when the trace stops.
+func TestTrace_HandledMissed(t *testing.T) {
+	m1 := &as.Message{ID: "m1", TaskID: "t1", From: as.UserID, To: "agent-1"}
+	m2 := &as.Message{ID: "m2", TaskID: "t1", From: as.UserID, To: "agent-1"}
+	events := []as.Event{
+		{Seq: 1, Time: eventAt(1), Kind: as.EventMessageAccepted, Task: "t1", Agent: as.UserID, Target: "agent-1", Message: m1},
+		{Seq: 2, Time: eventAt(2), Kind: as.EventMessageAccepted, Task: "t1", Agent: as.UserID, Target: "agent-1", Message: m2},
+		{Seq: 3, Time: eventAt(3), Kind: as.EventMessageDelivered, Task: "t1", Agent: "agent-1", Turn: "m1", Message: m1},
+		{Seq: 4, Time: eventAt(4), Kind: as.EventModelCallStarted, Task: "t1", Agent: "agent-1", Turn: "m1", Attempt: 1},
+		// seqs 5 and 6, the model call's finish and m1 handled, are missed
+		{Seq: 7, Time: eventAt(7), Kind: as.EventMessageDelivered, Task: "t1", Agent: "agent-1", Turn: "m2", Message: m2},
+		{Seq: 8, Time: eventAt(8), Kind: as.EventMessageHandled, Task: "t1", Agent: "agent-1", Turn: "m2"},
+		{Seq: 9, Time: eventAt(20), Kind: as.EventRoleCreated, Agent: as.RootID, Role: "r", Name: "other"},
+	}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	if err := otel.Trace(seqWithMiss(events, 4), otel.Options{TracerProvider: tp}); err != nil {
+		t.Fatal(err)
+	}
+	var turns []sdktrace.ReadOnlySpan
+	for _, s := range rec.Ended() {
+		if s.Name() == otel.OperationInvokeAgent {
+			turns = append(turns, s)
+		}
+	}
+	if len(turns) != 2 {
+		t.Fatalf("%d turns, want 2", len(turns))
+	}
+	for _, s := range turns {
+		id := ""
+		for _, kv := range s.Attributes() {
+			if string(kv.Key) == otel.AttrMessageID {
+				id = kv.Value.AsString()
+			}
+		}
+		if id == "m1" && (!unfinished(s) || !s.EndTime().Equal(eventAt(7))) {
+			t.Errorf("the turn whose end was missed ends at %v, unfinished %v; want at the next delivery, %v, unfinished", s.EndTime(), unfinished(s), eventAt(7))
+		}
+	}
+	if chat := ended(t, rec, otel.OperationChat); !unfinished(chat) || !chat.EndTime().Equal(eventAt(7)) {
+		t.Errorf("the model call whose finish was missed ends at %v, unfinished %v; want with its turn, at %v", chat.EndTime(), unfinished(chat), eventAt(7))
+	}
+	if w := ended(t, rec, otel.OperationInvokeWorkflow); unfinished(w) || !w.EndTime().Equal(eventAt(8)) {
+		t.Errorf("the workflow ends at %v, unfinished %v; want at the last turn's end, %v", w.EndTime(), unfinished(w), eventAt(8))
+	}
+}
+
+// TestTrace_ChatFinishMissed: a model call whose finish was missed ends
+// with its turn, not when the trace stops.
+func TestTrace_ChatFinishMissed(t *testing.T) {
+	m := &as.Message{ID: "m1", TaskID: "t1", From: as.UserID, To: as.RootID}
+	events := []as.Event{
+		{Seq: 1, Time: eventAt(1), Kind: as.EventMessageAccepted, Task: "t1", Agent: as.UserID, Target: as.RootID, Message: m},
+		{Seq: 2, Time: eventAt(2), Kind: as.EventMessageDelivered, Task: "t1", Agent: as.RootID, Turn: "m1", Message: m},
+		{Seq: 3, Time: eventAt(3), Kind: as.EventModelCallStarted, Task: "t1", Agent: as.RootID, Turn: "m1", Attempt: 1},
+		// seq 4, the model call's finish, is missed
+		{Seq: 5, Time: eventAt(5), Kind: as.EventMessageHandled, Task: "t1", Agent: as.RootID, Turn: "m1"},
+		{Seq: 6, Time: eventAt(20), Kind: as.EventRoleCreated, Agent: as.RootID, Role: "r", Name: "other"},
+	}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	if err := otel.Trace(seqWithMiss(events, 3), otel.Options{TracerProvider: tp}); err != nil {
+		t.Fatal(err)
+	}
+	if chat := ended(t, rec, otel.OperationChat); !unfinished(chat) || !chat.EndTime().Equal(eventAt(5)) {
+		t.Errorf("the model call ends at %v, unfinished %v; want with its turn, at %v", chat.EndTime(), unfinished(chat), eventAt(5))
+	}
+}
