@@ -9,7 +9,11 @@
 //     of the task until the task has no turn under way and no message in
 //     flight. When the host submitted the task under a span of its own,
 //     with a context made by [Inject], the workflow span is that span's
-//     child, in the host's trace.
+//     child, in the host's trace. A turn of a task that goes on after its
+//     workflow span ended (a follow-up message) hangs under that span, in
+//     the task's trace; once a few thousand tasks have ended since, the
+//     tracer has forgotten the span, and the task goes on under a new
+//     workflow span, in a new trace with the same gen_ai.conversation.id.
 //   - invoke_agent {role}: a turn, the handling of one message by an agent.
 //     Its parent is the turn that sent the message, so a trace shows who
 //     caused what across the asynchronous hop of a message; a message the
@@ -35,6 +39,7 @@
 package otel
 
 import (
+	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -193,21 +198,71 @@ type tracer struct {
 	// name returns the role name of an agent it has not seen spawned, or "".
 	name func(id string) string
 
-	tasks  map[string]*taskSpan
-	turns  map[string]*turnSpan  // open turns, by turn (message) id
-	sent   map[string]sentBy     // messages accepted and not yet delivered
-	chats  map[string]trace.Span // open model calls, by turn id
-	roles  map[string]string     // agent id → role name
-	active map[string]string     // agent id → its open turn
-	last   time.Time
+	// What the tracer keeps is what can still be used: a task while
+	// something of it is under way, an agent until it is terminated, a
+	// turn, message or model call until it ends. A society that runs for
+	// months keeps it small.
+	tasks    map[string]*taskSpan
+	ended    endedTasks                 // the workflow spans of the tasks that ended last
+	turns    map[string]*turnSpan       // open turns, by turn (message) id
+	sent     map[string]sentBy          // messages accepted and not yet delivered
+	chats    map[string]trace.Span      // open model calls, by turn id
+	roles    map[string]string          // agent id → role name, of the agents seen spawned and not terminated
+	children map[string]map[string]bool // agent id → the agents it spawned that are not terminated
+	active   map[string]string          // agent id → its open turn
+	last     time.Time
 }
 
+// taskSpan is the workflow span of a task while something of it is under
+// way, or of a task that ended and goes on (done is set then, and span
+// records nothing).
 type taskSpan struct {
+	id   string
 	span trace.Span
 	sc   trace.SpanContext
 	done bool
 	open int // turns under way and messages in flight
 	last time.Time
+}
+
+// endedTasksKept is how many ended tasks the tracer remembers the workflow
+// spans of: a turn of a task that goes on later (a follow-up message)
+// hangs under its workflow span, in the task's trace, while the task is
+// among them, and under a new workflow span, in a new trace, once it is
+// not.
+const endedTasksKept = 4096
+
+// endedTasks remembers the workflow spans of the last endedTasksKept
+// tasks that ended, the oldest first.
+type endedTasks struct {
+	order list.List // of endedTask
+	byID  map[string]*list.Element
+}
+
+type endedTask struct {
+	id string
+	sc trace.SpanContext
+}
+
+// get returns the workflow span of ended task id.
+func (l *endedTasks) get(id string) (trace.SpanContext, bool) {
+	if el, ok := l.byID[id]; ok {
+		return el.Value.(endedTask).sc, true
+	}
+	return trace.SpanContext{}, false
+}
+
+// add remembers that task id ended, forgetting the task that ended first
+// when there are more than endedTasksKept.
+func (l *endedTasks) add(id string, sc trace.SpanContext) {
+	if el, ok := l.byID[id]; ok {
+		l.order.MoveToBack(el)
+		return
+	}
+	l.byID[id] = l.order.PushBack(endedTask{id, sc})
+	if l.order.Len() > endedTasksKept {
+		delete(l.byID, l.order.Remove(l.order.Front()).(endedTask).id)
+	}
 }
 
 type turnSpan struct {
@@ -216,6 +271,7 @@ type turnSpan struct {
 	task  string
 	ts    *taskSpan // task's workflow span, which the turn keeps open
 	agent string
+	name  string // agent's role name
 	by    sentBy // what the turn hangs under and links to
 }
 
@@ -233,15 +289,17 @@ func newTracer(opts Options) *tracer {
 		tp = gotel.GetTracerProvider()
 	}
 	return &tracer{
-		tr:      tp.Tracer(ScopeName),
-		content: opts.RecordContent,
-		name:    func(string) string { return "" },
-		tasks:   map[string]*taskSpan{},
-		turns:   map[string]*turnSpan{},
-		sent:    map[string]sentBy{},
-		chats:   map[string]trace.Span{},
-		roles:   map[string]string{as.RootID: as.RootID, as.UserID: as.UserID},
-		active:  map[string]string{},
+		tr:       tp.Tracer(ScopeName),
+		content:  opts.RecordContent,
+		name:     func(string) string { return "" },
+		tasks:    map[string]*taskSpan{},
+		ended:    endedTasks{byID: map[string]*list.Element{}},
+		turns:    map[string]*turnSpan{},
+		sent:     map[string]sentBy{},
+		chats:    map[string]trace.Span{},
+		roles:    map[string]string{as.RootID: as.RootID, as.UserID: as.UserID},
+		children: map[string]map[string]bool{},
+		active:   map[string]string{},
 	}
 }
 
@@ -311,6 +369,10 @@ func (t *tracer) record(e as.Event) {
 		span.End(at)
 	case as.EventAgentSpawned:
 		t.roles[e.Target] = e.Name
+		if t.children[e.Agent] == nil {
+			t.children[e.Agent] = map[string]bool{}
+		}
+		t.children[e.Agent][e.Target] = true
 		_, span := t.tr.Start(t.under(e), OperationCreateAgent+" "+e.Name, at,
 			trace.WithAttributes(
 				attribute.String(AttrOperationName, OperationCreateAgent),
@@ -321,6 +383,11 @@ func (t *tracer) record(e as.Event) {
 				attribute.String(AttrParentID, e.Agent),
 				attribute.Int64(AttrEventSeq, int64(e.Seq))))
 		span.End(at)
+	case as.EventAgentTerminated:
+		if span := t.spanOf(e); span != nil {
+			span.AddEvent(string(e.Kind), at, trace.WithAttributes(t.eventAttrs(e)...))
+		}
+		t.terminated(e.Agent, e.Target)
 	case as.EventRefused:
 		// A refusal names no task or turn: it belongs to the turn its
 		// agent has under way, if any.
@@ -366,11 +433,6 @@ func (t *tracer) delivered(e as.Event) {
 	if m == nil { // the event did not encode: all that is known is the turn
 		m = &as.Message{ID: e.Turn, TaskID: e.Task}
 	}
-	if prev, ok := t.active[e.Agent]; ok && prev != e.Turn {
-		// An agent handles one message at a time: its previous turn
-		// ended, and the end was missed.
-		t.endTurn(prev, e.Time, "", "", true)
-	}
 	ts := t.task(e)
 	by, ok := t.sent[m.ID]
 	if ok {
@@ -383,9 +445,14 @@ func (t *tracer) delivered(e as.Event) {
 		ts.open++
 		by.parent = ts.sc
 	}
+	if prev, ok := t.active[e.Agent]; ok && prev != e.Turn {
+		// An agent handles one message at a time: its previous turn
+		// ended, and the end was missed. (This turn keeps ts open.)
+		t.endTurn(prev, e.Time, "", "", true)
+	}
 	name := t.role(e.Agent)
 	opts := []trace.SpanStartOption{trace.WithTimestamp(e.Time),
-		trace.WithAttributes(t.common(e, OperationInvokeAgent)...),
+		trace.WithAttributes(t.commonNamed(e, OperationInvokeAgent, name)...),
 		trace.WithAttributes(
 			attribute.String(AttrMessageID, m.ID),
 			attribute.String(AttrMessageType, string(m.Type)),
@@ -397,7 +464,7 @@ func (t *tracer) delivered(e as.Event) {
 	if t.content && e.Message != nil {
 		span.SetAttributes(attribute.String(AttrInputMessages, inputMessages(payloadText(*m))))
 	}
-	t.turns[e.Turn] = &turnSpan{span: span, sc: span.SpanContext(), task: e.Task, ts: ts, agent: e.Agent, by: by}
+	t.turns[e.Turn] = &turnSpan{span: span, sc: span.SpanContext(), task: e.Task, ts: ts, agent: e.Agent, name: name, by: by}
 	t.active[e.Agent] = e.Turn
 }
 
@@ -440,29 +507,62 @@ func (t *tracer) endTurn(id string, at time.Time, code as.Code, detail string, u
 // settle counts one turn or message of ts as no longer under way, and ends
 // ts's workflow span at time at when it was the last.
 func (t *tracer) settle(ts *taskSpan, at time.Time) {
-	if ts.open--; ts.open <= 0 && !ts.done {
-		ts.open, ts.done = 0, true
+	if ts.open--; ts.open > 0 {
+		return
+	}
+	if !ts.done {
 		ts.span.End(trace.WithTimestamp(at))
 	}
+	// Nothing of the task is under way: what is kept of it is its
+	// workflow span, for a follow-up.
+	delete(t.tasks, ts.id)
+	t.ended.add(ts.id, ts.sc)
 }
 
-// task returns the workflow span of e's task, starting it at e if there is
-// none yet. An event with no task gets a span of its own task "".
-func (t *tracer) task(e as.Event) *taskSpan {
-	id := e.Task
+// taskID returns the task e belongs to: its message's, or its own.
+func taskID(e as.Event) string {
 	if e.Message != nil && e.Message.TaskID != "" {
-		id = e.Message.TaskID
+		return e.Message.TaskID
 	}
+	return e.Task
+}
+
+// task returns the workflow span of e's task, to count what e opens in it.
+// A task that ended is taken up again under its workflow span, which
+// stays ended; a task the tracer does not know gets a workflow span
+// starting at e. An event with no task gets a span of its own task "".
+func (t *tracer) task(e as.Event) *taskSpan {
+	id := taskID(e)
 	ts := t.tasks[id]
 	if ts == nil {
-		parent := trace.ContextWithRemoteSpanContext(context.Background(), hostSpan(e))
-		_, span := t.tr.Start(parent, OperationInvokeWorkflow, trace.WithTimestamp(e.Time),
-			trace.WithAttributes(attribute.String(AttrOperationName, OperationInvokeWorkflow), attribute.String(AttrConversationID, id)))
-		ts = &taskSpan{span: span, sc: span.SpanContext()}
+		if sc, ok := t.ended.get(id); ok {
+			ts = &taskSpan{id: id, span: trace.SpanFromContext(trace.ContextWithSpanContext(context.Background(), sc)), sc: sc, done: true}
+		} else {
+			parent := trace.ContextWithRemoteSpanContext(context.Background(), hostSpan(e))
+			_, span := t.tr.Start(parent, OperationInvokeWorkflow, trace.WithTimestamp(e.Time),
+				trace.WithAttributes(attribute.String(AttrOperationName, OperationInvokeWorkflow), attribute.String(AttrConversationID, id)))
+			ts = &taskSpan{id: id, span: span, sc: span.SpanContext()}
+		}
 		t.tasks[id] = ts
 	}
 	ts.last = e.Time
 	return ts
+}
+
+// workflow returns the workflow span of e's task without taking up a task
+// that ended: its span context, and the span while it is open (nil once
+// it ended).
+func (t *tracer) workflow(e as.Event) (trace.SpanContext, trace.Span) {
+	if _, ok := t.tasks[taskID(e)]; !ok {
+		if sc, ok := t.ended.get(taskID(e)); ok {
+			return sc, nil
+		}
+	}
+	ts := t.task(e)
+	if ts.done {
+		return ts.sc, nil
+	}
+	return ts.sc, ts.span
 }
 
 // under returns a context holding the span e happened under: its turn, or
@@ -471,7 +571,8 @@ func (t *tracer) under(e as.Event) context.Context {
 	if turn := t.turns[e.Turn]; turn != nil {
 		return trace.ContextWithSpanContext(context.Background(), turn.sc)
 	}
-	return trace.ContextWithSpanContext(context.Background(), t.task(e).sc)
+	sc, _ := t.workflow(e)
+	return trace.ContextWithSpanContext(context.Background(), sc)
 }
 
 // spanOf returns the span an event of e's kind is added to: e's turn, or
@@ -483,21 +584,48 @@ func (t *tracer) spanOf(e as.Event) trace.Span {
 	if e.Task == "" && e.Message == nil {
 		return nil
 	}
-	if ts := t.task(e); !ts.done {
-		return ts.span
+	_, span := t.workflow(e)
+	return span
+}
+
+// terminated forgets agent id and the agents under it, terminated with it;
+// parent is id's parent. Their turns still under way end as they do.
+func (t *tracer) terminated(parent, id string) {
+	if kids := t.children[parent]; kids != nil {
+		if delete(kids, id); len(kids) == 0 {
+			delete(t.children, parent)
+		}
 	}
-	return nil
+	ids := []string{id}
+	for len(ids) > 0 {
+		id, ids = ids[len(ids)-1], ids[:len(ids)-1]
+		for kid := range t.children[id] {
+			ids = append(ids, kid)
+		}
+		delete(t.children, id)
+		if id != as.RootID && id != as.UserID {
+			delete(t.roles, id)
+		}
+	}
 }
 
 // common returns the attributes of an operation by e's agent in e's task.
 func (t *tracer) common(e as.Event, op string) []attribute.KeyValue {
+	if turn := t.turns[e.Turn]; turn != nil && turn.agent == e.Agent {
+		return t.commonNamed(e, op, turn.name)
+	}
+	return t.commonNamed(e, op, t.role(e.Agent))
+}
+
+// commonNamed is common for an agent whose role is named name.
+func (t *tracer) commonNamed(e as.Event, op, name string) []attribute.KeyValue {
 	kv := []attribute.KeyValue{
 		attribute.String(AttrOperationName, op),
 		attribute.String(AttrConversationID, e.Task),
 		attribute.String(AttrAgentID, e.Agent),
 		attribute.Int64(AttrEventSeq, int64(e.Seq)),
 	}
-	if name := t.role(e.Agent); name != "" {
+	if name != "" {
 		kv = append(kv, attribute.String(AttrAgentName, name))
 	}
 	return kv
@@ -543,14 +671,14 @@ func (t *tracer) eventAttrs(e as.Event) []attribute.KeyValue {
 	return kv
 }
 
-// role returns the role name of agent id, or "" when it is not known.
+// role returns the role name of agent id, or "" when it is not known. The
+// name of an agent not seen spawned is asked for each time, not kept: a
+// turn keeps its agent's.
 func (t *tracer) role(id string) string {
-	name, ok := t.roles[id]
-	if !ok {
-		name = t.name(id)
-		t.roles[id] = name
+	if name, ok := t.roles[id]; ok {
+		return name
 	}
-	return name
+	return t.name(id)
 }
 
 // finish ends every span still open at the time of the last event seen.

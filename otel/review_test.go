@@ -1,6 +1,10 @@
 package otel_test
 
 import (
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
 	"strings"
 
 	"go.opentelemetry.io/otel/codes"
@@ -201,5 +205,123 @@ func TestTrace_ChatFinishMissed(t *testing.T) {
 	}
 	if chat := ended(t, rec, otel.OperationChat); !unfinished(chat) || !chat.EndTime().Equal(eventAt(5)) {
 		t.Errorf("the model call ends at %v, unfinished %v; want with its turn, at %v", chat.EndTime(), unfinished(chat), eventAt(5))
+	}
+}
+
+// taskEvents returns the events of task i of a long-running society, from
+// seq on: the requirement to root, which spawns a lead and briefs it; the
+// lead calls a tool and answers user; root terminates the lead. Nothing of
+// the task is under way at the end.
+func taskEvents(i int, seq uint64) []as.Event {
+	task, lead := fmt.Sprintf("task-%d", i), fmt.Sprintf("agent-%d", i)
+	req := &as.Message{ID: task + "-req", TaskID: task, From: as.UserID, To: as.RootID, Type: as.General, Payload: as.Text("req")}
+	brief := &as.Message{ID: task + "-brief", TaskID: task, From: as.RootID, To: lead, Type: as.General, Payload: as.Text("brief")}
+	answer := &as.Message{ID: task + "-answer", TaskID: task, From: lead, To: as.UserID, Type: as.General, Payload: as.Text("answer")}
+	events := []as.Event{
+		{Kind: as.EventTaskSubmitted, Task: task, Agent: as.UserID, Detail: "req"},
+		{Kind: as.EventMessageAccepted, Task: task, Agent: as.UserID, Target: as.RootID, Message: req},
+		{Kind: as.EventMessageDelivered, Task: task, Agent: as.RootID, Turn: req.ID, Message: req},
+		{Kind: as.EventModelCallStarted, Task: task, Agent: as.RootID, Turn: req.ID, Attempt: 1},
+		{Kind: as.EventModelCallFinished, Task: task, Agent: as.RootID, Turn: req.ID, Attempt: 1, Duration: time.Millisecond},
+		{Kind: as.EventAgentSpawned, Task: task, Agent: as.RootID, Turn: req.ID, Target: lead, Role: "role-lead", Name: "lead"},
+		{Kind: as.EventMessageAccepted, Task: task, Agent: as.RootID, Turn: req.ID, Target: lead, Message: brief},
+		{Kind: as.EventMessageHandled, Task: task, Agent: as.RootID, Turn: req.ID},
+		{Kind: as.EventMessageDelivered, Task: task, Agent: lead, Turn: brief.ID, Message: brief},
+		{Kind: as.EventToolCalled, Task: task, Agent: lead, Turn: brief.ID, Name: "put_artifact", Duration: time.Millisecond},
+		{Kind: as.EventMessageAccepted, Task: task, Agent: lead, Turn: brief.ID, Target: as.UserID, Message: answer},
+		{Kind: as.EventMessageHandled, Task: task, Agent: lead, Turn: brief.ID},
+		{Kind: as.EventMessageDelivered, Task: task, Agent: as.UserID, Turn: answer.ID, Message: answer},
+		{Kind: as.EventMessageHandled, Task: task, Agent: as.UserID, Turn: answer.ID},
+		{Kind: as.EventAgentTerminated, Task: task, Agent: as.RootID, Target: lead},
+	}
+	for j := range events {
+		events[j].Seq = seq + uint64(j)
+		events[j].Time = eventAt(0).Add(time.Duration(events[j].Seq) * time.Millisecond)
+	}
+	return events
+}
+
+// followUp returns the events of a follow-up message from user to root on
+// task i, from seq on.
+func followUp(i int, seq uint64) []as.Event {
+	task := fmt.Sprintf("task-%d", i)
+	m := &as.Message{ID: task + "-more", TaskID: task, From: as.UserID, To: as.RootID, Type: as.General, Payload: as.Text("and?")}
+	events := []as.Event{
+		{Kind: as.EventMessageAccepted, Task: task, Agent: as.UserID, Target: as.RootID, Message: m},
+		{Kind: as.EventMessageDelivered, Task: task, Agent: as.RootID, Turn: m.ID, Message: m},
+		{Kind: as.EventMessageHandled, Task: task, Agent: as.RootID, Turn: m.ID},
+	}
+	for j := range events {
+		events[j].Seq = seq + uint64(j)
+		events[j].Time = eventAt(0).Add(time.Duration(events[j].Seq) * time.Millisecond)
+	}
+	return events
+}
+
+// TestTrace_KeepsWhatCanBeUsed: a society that runs many tasks, each of
+// which ends and whose agents are terminated, leaves the tracer keeping
+// nothing of them but the workflow spans of the tasks that ended last, a
+// bounded number.
+func TestTrace_KeepsWhatCanBeUsed(t *testing.T) {
+	n := otel.EndedTasksKept + 500
+	var events []as.Event
+	for i := range n {
+		events = append(events, taskEvents(i, uint64(len(events)+1))...)
+	}
+	events = append(events, followUp(0, uint64(len(events)+1))...)   // long forgotten
+	events = append(events, followUp(n-1, uint64(len(events)+1))...) // ended last
+	kept := otel.TraceKept(seqOf(events), otel.Options{TracerProvider: sdktrace.NewTracerProvider()})
+	want := map[string]int{"tasks": 0, "turns": 0, "sent": 0, "chats": 0, "active": 0, "children": 0, "roles": 2, "ended": otel.EndedTasksKept}
+	for k, v := range want {
+		if kept[k] != v {
+			t.Errorf("after %d tasks, the tracer keeps %d %s, want %d", n, kept[k], k, v)
+		}
+	}
+}
+
+// TestTrace_FollowUpAfterEnd: a follow-up message to a task that ended
+// hangs under the task's workflow span, in its trace, while the tracer
+// remembers the task; once it does not, under a new workflow span of the
+// same conversation. Either way every span ends.
+func TestTrace_FollowUpAfterEnd(t *testing.T) {
+	n := otel.EndedTasksKept + 2
+	var events []as.Event
+	for i := range n {
+		events = append(events, taskEvents(i, uint64(len(events)+1))...)
+	}
+	events = append(events, followUp(0, uint64(len(events)+1))...)
+	events = append(events, followUp(n-1, uint64(len(events)+1))...)
+	rec := traceRecorded(t, events, otel.Options{})
+	if u := unended(rec); len(u) > 0 {
+		t.Fatalf("%d spans started and never ended: %q", len(u), u[:min(len(u), 5)])
+	}
+	spans := map[trace.SpanID]sdktrace.ReadOnlySpan{}
+	workflows := map[string][]sdktrace.ReadOnlySpan{}
+	turns := map[string]sdktrace.ReadOnlySpan{}
+	for _, s := range rec.Ended() {
+		spans[s.SpanContext().SpanID()] = s
+		kv := map[string]string{}
+		for _, a := range s.Attributes() {
+			kv[string(a.Key)] = a.Value.Emit()
+		}
+		switch kv[otel.AttrOperationName] {
+		case otel.OperationInvokeWorkflow:
+			workflows[kv[otel.AttrConversationID]] = append(workflows[kv[otel.AttrConversationID]], s)
+			if unfinished(s) {
+				t.Errorf("workflow of %s left unfinished", kv[otel.AttrConversationID])
+			}
+		case otel.OperationInvokeAgent:
+			turns[kv[otel.AttrMessageID]] = s
+		}
+	}
+	last := fmt.Sprintf("task-%d", n-1)
+	if w := workflows[last]; len(w) != 1 || turns[last+"-more"].Parent().SpanID() != w[0].SpanContext().SpanID() {
+		t.Errorf("the follow-up to the task that ended last is not under its one workflow span (%d workflow spans)", len(w))
+	}
+	if w := workflows["task-0"]; len(w) != 2 || turns["task-0-more"].Parent().SpanID() != w[1].SpanContext().SpanID() || !w[1].EndTime().Equal(turns["task-0-more"].EndTime()) {
+		t.Errorf("the follow-up to a forgotten task is not under a new workflow span of the task, ended with it (%d workflow spans)", len(w))
+	}
+	if p := spans[turns[last+"-more"].Parent().SpanID()]; p == nil {
+		t.Error("the follow-up's parent is not among the spans")
 	}
 }
