@@ -21,6 +21,7 @@ func TraceKept(events iter.Seq2[as.Event, error], opts Options) map[string]int {
 		"ended":    len(t.ended.byID),
 		"turns":    len(t.turns),
 		"sent":     len(t.sent),
+		"queued":   len(t.queued),
 		"chats":    len(t.chats),
 		"roles":    len(t.roles),
 		"children": len(t.children),

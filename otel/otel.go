@@ -44,6 +44,7 @@ import (
 	"encoding/json"
 	"errors"
 	"iter"
+	"slices"
 	"time"
 
 	as "agentsociety"
@@ -206,6 +207,7 @@ type tracer struct {
 	ended    endedTasks                 // the workflow spans of the tasks that ended last
 	turns    map[string]*turnSpan       // open turns, by turn (message) id
 	sent     map[string]sentBy          // messages accepted and not yet delivered
+	queued   map[string][]string        // agent id → the messages in sent to it, in the order accepted
 	chats    map[string]trace.Span      // open model calls, by turn id
 	roles    map[string]string          // agent id → role name, of the agents seen spawned and not terminated
 	children map[string]map[string]bool // agent id → the agents it spawned that are not terminated
@@ -277,10 +279,13 @@ type turnSpan struct {
 
 // sentBy is what a turn needs of the message that opened it: its parent,
 // and a link to the turn of another task that sent it, or to the host's
-// span the host sent it under.
+// span the host sent it under; and the message's receiver and task, which
+// it keeps open while in flight.
 type sentBy struct {
 	parent trace.SpanContext
 	link   trace.SpanContext
+	to     string
+	ts     *taskSpan
 }
 
 func newTracer(opts Options) *tracer {
@@ -296,6 +301,7 @@ func newTracer(opts Options) *tracer {
 		ended:    endedTasks{byID: map[string]*list.Element{}},
 		turns:    map[string]*turnSpan{},
 		sent:     map[string]sentBy{},
+		queued:   map[string][]string{},
 		chats:    map[string]trace.Span{},
 		roles:    map[string]string{as.RootID: as.RootID, as.UserID: as.UserID},
 		children: map[string]map[string]bool{},
@@ -413,7 +419,7 @@ func (t *tracer) accepted(e as.Event) {
 	}
 	ts := t.task(e)
 	ts.open++
-	by := sentBy{parent: ts.sc, link: hostSpan(e)}
+	by := sentBy{parent: ts.sc, link: hostSpan(e), to: m.To, ts: ts}
 	if sender := t.turns[e.Turn]; sender != nil {
 		if sender.task == m.TaskID {
 			by.parent = sender.sc
@@ -422,6 +428,7 @@ func (t *tracer) accepted(e as.Event) {
 		}
 	}
 	t.sent[m.ID] = by
+	t.queued[m.To] = append(t.queued[m.To], m.ID)
 	if span := t.spanOf(e); span != nil {
 		span.AddEvent(string(e.Kind), trace.WithTimestamp(e.Time), trace.WithAttributes(t.eventAttrs(e)...))
 	}
@@ -436,6 +443,7 @@ func (t *tracer) delivered(e as.Event) {
 	ts := t.task(e)
 	by, ok := t.sent[m.ID]
 	if ok {
+		t.dequeue(by.to, m.ID, e.Time)
 		delete(t.sent, m.ID)
 	} else if old := t.turns[e.Turn]; old != nil { // delivered again: the first handling never finished
 		by = old.by
@@ -476,9 +484,34 @@ func (t *tracer) handled(e as.Event) {
 		return
 	}
 	// Delivered before the events traced, or its delivery was missed.
-	if _, ok := t.sent[e.Turn]; ok { // accepted traced, delivery missed
+	if by, ok := t.sent[e.Turn]; ok { // accepted traced, delivery missed
+		t.dequeue(by.to, e.Turn, e.Time)
 		delete(t.sent, e.Turn)
-		t.settle(t.task(e), e.Time)
+		t.settle(by.ts, e.Time)
+	}
+}
+
+// dequeue takes message id, in flight to agent to, off to's queue. An agent
+// is handed its messages one at a time in the order they were accepted:
+// those accepted for it before id and still in flight were delivered and
+// handled in events that were missed, and stop keeping their tasks open at
+// time at.
+func (t *tracer) dequeue(to, id string, at time.Time) {
+	q := t.queued[to]
+	i := slices.Index(q, id)
+	if i < 0 {
+		return
+	}
+	for _, old := range q[:i] {
+		if by, ok := t.sent[old]; ok {
+			delete(t.sent, old)
+			t.settle(by.ts, at)
+		}
+	}
+	if q = q[i+1:]; len(q) == 0 {
+		delete(t.queued, to)
+	} else {
+		t.queued[to] = q
 	}
 }
 

@@ -271,7 +271,7 @@ func TestTrace_KeepsWhatCanBeUsed(t *testing.T) {
 	events = append(events, followUp(0, uint64(len(events)+1))...)   // long forgotten
 	events = append(events, followUp(n-1, uint64(len(events)+1))...) // ended last
 	kept := otel.TraceKept(seqOf(events), otel.Options{TracerProvider: sdktrace.NewTracerProvider()})
-	want := map[string]int{"tasks": 0, "turns": 0, "sent": 0, "chats": 0, "active": 0, "children": 0, "roles": 2, "ended": otel.EndedTasksKept}
+	want := map[string]int{"tasks": 0, "turns": 0, "sent": 0, "queued": 0, "chats": 0, "active": 0, "children": 0, "roles": 2, "ended": otel.EndedTasksKept}
 	for k, v := range want {
 		if kept[k] != v {
 			t.Errorf("after %d tasks, the tracer keeps %d %s, want %d", n, kept[k], k, v)
@@ -323,5 +323,39 @@ func TestTrace_FollowUpAfterEnd(t *testing.T) {
 	}
 	if p := spans[turns[last+"-more"].Parent().SpanID()]; p == nil {
 		t.Error("the follow-up's parent is not among the spans")
+	}
+}
+
+// TestTrace_DeliveryAndHandlingMissed: a message's delivery and handling
+// were both missed (a slow reader's gap). The next delivery to the same
+// agent shows the message was handled, since an agent handles its
+// messages in the order they were accepted: the task's workflow span ends
+// when its last turn is handled, and the tracer keeps nothing of it.
+func TestTrace_DeliveryAndHandlingMissed(t *testing.T) {
+	m1 := &as.Message{ID: "m1", TaskID: "t1", From: as.UserID, To: "agent-1"}
+	m2 := &as.Message{ID: "m2", TaskID: "t1", From: as.UserID, To: "agent-1"}
+	m3 := &as.Message{ID: "m3", TaskID: "t1", From: as.UserID, To: "agent-2"}
+	events := []as.Event{
+		{Seq: 1, Time: eventAt(1), Kind: as.EventMessageAccepted, Task: "t1", Agent: as.UserID, Target: "agent-1", Message: m1},
+		{Seq: 2, Time: eventAt(2), Kind: as.EventMessageAccepted, Task: "t1", Agent: as.UserID, Target: "agent-2", Message: m3},
+		{Seq: 3, Time: eventAt(3), Kind: as.EventMessageAccepted, Task: "t1", Agent: as.UserID, Target: "agent-1", Message: m2},
+		// seqs 4 and 5, m1 delivered and handled, are missed
+		{Seq: 6, Time: eventAt(6), Kind: as.EventMessageDelivered, Task: "t1", Agent: "agent-1", Turn: "m2", Message: m2},
+		{Seq: 7, Time: eventAt(7), Kind: as.EventMessageHandled, Task: "t1", Agent: "agent-1", Turn: "m2"},
+		{Seq: 8, Time: eventAt(8), Kind: as.EventMessageDelivered, Task: "t1", Agent: "agent-2", Turn: "m3", Message: m3},
+		{Seq: 9, Time: eventAt(9), Kind: as.EventMessageHandled, Task: "t1", Agent: "agent-2", Turn: "m3"},
+		{Seq: 10, Time: eventAt(20), Kind: as.EventRoleCreated, Agent: as.RootID, Role: "r", Name: "other"},
+	}
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	if err := otel.Trace(seqWithMiss(events, 3), otel.Options{TracerProvider: tp}); err != nil {
+		t.Fatal(err)
+	}
+	if w := ended(t, rec, otel.OperationInvokeWorkflow); unfinished(w) || !w.EndTime().Equal(eventAt(9)) {
+		t.Errorf("the workflow ends at %v, unfinished %v; want at the last turn's end, %v", w.EndTime(), unfinished(w), eventAt(9))
+	}
+	kept := otel.TraceKept(seqWithMiss(events, 3), otel.Options{TracerProvider: sdktrace.NewTracerProvider()})
+	if kept["tasks"] != 0 || kept["sent"] != 0 || kept["queued"] != 0 {
+		t.Errorf("the tracer keeps %d tasks and %d messages (%d queues), want none", kept["tasks"], kept["sent"], kept["queued"])
 	}
 }
