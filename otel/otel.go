@@ -440,16 +440,28 @@ func (t *tracer) delivered(e as.Event) {
 	if m == nil { // the event did not encode: all that is known is the turn
 		m = &as.Message{ID: e.Turn, TaskID: e.Task}
 	}
-	ts := t.task(e)
-	by, ok := t.sent[m.ID]
-	if ok {
+	// ts is the workflow span the turn keeps open: where its message was
+	// counted when it was accepted, or now.
+	var ts *taskSpan
+	by, sent := t.sent[m.ID]
+	old := t.turns[e.Turn]
+	switch {
+	case sent:
 		t.dequeue(by.to, m.ID, e.Time)
 		delete(t.sent, m.ID)
-	} else if old := t.turns[e.Turn]; old != nil { // delivered again: the first handling never finished
-		by = old.by
+		ts = by.ts
+		if old != nil { // a turn of the same id under way: it ended, missed
+			t.endTurn(e.Turn, e.Time, "", "", true)
+		}
+	case old != nil: // delivered again: the first handling never finished
+		by, ts = old.by, old.ts
+		if t.active[old.agent] == e.Turn {
+			delete(t.active, old.agent)
+		}
 		old.span.SetAttributes(attribute.Bool(AttrUnfinished, true))
 		old.span.End(trace.WithTimestamp(e.Time))
-	} else { // accepted before the events traced
+	default: // accepted before the events traced
+		ts = t.task(e)
 		ts.open++
 		by.parent = ts.sc
 	}
@@ -520,6 +532,9 @@ func (t *tracer) dequeue(to, id string, at time.Time) {
 // turn's end was missed. The turn no longer keeps its task open.
 func (t *tracer) endTurn(id string, at time.Time, code as.Code, detail string, unfinished bool) {
 	turn := t.turns[id]
+	if turn == nil {
+		return
+	}
 	delete(t.turns, id)
 	if t.active[turn.agent] == id {
 		delete(t.active, turn.agent)

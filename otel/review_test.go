@@ -2,6 +2,7 @@ package otel_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -357,5 +358,47 @@ func TestTrace_DeliveryAndHandlingMissed(t *testing.T) {
 	kept := otel.TraceKept(seqWithMiss(events, 3), otel.Options{TracerProvider: sdktrace.NewTracerProvider()})
 	if kept["tasks"] != 0 || kept["sent"] != 0 || kept["queued"] != 0 {
 		t.Errorf("the tracer keeps %d tasks and %d messages (%d queues), want none", kept["tasks"], kept["sent"], kept["queued"])
+	}
+}
+
+// TestTrace_AnyOrder traces many made-up logs in which events come in any
+// order, repeated, or without what they point to (a log read past gaps,
+// across reopenings, or decoded by a host): the tracer must not panic,
+// and every span it starts must end.
+func TestTrace_AnyOrder(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	pick := func(xs ...string) string { return xs[r.IntN(len(xs))] }
+	kinds := []as.EventKind{as.EventTaskSubmitted, as.EventMessageAccepted, as.EventMessageDelivered, as.EventMessageHandled,
+		as.EventModelCallStarted, as.EventModelCallFinished, as.EventToolCalled, as.EventAgentSpawned, as.EventAgentTerminated,
+		as.EventRefused, as.EventThought, as.EventTaskQuiet, as.EventStateSet}
+	for run := range 3000 {
+		var events []as.Event
+		for i := range 2 + r.IntN(30) {
+			e := as.Event{Seq: uint64(i + 1), Time: eventAt(i), Kind: kinds[r.IntN(len(kinds))],
+				Task: pick("t1", "t2", ""), Agent: pick(as.RootID, as.UserID, "a1", "a2"), Turn: pick("m1", "m2", "m3", ""),
+				Target: pick("a1", "a2", as.UserID, as.RootID), Name: "x", Attempt: 1}
+			if r.IntN(4) > 0 {
+				e.Message = &as.Message{ID: pick("m1", "m2", "m3"), TaskID: pick("t1", "t2", ""), From: e.Agent, To: e.Target}
+			}
+			if r.IntN(5) == 0 {
+				e.Code, e.Detail = as.ErrModel, "failed"
+			}
+			events = append(events, e)
+		}
+		rec := tracetest.NewSpanRecorder()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Fatalf("run %d: panic %v on events:\n%+v", run, p, events)
+				}
+			}()
+			if err := otel.Trace(seqOf(events), otel.Options{TracerProvider: tp, RecordContent: run%2 == 0}); err != nil {
+				t.Fatal(err)
+			}
+		}()
+		if u := unended(rec); len(u) > 0 {
+			t.Fatalf("run %d: spans started and never ended: %q", run, u)
+		}
 	}
 }
