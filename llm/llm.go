@@ -165,7 +165,10 @@ var (
 	// ErrBadRequest means the provider refused the request as malformed (HTTP
 	// 400, 404, 422): retrying the same request will not help.
 	ErrBadRequest = errors.New("llm: bad request")
-	// ErrAuth means the credentials were refused (HTTP 401, 403).
+	// ErrAuth means the provider refused the account: its credentials
+	// (HTTP 401, 403), or its use, because it is out of credit or past its
+	// spending limit (OpenAI's HTTP 429 "insufficient_quota"). Retrying will
+	// not help until the host fixes the key or the account.
 	ErrAuth = errors.New("llm: authentication failed")
 )
 

@@ -79,7 +79,8 @@ type Config struct {
 	// often need no key while the OpenAI API always does.
 	APIKey string
 	// MaxRetries is how many times the SDK itself retries a request that
-	// failed transiently (connection error, HTTP 408, 409, 429 or 5xx), with
+	// failed transiently (connection error, HTTP 408, 409, 429 or 5xx; not a
+	// 429 that says the account is out of quota, see Generate), with
 	// exponential backoff or the delay the server asks for, within one
 	// Generate call. 0 (DefaultMaxRetries) and negative values mean none:
 	// each Generate makes one HTTP request and returns a transient failure
@@ -145,6 +146,7 @@ func New(cfg Config) (*Model, error) {
 	opts := []option.RequestOption{
 		option.WithMaxRetries(retries),
 		option.WithRequestTimeout(timeout),
+		option.WithMiddleware(quotaNotRetried),
 	}
 	if baseURL != "" {
 		u, err := url.Parse(baseURL)
@@ -197,7 +199,9 @@ func firstNonEmpty(s ...string) string {
 // new id ("call_" and random letters), so that every id is unique within
 // the conversation as llm.Model requires; the caller sends its result back
 // under that id. An answer cut off at the output limit (finish_reason
-// "length") has Truncated set.
+// "length") has Truncated set. An HTTP 429 whose error is
+// "insufficient_quota" (the account is out of credit) is not a rate limit:
+// it fails with llm.ErrAuth, which is not transient, and is not retried.
 func (m *Model) Generate(ctx context.Context, req *llm.Request) (*llm.Response, error) {
 	if req == nil {
 		return nil, fmt.Errorf("openai: nil request: %w", llm.ErrBadRequest)
@@ -388,6 +392,10 @@ func (m *Model) classify(ctx context.Context, err error, httpResp *http.Response
 
 	var apiErr *sdk.Error
 	if errors.As(err, &apiErr) {
+		if apiErr.StatusCode == http.StatusTooManyRequests && (apiErr.Code == insufficientQuota || apiErr.Type == insufficientQuota) {
+			return fmt.Errorf("openai: chat completion: the account is out of quota (out of credit or past its spending limit), "+
+				"so no retry succeeds until its plan or billing is changed: %w: %w%s", llm.ErrAuth, apiErr, providerDetail(apiErr, apiErr.Response))
+		}
 		return fmt.Errorf("openai: chat completion: %w: %w%s", statusKind(apiErr.StatusCode), apiErr, providerDetail(apiErr, apiErr.Response))
 	}
 	if httpResp != nil && httpResp.StatusCode >= 400 {
@@ -412,6 +420,48 @@ func (m *Model) classify(ctx context.Context, err error, httpResp *http.Response
 	// What remains are connection failures and unreadable responses: the
 	// provider side broke, and trying again may well work.
 	return fmt.Errorf("openai: chat completion: %w: %w", llm.ErrServer, err)
+}
+
+// insufficientQuota is the type and code of OpenAI's error for an account
+// out of credit or past its spending limit. It comes with HTTP 429, like a
+// rate limit, but waiting does not end it: it is classified as llm.ErrAuth,
+// a failure of the account that the host must fix, and never retried.
+const insufficientQuota = "insufficient_quota"
+
+// maxQuotaBody bounds how much of a 429's body quotaNotRetried reads to
+// find its error's type and code; OpenAI's is a few hundred bytes.
+const maxQuotaBody = 64 << 10
+
+// quotaNotRetried is SDK middleware that marks a 429 whose error is
+// insufficient_quota as not to be retried ("x-should-retry: false", which
+// the SDK obeys over the status), so that with Config.MaxRetries > 0 the
+// SDK does not retry what cannot succeed. The body it reads is put back for
+// the SDK to parse.
+func quotaNotRetried(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	resp, err := next(req)
+	if err != nil || resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Body == nil {
+		return resp, err
+	}
+	b, rerr := io.ReadAll(io.LimitReader(resp.Body, maxQuotaBody))
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b), resp.Body), resp.Body}
+	if rerr != nil {
+		return resp, nil // the SDK meets the same failure reading the rest
+	}
+	var body struct {
+		Error struct {
+			Type, Code any
+		} `json:"error"`
+	}
+	if json.Unmarshal(b, &body) == nil && (body.Error.Type == insufficientQuota || body.Error.Code == insufficientQuota) {
+		if resp.Header == nil {
+			resp.Header = http.Header{}
+		}
+		resp.Header.Set("x-should-retry", "false")
+	}
+	return resp, nil
 }
 
 // statusKind maps an HTTP status onto an llm error kind.

@@ -354,7 +354,8 @@ func TestStatusMapping(t *testing.T) {
 		{403, `{"error": {"message": "Project does not have access", "type": "invalid_request_error"}}`, llm.ErrAuth, "does not have access"},
 		{404, `{"error": {"message": "The model 'nope' does not exist", "type": "invalid_request_error", "code": "model_not_found"}}`, llm.ErrBadRequest, "does not exist"},
 		{422, `{"detail": [{"msg": "field required"}]}`, llm.ErrBadRequest, "field required"},
-		{429, `{"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}}`, llm.ErrRateLimited, "exceeded your current quota"},
+		{429, `{"error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}}`, llm.ErrRateLimited, "Rate limit reached"},
+		{429, `{"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}}`, llm.ErrAuth, "exceeded your current quota"},
 		{502, "<html>Bad Gateway</html>", llm.ErrServer, "Bad Gateway"},
 		{503, `{"error": "model is loading"}`, llm.ErrServer, "model is loading"},
 		{400, `{"error": "unknown field"}`, llm.ErrBadRequest, "unknown field"},
@@ -793,5 +794,51 @@ func TestFinishReasonLengthIsTruncated(t *testing.T) {
 				t.Errorf("Truncated = %v, want %v", resp.Truncated, tt.want)
 			}
 		})
+	}
+}
+
+// quotaBody is OpenAI's documented answer to an account out of credit.
+const quotaBody = `{"error": {"message": "You exceeded your current quota, please check your plan and billing details.", "type": "insufficient_quota", "param": null, "code": "insufficient_quota"}}`
+
+// TestInsufficientQuotaNotRetried: a 429 that says the account is out of
+// quota will not succeed on a retry, unlike a rate limit: it is not
+// transient, and the SDK's own retries skip it too.
+func TestInsufficientQuotaNotRetried(t *testing.T) {
+	s := newServer(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		w.Header().Set("retry-after-ms", "1")
+		writeJSON(w, 429, quotaBody)
+	})
+	_, err := newModel(t, s, Config{MaxRetries: 2}).Generate(context.Background(), hello)
+	if err == nil || llm.IsTransient(err) || errors.Is(err, llm.ErrRateLimited) {
+		t.Fatalf("err = %v, want an error that is not transient", err)
+	}
+	if !errors.Is(err, llm.ErrAuth) {
+		t.Errorf("err = %v, want llm.ErrAuth", err)
+	}
+	for _, text := range []string{"exceeded your current quota", "insufficient_quota"} {
+		if !strings.Contains(err.Error(), text) {
+			t.Errorf("error %q lacks %q", err, text)
+		}
+	}
+	if n := s.hits.Load(); n != 1 {
+		t.Errorf("server hits = %d, want 1: the SDK must not retry an account out of quota", n)
+	}
+}
+
+// TestRateLimitStillTransient: a 429 that is a rate limit stays one, also
+// when its type is a compatible server's own.
+func TestRateLimitStillTransient(t *testing.T) {
+	for _, body := range []string{
+		`{"error": {"message": "Rate limit reached for requests", "type": "requests", "code": "rate_limit_exceeded"}}`,
+		`{"error": "slow down"}`,
+		`too many requests`,
+	} {
+		s := newServer(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+			writeJSON(w, 429, body)
+		})
+		_, err := newModel(t, s, Config{}).Generate(context.Background(), hello)
+		if !errors.Is(err, llm.ErrRateLimited) || !llm.IsTransient(err) {
+			t.Errorf("body %s: err = %v, want transient llm.ErrRateLimited", body, err)
+		}
 	}
 }

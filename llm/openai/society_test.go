@@ -139,3 +139,21 @@ func TestSocietyReportsTruncation(t *testing.T) {
 		t.Errorf("%d HTTP requests, want 1", n)
 	}
 }
+
+// TestSocietyDoesNotRetryQuota: an account out of quota (HTTP 429
+// insufficient_quota) costs one HTTP request, not ModelRetries+1: no retry
+// can succeed, and the report says what the host must fix.
+func TestSocietyDoesNotRetryQuota(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		writeJSON(w, 429, quotaBody)
+	})
+	s := newSociety(t, newModel(t, srv, Config{}), as.Config{ModelRetries: 3, RetryBackoff: time.Millisecond})
+	p := report(t, s)
+	if p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrModel)) ||
+		!strings.Contains(p.Text, "after 1 attempt") || !strings.Contains(p.Text, "exceeded your current quota") {
+		t.Errorf("report = %+v, want a model_error after 1 attempt with the provider's message", p)
+	}
+	if n := srv.hits.Load(); n != 1 {
+		t.Errorf("%d HTTP requests, want 1", n)
+	}
+}
