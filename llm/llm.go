@@ -66,7 +66,8 @@ import (
 // model must not keep or reuse it. Every ToolCall in the response has a
 // non-empty ID unique within the conversation: results are matched to calls
 // by it, so an adapter makes one up when its provider sends none. A
-// response cut off at the model's output limit has Truncated set.
+// response cut off at the model's output limit has Truncated set; one cut
+// off by the provider's content filter has Truncated and Filtered set.
 //
 // An error means no message was produced; the society may retry. An error
 // that wraps [ErrRateLimited], [ErrServer] or [ErrTimeout] is transient and
@@ -137,12 +138,19 @@ type Tool struct {
 type Response struct {
 	Message Message // Role is RoleAssistant
 	Usage   Usage
-	// Truncated reports that the model stopped because it reached its
-	// output limit (OpenAI's finish_reason "length"), not because it had
-	// finished: the text may end mid-sentence, and the arguments of the last
-	// tool call may be cut off (and so not valid JSON). A model that cannot
-	// tell leaves it false.
+	// Truncated reports that the model stopped before it had finished:
+	// because it reached its output limit (OpenAI's finish_reason
+	// "length"), or, with Filtered set, because the provider's content
+	// filter cut it off. The text may end mid-sentence, and the arguments of
+	// the last tool call may be cut off (and so not valid JSON). A model
+	// that cannot tell leaves it false.
 	Truncated bool
+	// Filtered reports that what cut the answer short, or withheld it, was
+	// the provider's content filter (OpenAI's finish_reason
+	// "content_filter"), not the output limit. Truncated is set too, so
+	// that a caller that checks only Truncated does not take the answer for
+	// a finished one; one that checks Filtered can tell the model why.
+	Filtered bool
 }
 
 // Usage counts the tokens a call consumed. A zero Usage means the provider

@@ -80,6 +80,7 @@ type wireCall struct {
 	ToolCalls []wireToolCall `json:"tool_calls,omitempty"`
 	Usage     *Usage         `json:"usage,omitempty"`
 	Truncated bool           `json:"truncated,omitempty"`
+	Filtered  bool           `json:"filtered,omitempty"`
 	Err       string         `json:"error,omitempty"`
 	ErrKind   string         `json:"error_kind,omitempty"`
 }
@@ -94,7 +95,7 @@ type wireToolCall struct {
 func (c Call) MarshalJSON() ([]byte, error) {
 	w := wireCall{Agent: c.Agent, Index: c.Index, Digest: c.Digest, Conv: c.Conversation, IDs: c.IDs, ConvIDs: c.ConversationIDs, Err: c.Err, ErrKind: c.ErrKind}
 	if r := c.Response; r != nil {
-		w.Content, w.Truncated = r.Message.Content, r.Truncated
+		w.Content, w.Truncated, w.Filtered = r.Message.Content, r.Truncated, r.Filtered
 		u := r.Usage
 		w.Usage = &u
 		for _, tc := range r.Message.ToolCalls {
@@ -112,7 +113,7 @@ func (c *Call) UnmarshalJSON(data []byte) error {
 	}
 	*c = Call{Agent: w.Agent, Index: w.Index, Skeleton: Skeleton{Digest: w.Digest, Conversation: w.Conv, IDs: w.IDs, ConversationIDs: w.ConvIDs}, Err: w.Err, ErrKind: w.ErrKind}
 	if w.Usage != nil {
-		r := &Response{Message: Message{Role: RoleAssistant, Content: w.Content}, Usage: *w.Usage, Truncated: w.Truncated}
+		r := &Response{Message: Message{Role: RoleAssistant, Content: w.Content}, Usage: *w.Usage, Truncated: w.Truncated, Filtered: w.Filtered}
 		for _, tc := range w.ToolCalls {
 			r.Message.ToolCalls = append(r.Message.ToolCalls, ToolCall{ID: tc.ID, Name: tc.Name, Arguments: json.RawMessage(tc.Arguments)})
 		}

@@ -253,6 +253,7 @@ func TestRecording_Lines(t *testing.T) {
 			Message:   llm.Message{Content: "half", ToolCalls: []llm.ToolCall{{ID: "t", Name: "put_artifact", Arguments: json.RawMessage(`{"content":"<ht`)}}},
 			Usage:     llm.Usage{InputTokens: 10, OutputTokens: 4096},
 			Truncated: true,
+			Filtered:  true,
 		}, nil
 	})
 	var buf bytes.Buffer
@@ -279,6 +280,11 @@ func TestRecording_Lines(t *testing.T) {
 		if diff := cmp.Diff(want, c.Response); diff != "" {
 			t.Errorf("call %d's response (-model +recording):\n%s", i, diff)
 		}
+	}
+	// A replay answers as the model did, cut off and filtered.
+	got, err := llm.Replay(rec).Generate(context.Background(), request("agent-1", task1, art1, "0"))
+	if diff := cmp.Diff(want, got); err != nil || diff != "" {
+		t.Errorf("replayed response (-model +replay), %v:\n%s", err, diff)
 	}
 	if _, err := llm.ReadRecording(strings.NewReader(lines[0] + "\n" + lines[2])); err == nil || !strings.Contains(err.Error(), "call 2 of agent-1 where call 1") {
 		t.Errorf("a recording with a gap: %v", err)

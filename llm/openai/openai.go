@@ -17,8 +17,9 @@
 //
 // The response is normalised to the [llm.Model] contract: a tool call the
 // provider sent without an id (or with one already used in the
-// conversation) is given a fresh one, and finish_reason "length" sets
-// [llm.Response].Truncated.
+// conversation) is given a fresh one, finish_reason "length" sets
+// [llm.Response].Truncated, and finish_reason "content_filter" sets
+// Truncated and Filtered.
 package openai
 
 import (
@@ -199,7 +200,8 @@ func firstNonEmpty(s ...string) string {
 // new id ("call_" and random letters), so that every id is unique within
 // the conversation as llm.Model requires; the caller sends its result back
 // under that id. An answer cut off at the output limit (finish_reason
-// "length") has Truncated set. An HTTP 429 whose error is
+// "length") has Truncated set; one the content filter cut off or withheld
+// (finish_reason "content_filter") has Truncated and Filtered set. An HTTP 429 whose error is
 // "insufficient_quota" (the account is out of credit) is not a rate limit:
 // it fails with llm.ErrAuth, which is not transient, and is not retried.
 func (m *Model) Generate(ctx context.Context, req *llm.Request) (*llm.Response, error) {
@@ -346,13 +348,16 @@ func response(c *sdk.ChatCompletion, req *llm.Request) (*llm.Response, error) {
 		out.ToolCalls = append(out.ToolCalls, call)
 	}
 	uniqueIDs(out.ToolCalls, req)
+	finish := c.Choices[0].FinishReason
+	filtered := finish == "content_filter"
 	return &llm.Response{
 		Message: out,
 		Usage: llm.Usage{
 			InputTokens:  int(c.Usage.PromptTokens),
 			OutputTokens: int(c.Usage.CompletionTokens),
 		},
-		Truncated: c.Choices[0].FinishReason == "length",
+		Truncated: finish == "length" || filtered,
+		Filtered:  filtered,
 	}, nil
 }
 

@@ -842,3 +842,39 @@ func TestRateLimitStillTransient(t *testing.T) {
 		}
 	}
 }
+
+// TestFinishReasonContentFilter: an answer the content filter cut off, or
+// withheld, is not a finished one: it is reported as Truncated, and
+// Filtered says why.
+func TestFinishReasonContentFilter(t *testing.T) {
+	for _, tt := range []struct {
+		name, body          string
+		truncated, filtered bool
+	}{
+		{"text cut off", `{"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+			"choices": [{"index": 0, "finish_reason": "content_filter",
+				"message": {"role": "assistant", "content": "Here is how to"}}]}`, true, true},
+		{"withheld", `{"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+			"choices": [{"index": 0, "finish_reason": "content_filter",
+				"message": {"role": "assistant", "content": null}}]}`, true, true},
+		{"tool call cut off", toolCallsReply("content_filter",
+			`{"id": "call_1", "type": "function", "function": {"name": "send", "arguments": "{\"to\": \"bo"}}`), true, true},
+		{"length", `{"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+			"choices": [{"index": 0, "finish_reason": "length",
+				"message": {"role": "assistant", "content": "The answer is"}}]}`, true, false},
+		{"stop", textReply("The answer is 42."), false, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newServer(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+				writeJSON(w, 200, tt.body)
+			})
+			resp, err := newModel(t, s, Config{}).Generate(context.Background(), hello)
+			if err != nil {
+				t.Fatalf("Generate: %v", err)
+			}
+			if resp.Truncated != tt.truncated || resp.Filtered != tt.filtered {
+				t.Errorf("Truncated = %v, Filtered = %v; want %v, %v", resp.Truncated, resp.Filtered, tt.truncated, tt.filtered)
+			}
+		})
+	}
+}

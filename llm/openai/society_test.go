@@ -157,3 +157,23 @@ func TestSocietyDoesNotRetryQuota(t *testing.T) {
 		t.Errorf("%d HTTP requests, want 1", n)
 	}
 }
+
+// TestSocietyReportsContentFilter: a reply the content filter cut off
+// (finish_reason "content_filter") without tool calls ends root's turn with
+// a report, as one cut off at the output limit does, instead of passing for
+// a finished answer.
+func TestSocietyReportsContentFilter(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
+		writeJSON(w, 200, `{"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+			"choices": [{"index": 0, "finish_reason": "content_filter",
+				"message": {"role": "assistant", "content": "First I will"}}]}`)
+	})
+	s := newSociety(t, newModel(t, srv, Config{}), as.Config{})
+	p := report(t, s)
+	if p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrTruncated)) {
+		t.Errorf("report = %+v, want a %s report", p, as.ErrTruncated)
+	}
+	if n := srv.hits.Load(); n != 1 {
+		t.Errorf("%d HTTP requests, want 1", n)
+	}
+}
