@@ -292,6 +292,10 @@ func ReadRecording(r io.Reader) (*Recording, error) {
 		if err := json.Unmarshal(line, &c); err != nil {
 			return nil, fmt.Errorf("llm: line %d of the recording: %w", n, err)
 		}
+		if c.ConversationIDs < 0 || c.ConversationIDs > len(c.IDs) {
+			return nil, fmt.Errorf("llm: line %d of the recording: call %d of %s counts %d ids in its conversation, of %d in all",
+				n, c.Index, c.Agent, c.ConversationIDs, len(c.IDs))
+		}
 		if _, ok := rec.calls[c.Agent]; !ok {
 			rec.agents = append(rec.agents, c.Agent)
 		}
@@ -441,21 +445,31 @@ func (r *Replayer) answer(agent string, sk Skeleton) (resp *Response, goLive boo
 		return nil, false, fmt.Errorf("%w: %s (recorded as %s) made call %d; %d were recorded", ErrReplayExhausted, agent, a.recorded, a.next, len(calls))
 	}
 	c := calls[a.next]
-	if c.Conversation != digest {
+	// The ids are paired over the conversation, or over the whole requests
+	// when these match too. ReadRecording checked ConversationIDs.
+	old := c.IDs[:c.ConversationIDs]
+	if c.Digest == sk.Digest {
+		old, ids = c.IDs, sk.IDs
+	}
+	var why string
+	switch {
+	case c.Conversation != digest:
+		why = fmt.Sprintf("has the conversation %.12s; the recording has %.12s", digest, c.Conversation)
+	case len(old) != len(ids):
+		// Equal skeletons have as many ids: the recording's list was damaged.
+		why = fmt.Sprintf("mentions %d ids; the recording lists %d for the same request", len(ids), len(old))
+	}
+	if why != "" {
 		if r.live != nil {
 			a.diverged = true
 			return nil, true, nil
 		}
-		return nil, false, fmt.Errorf("%w: call %d of %s (recorded as %s) has the conversation %.12s; the recording has %.12s", ErrReplayMismatch, a.next, agent, a.recorded, digest, c.Conversation)
+		return nil, false, fmt.Errorf("%w: call %d of %s (recorded as %s) %s", ErrReplayMismatch, a.next, agent, a.recorded, why)
 	}
 	a.next++
 	r.replayed++
-	old := c.IDs[:c.ConversationIDs]
-	if c.Digest == sk.Digest { // the whole requests match: pair all their ids
-		old, ids = c.IDs, sk.IDs
-	}
 	pairs := make(map[string]string, len(ids))
-	for i, now := range ids { // as many as old: the skeletons match
+	for i, now := range ids {
 		pairs[old[i]] = now
 		r.learn(old[i], now)
 	}

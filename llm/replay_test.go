@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -412,4 +413,58 @@ func TestReplay_OtherSystemPrompt(t *testing.T) {
 			t.Errorf("%s: answer %q, want %q", name, got.Message.Content, want)
 		}
 	}
+}
+
+// noPanic runs f and reports a panic as a test failure, so that a defect
+// shows as one failed test rather than a crashed run.
+func noPanic(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%s panicked: %v", what, r)
+		}
+	}()
+	f()
+}
+
+// TestReadRecording_DamagedIDs checks that a recording whose ids do not
+// add up is refused when read, or on replay with ErrReplayMismatch, and
+// never makes the Replayer panic.
+func TestReadRecording_DamagedIDs(t *testing.T) {
+	rec := record(t, quoting, request("agent-1", task1, art1, "hello agent-1"))
+	c := rec.Calls("agent-1")[0]
+	line := func(edit func(*llm.Call)) string {
+		c := c
+		c.IDs = slices.Clone(c.IDs)
+		edit(&c)
+		b, err := json.Marshal(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b) + "\n"
+	}
+	// More ids in the conversation than in the whole request: refused.
+	bad := line(func(c *llm.Call) { c.ConversationIDs = len(c.IDs) + 1 })
+	if _, err := llm.ReadRecording(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("a call with %d conversation ids of %d: %v", len(c.IDs)+1, len(c.IDs), err)
+	}
+	bad = line(func(c *llm.Call) { c.ConversationIDs = -1 })
+	if _, err := llm.ReadRecording(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Errorf("a call with -1 conversation ids: %v", err)
+	}
+	// An id lost from the conversation's list: the digests still match, the
+	// ids cannot be paired.
+	lost, err := llm.ReadRecording(strings.NewReader(line(func(c *llm.Call) {
+		c.IDs = c.IDs[1:]
+		c.ConversationIDs--
+	})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	noPanic(t, "replaying a call that lost an id", func() {
+		_, err := llm.Replay(lost).Generate(context.Background(), request("agent-5", task2, art2, "hello agent-5"))
+		if !errors.Is(err, llm.ErrReplayMismatch) || !strings.Contains(err.Error(), "call 0 of agent-5") {
+			t.Errorf("replaying a call that lost an id: %v", err)
+		}
+	})
 }
