@@ -143,15 +143,34 @@ func Record(m Model, w io.Writer) *Recorder {
 
 // Generate calls the recorded model and records the call, failed or not.
 // A line that cannot be written is not retried: Err reports it, and the
-// model's answer is returned all the same.
+// model's answer is returned all the same. A model that panics is recorded
+// as failed ("the model panicked: ..."), and the panic goes on to the
+// caller: the call took its index, and a recording without it could not be
+// read.
 func (r *Recorder) Generate(ctx context.Context, req *Request) (*Response, error) {
 	sk := SkeletonOf(req)
 	r.mu.Lock()
 	index := r.next[req.Agent]
 	r.next[req.Agent]++
 	r.mu.Unlock()
-	resp, err := r.model.Generate(ctx, req)
 	c := Call{Agent: req.Agent, Index: index, Skeleton: sk}
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		p := recover()
+		if p == nil { // runtime.Goexit: let it go on
+			c.Err = "the model call did not return"
+			r.write(c)
+			return
+		}
+		c.Err = fmt.Sprintf("the model panicked: %v", p)
+		r.write(c)
+		panic(p)
+	}()
+	resp, err := r.model.Generate(ctx, req)
+	returned = true
 	if err != nil {
 		c.Err = err.Error()
 		for _, k := range errKinds {
@@ -165,6 +184,12 @@ func (r *Recorder) Generate(ctx context.Context, req *Request) (*Response, error
 	} else {
 		c.Response = resp
 	}
+	r.write(c)
+	return resp, err
+}
+
+// write writes c as a line, or keeps the first error doing so for Err.
+func (r *Recorder) write(c Call) {
 	line, merr := json.Marshal(c)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -172,9 +197,8 @@ func (r *Recorder) Generate(ctx context.Context, req *Request) (*Response, error
 		_, merr = r.w.Write(append(line, '\n'))
 	}
 	if merr != nil && r.err == nil {
-		r.err = fmt.Errorf("llm: recording call %d of %s: %w", index, req.Agent, merr)
+		r.err = fmt.Errorf("llm: recording call %d of %s: %w", c.Index, c.Agent, merr)
 	}
-	return resp, err
 }
 
 // Err returns the first error writing the recording, or nil.

@@ -468,3 +468,46 @@ func TestReadRecording_DamagedIDs(t *testing.T) {
 		}
 	})
 }
+
+// TestRecorder_ModelPanics checks that a call whose model panicked is
+// recorded, as a failure, and the panic goes on to the caller: a society
+// recovers it and goes on calling, and a missing index would make the whole
+// recording unreadable.
+func TestRecorder_ModelPanics(t *testing.T) {
+	m := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if req.Messages[0].Content == "boom" {
+			panic("the model broke")
+		}
+		return quoting.Generate(ctx, req)
+	})
+	var buf bytes.Buffer
+	r := llm.Record(m, &buf)
+	ctx := context.Background()
+	r.Generate(ctx, request("agent-1", task1, art1, "x"))
+	func() {
+		defer func() {
+			if p := recover(); p != "the model broke" {
+				t.Errorf("recovered %v, want the model's panic", p)
+			}
+		}()
+		r.Generate(ctx, request("agent-1", task1, art1, "boom"))
+	}()
+	r.Generate(ctx, request("agent-1", task1, art1, "y"))
+	rec, err := llm.ReadRecording(&buf)
+	if err != nil {
+		t.Fatalf("the recording cannot be read: %v", err)
+	}
+	calls := rec.Calls("agent-1")
+	if len(calls) != 3 || calls[1].Response != nil || !strings.Contains(calls[1].Err, "the model broke") {
+		t.Fatalf("calls %+v, want 3, the second failed with the panic", calls)
+	}
+	// The replay gives the failure back as an error, and goes on.
+	rp := llm.Replay(rec)
+	for i, text := range []string{"x", "boom", "y"} {
+		var err error
+		noPanic(t, "replaying a panic", func() { _, err = rp.Generate(ctx, request("agent-1", task2, art2, text)) })
+		if (err != nil) != (i == 1) || i == 1 && (!strings.Contains(err.Error(), "the model broke") || llm.IsTransient(err)) {
+			t.Errorf("replayed call %d: %v", i, err)
+		}
+	}
+}
