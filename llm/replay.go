@@ -54,6 +54,11 @@ type Call struct {
 	// "rate_limited", "server", "timeout", "bad_request", "auth",
 	// "canceled", "deadline_exceeded", or "" for none of them.
 	ErrKind string
+	// PastDeadline reports that the call failed once its context's deadline
+	// had passed: the model ran out of time, which the caller may have
+	// taken for a transient failure and retried. A [Replayer] replays such
+	// a call by failing once the live call's deadline passes too.
+	PastDeadline bool
 }
 
 // errKinds are the errors a recorded error may wrap, by the name a Call
@@ -83,6 +88,7 @@ type wireCall struct {
 	Filtered  bool           `json:"filtered,omitempty"`
 	Err       string         `json:"error,omitempty"`
 	ErrKind   string         `json:"error_kind,omitempty"`
+	Late      bool           `json:"past_deadline,omitempty"`
 }
 
 type wireToolCall struct {
@@ -93,7 +99,7 @@ type wireToolCall struct {
 
 // MarshalJSON encodes c as a line of a recording.
 func (c Call) MarshalJSON() ([]byte, error) {
-	w := wireCall{Agent: c.Agent, Index: c.Index, Digest: c.Digest, Conv: c.Conversation, IDs: c.IDs, ConvIDs: c.ConversationIDs, Err: c.Err, ErrKind: c.ErrKind}
+	w := wireCall{Agent: c.Agent, Index: c.Index, Digest: c.Digest, Conv: c.Conversation, IDs: c.IDs, ConvIDs: c.ConversationIDs, Err: c.Err, ErrKind: c.ErrKind, Late: c.PastDeadline}
 	if r := c.Response; r != nil {
 		w.Content, w.Truncated, w.Filtered = r.Message.Content, r.Truncated, r.Filtered
 		u := r.Usage
@@ -111,7 +117,7 @@ func (c *Call) UnmarshalJSON(data []byte) error {
 	if err := json.Unmarshal(data, &w); err != nil {
 		return err
 	}
-	*c = Call{Agent: w.Agent, Index: w.Index, Skeleton: Skeleton{Digest: w.Digest, Conversation: w.Conv, IDs: w.IDs, ConversationIDs: w.ConvIDs}, Err: w.Err, ErrKind: w.ErrKind}
+	*c = Call{Agent: w.Agent, Index: w.Index, Skeleton: Skeleton{Digest: w.Digest, Conversation: w.Conv, IDs: w.IDs, ConversationIDs: w.ConvIDs}, Err: w.Err, ErrKind: w.ErrKind, PastDeadline: w.Late}
 	if w.Usage != nil {
 		r := &Response{Message: Message{Role: RoleAssistant, Content: w.Content}, Usage: *w.Usage, Truncated: w.Truncated, Filtered: w.Filtered}
 		for _, tc := range w.ToolCalls {
@@ -173,6 +179,7 @@ func (r *Recorder) Generate(ctx context.Context, req *Request) (*Response, error
 	returned = true
 	if err != nil {
 		c.Err = err.Error()
+		c.PastDeadline = errors.Is(ctx.Err(), context.DeadlineExceeded)
 		for _, k := range errKinds {
 			if errors.Is(err, k.err) {
 				c.ErrKind = k.name
@@ -428,16 +435,26 @@ func (r *Replayer) Replayed() int {
 }
 
 // Generate answers req from the recording, or, for a Fork past its point,
-// with the live model.
+// with the live model. A call recorded as failed past its deadline
+// ([Call].PastDeadline) fails again once ctx's deadline passes (at once if
+// ctx has none), so that the caller sees what it saw when recording: a
+// call that ran out of time.
 func (r *Replayer) Generate(ctx context.Context, req *Request) (*Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("llm: replay: %w", err)
 	}
 	resp, goLive, err := r.answer(req.Agent, SkeletonOf(req))
-	if !goLive {
-		return resp, err
+	if goLive {
+		return r.live.Generate(ctx, req)
 	}
-	return r.live.Generate(ctx, req)
+	if re := (replayedError{}); errors.As(err, &re) && re.late {
+		if _, ok := ctx.Deadline(); ok {
+			<-ctx.Done()
+			re.ctx = ctx.Err()
+			return nil, re
+		}
+	}
+	return resp, err
 }
 
 // answer finds the recorded call for a live request and returns its answer
@@ -498,7 +515,7 @@ func (r *Replayer) answer(agent string, sk Skeleton) (resp *Response, goLive boo
 		r.learn(old[i], now)
 	}
 	if c.Response == nil {
-		return nil, false, replayedError{text: c.Err, kind: c.ErrKind}
+		return nil, false, replayedError{text: c.Err, kind: c.ErrKind, late: c.PastDeadline}
 	}
 	return r.rewrite(c.Response, pairs), false, nil
 }
@@ -565,18 +582,26 @@ func (r *Replayer) rewrite(resp *Response, pairs map[string]string) *Response {
 }
 
 // replayedError is a recorded model error, given again: its text, wrapping
-// the error it wrapped when recorded.
+// the error it wrapped when recorded and, for a call replayed past its
+// deadline, the live context's error.
 type replayedError struct {
 	text, kind string
+	late       bool  // the call was recorded as failed past its deadline
+	ctx        error // the live context's error, when the replay waited for it
 }
 
 func (e replayedError) Error() string { return e.text }
 
-func (e replayedError) Unwrap() error {
+func (e replayedError) Unwrap() []error {
+	var errs []error
 	for _, k := range errKinds {
 		if k.name == e.kind {
-			return k.err
+			errs = append(errs, k.err)
+			break
 		}
 	}
-	return nil
+	if e.ctx != nil {
+		errs = append(errs, e.ctx)
+	}
+	return errs
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -509,5 +510,51 @@ func TestRecorder_ModelPanics(t *testing.T) {
 		if (err != nil) != (i == 1) || i == 1 && (!strings.Contains(err.Error(), "the model broke") || llm.IsTransient(err)) {
 			t.Errorf("replayed call %d: %v", i, err)
 		}
+	}
+}
+
+// TestReplay_PastDeadline checks that a call recorded as failed past its
+// deadline fails again once the live call's deadline passes, with the
+// recorded text, wrapping the live context's error; at once when the live
+// call has no deadline.
+func TestReplay_PastDeadline(t *testing.T) {
+	slow := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		<-ctx.Done()
+		return nil, fmt.Errorf("slow: %w", ctx.Err())
+	})
+	var buf bytes.Buffer
+	ctx, cancel := context.WithDeadline(context.Background(), time.Now())
+	defer cancel()
+	llm.Record(slow, &buf).Generate(ctx, request("agent-1", task1, art1, "x"))
+	rec, err := llm.ReadRecording(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := rec.Calls("agent-1")[0]; !c.PastDeadline || c.ErrKind != "deadline_exceeded" {
+		t.Fatalf("recorded %+v, want a call past its deadline", c)
+	}
+
+	// The replay waits for the live call's deadline.
+	deadline := time.Now().Add(100 * time.Millisecond)
+	live, stop := context.WithDeadline(context.Background(), deadline)
+	defer stop()
+	_, err = llm.Replay(rec).Generate(live, request("agent-2", task2, art2, "x"))
+	if time.Now().Before(deadline) {
+		t.Errorf("the replay returned %v before the live call's deadline", err)
+	}
+	if err == nil || err.Error() != "slow: context deadline exceeded" || !errors.Is(err, context.DeadlineExceeded) || llm.IsTransient(err) {
+		t.Errorf("replayed past its deadline: %v", err)
+	}
+	// And returns when the live call is cancelled first.
+	live, stop = context.WithDeadline(context.Background(), time.Now().Add(hangGuard))
+	go stop()
+	if _, err = llm.Replay(rec).Generate(live, request("agent-2", task2, art2, "x")); !errors.Is(err, context.Canceled) {
+		t.Errorf("replayed past its deadline, cancelled: %v", err)
+	}
+
+	// Without a deadline, the replay fails at once.
+	_, err = llm.Replay(rec).Generate(context.Background(), request("agent-2", task2, art2, "x"))
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		t.Errorf("replayed without a deadline: %v", err)
 	}
 }
