@@ -318,6 +318,9 @@ func parameters(raw json.RawMessage) (shared.FunctionParameters, error) {
 // caller, not the transport, decides what to tell it. Tool call ids are
 // made unique within the conversation, req's earlier calls included.
 func response(c *sdk.ChatCompletion, req *llm.Request) (*llm.Response, error) {
+	if c == nil { // the SDK's answer to a body of JSON null
+		return nil, fmt.Errorf("openai: the response is JSON null, not a chat completion: %w", llm.ErrServer)
+	}
 	if len(c.Choices) == 0 {
 		detail := ""
 		// Some compatible servers report failures as HTTP 200 with an
@@ -326,6 +329,15 @@ func response(c *sdk.ChatCompletion, req *llm.Request) (*llm.Response, error) {
 			detail = ": " + f.Raw()
 		}
 		return nil, fmt.Errorf("openai: response %q has no choices%s: %w", c.ID, detail, llm.ErrServer)
+	}
+	if f := c.Choices[0].JSON.Message; !f.Valid() {
+		// The SDK reads a missing, null or malformed message as an empty
+		// one, which would pass for an answer that says nothing.
+		what := "none"
+		if raw := f.Raw(); raw != "" {
+			what = strings.ToValidUTF8(raw[:min(len(raw), maxBodyDetail)], "")
+		}
+		return nil, fmt.Errorf("openai: response %q has no message in its first choice (%s): %w", c.ID, what, llm.ErrServer)
 	}
 	msg := c.Choices[0].Message
 	out := llm.Message{Role: llm.RoleAssistant, Content: msg.Content}

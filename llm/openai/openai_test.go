@@ -392,13 +392,32 @@ func TestNoChoices(t *testing.T) {
 	}
 }
 
+// TestMalformedResponse: a body that is not a completion, or whose choice
+// has no message, is a provider failure (llm.ErrServer), never a panic nor
+// an empty answer taken for the model's.
 func TestMalformedResponse(t *testing.T) {
-	s := newServer(t, func(w http.ResponseWriter, r *http.Request, body map[string]any) {
-		writeJSON(w, 200, `{"id": "chatcmpl-1", "choices": [`)
-	})
-	_, err := newModel(t, s, Config{MaxRetries: -1}).Generate(context.Background(), hello)
-	if !errors.Is(err, llm.ErrServer) {
-		t.Fatalf("err = %v, want llm.ErrServer", err)
+	for _, body := range []string{
+		`{"id": "chatcmpl-1", "choices": [`,
+		`null`,
+		`{"id": "c", "choices": [null]}`,
+		`{"id": "c", "choices": [{"index": 0, "finish_reason": "stop"}]}`,
+		`{"id": "c", "choices": [{"index": 0, "finish_reason": "stop", "message": null}]}`,
+		`{"id": "c", "choices": [{"index": 0, "finish_reason": "stop", "message": "hi"}]}`,
+	} {
+		s := newServer(t, func(w http.ResponseWriter, r *http.Request, _ map[string]any) {
+			writeJSON(w, 200, body)
+		})
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					t.Errorf("body %s: Generate panicked: %v", body, p)
+				}
+			}()
+			resp, err := newModel(t, s, Config{MaxRetries: -1}).Generate(context.Background(), hello)
+			if !errors.Is(err, llm.ErrServer) || resp != nil {
+				t.Errorf("body %s: %+v, %v; want llm.ErrServer", body, resp, err)
+			}
+		}()
 	}
 }
 
