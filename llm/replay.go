@@ -152,8 +152,11 @@ func Record(m Model, w io.Writer) *Recorder {
 // model's answer is returned all the same. A model that panics is recorded
 // as failed ("the model panicked: ..."), and the panic goes on to the
 // caller: the call took its index, and a recording without it could not be
-// read.
+// read. A nil request is refused with ErrBadRequest, unrecorded.
 func (r *Recorder) Generate(ctx context.Context, req *Request) (*Response, error) {
+	if req == nil {
+		return nil, fmt.Errorf("llm: record: nil request: %w", ErrBadRequest)
+	}
 	sk := SkeletonOf(req)
 	r.mu.Lock()
 	index := r.next[req.Agent]
@@ -440,6 +443,9 @@ func (r *Replayer) Replayed() int {
 // ctx has none), so that the caller sees what it saw when recording: a
 // call that ran out of time.
 func (r *Replayer) Generate(ctx context.Context, req *Request) (*Response, error) {
+	if req == nil {
+		return nil, fmt.Errorf("llm: replay: nil request: %w", ErrBadRequest)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("llm: replay: %w", err)
 	}

@@ -558,3 +558,24 @@ func TestReplay_PastDeadline(t *testing.T) {
 		t.Errorf("replayed without a deadline: %v", err)
 	}
 }
+
+// TestNilRequest checks that a nil request is refused as a bad request by a
+// Recorder and a Replayer, as by the adapters, and panics neither.
+func TestNilRequest(t *testing.T) {
+	var buf bytes.Buffer
+	rec := record(t, quoting, request("agent-1", task1, art1, "x"))
+	for name, m := range map[string]llm.Model{
+		"recorder": llm.Record(quoting, &buf),
+		"replayer": llm.Replay(rec),
+		"fork":     llm.Fork(rec, quoting, nil),
+	} {
+		noPanic(t, name, func() {
+			if _, err := m.Generate(context.Background(), nil); !errors.Is(err, llm.ErrBadRequest) {
+				t.Errorf("%s: %v, want llm.ErrBadRequest", name, err)
+			}
+		})
+	}
+	if buf.Len() != 0 {
+		t.Errorf("the recorder wrote %q for a nil request", buf.String())
+	}
+}
