@@ -579,3 +579,33 @@ func TestNilRequest(t *testing.T) {
 		t.Errorf("the recorder wrote %q for a nil request", buf.String())
 	}
 }
+
+// TestReplay_Concurrent replays many agents at once, under other ids than
+// recorded: each gets its own recorded answers, in order.
+func TestReplay_Concurrent(t *testing.T) {
+	var reqs []*llm.Request
+	for i := range 5 {
+		for a := range 8 {
+			reqs = append(reqs, request(fmt.Sprint("agent-", 20+a), task1, art1, fmt.Sprintf("call %d of agent-%d", i, 20+a)))
+		}
+	}
+	r := llm.Replay(record(t, quoting, reqs...))
+	var wg sync.WaitGroup
+	for a := range 8 {
+		wg.Go(func() {
+			agent := fmt.Sprint("agent-", 30+a)
+			for i := range 5 {
+				req := request(agent, task2, art2, fmt.Sprintf("call %d of %s", i, agent))
+				got, err := r.Generate(context.Background(), req)
+				want, _ := quoting.Generate(context.Background(), req)
+				if diff := cmp.Diff(want, got); err != nil || diff != "" {
+					t.Errorf("call %d of %s: %v (-live model +replay):\n%s", i, agent, err, diff)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if r.Replayed() != 40 {
+		t.Errorf("replayed %d calls, want 40", r.Replayed())
+	}
+}
