@@ -157,6 +157,10 @@ func (e *MissedEventsError) Missed() uint64 { return e.Oldest - e.From }
 // Is reports whether target is ErrEventsMissed.
 func (e *MissedEventsError) Is(target error) bool { return target == ErrEventsMissed }
 
+// ErrEventsOff: the society keeps no events (Config.EventRetention is
+// below zero), so there are none to read or follow.
+const ErrEventsOff Code = "events_off"
+
 // Events returns the events from sequence number from on (1 for all that
 // are kept), in order, ending with the newest event there is when the
 // iteration reaches it. [Society.WatchEvents] follows the society live
@@ -165,8 +169,10 @@ func (e *MissedEventsError) Is(target error) bool { return target == ErrEventsMi
 // Events older than what is kept in memory are read from the store, if it
 // keeps events (store.EventLog); those it does not keep either are
 // reported with a [MissedEventsError], and the iteration goes on from the
-// oldest kept. An error reading the store ends the iteration. It is safe
-// to call from any goroutine, and a slow reader never holds the society up.
+// oldest kept. An error reading the store ends the iteration, and so does
+// one with code [ErrEventsOff], the only thing a society that keeps no
+// events yields. It is safe to call from any goroutine, and a slow reader
+// never holds the society up.
 func (s *Society) Events(ctx context.Context, from uint64) iter.Seq2[Event, error] {
 	return s.events.read(ctx, from, nil)
 }
@@ -349,6 +355,7 @@ func (l *eventLog) read(ctx context.Context, from uint64, follow <-chan struct{}
 			from = 1
 		}
 		if l.off {
+			yield(Event{}, &Error{Code: ErrEventsOff, Message: "the society keeps no events: its Config.EventRetention is below zero"})
 			return
 		}
 		buf := make([]Event, 0, 256)

@@ -194,6 +194,30 @@ func ExampleSociety_WatchEvents() {
 	// message_handled  true
 }
 
+// Done lets a goroutine that follows the society stop with it: here one
+// that waits for the society to close.
+func ExampleSociety_Done() {
+	ctx := context.Background()
+	s, err := as.New(ctx, as.Config{
+		Root:   as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error { return nil }),
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		panic(err)
+	}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		<-s.Done()
+		fmt.Println("the society is closing")
+	}()
+	if err := s.Close(ctx); err != nil {
+		panic(err)
+	}
+	<-stopped
+	// Output: the society is closing
+}
+
 // NewTool gives a host tool typed arguments: the model's JSON is decoded
 // into a struct before the tool runs, and arguments of the wrong shape go
 // back to the model as an invalid_argument error it can correct. Here a

@@ -502,6 +502,12 @@ func (s *Society) stop() bool {
 
 func (s *Society) isClosed() bool { return s.closed.Load() }
 
+// Done returns a channel that is closed when the society starts closing
+// (Close was called): for a goroutine that follows the society, such as
+// one reading [Society.WatchEvents] or serving it to a page, to stop with
+// it. It is safe to call from any goroutine.
+func (s *Society) Done() <-chan struct{} { return s.done }
+
 // Actor returns a handle to act as agent id: whatever is done through it is
 // done as that agent, under the same rules an agent's own behaviour follows.
 // The handle works on the agent's own task; see [Actor.WithTask].

@@ -639,6 +639,9 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	for e, err := range h.s.Events(r.Context(), from) {
 		if err != nil {
 			var me *as.MissedEventsError
+			if errors.Is(err, as.ErrEventsOff) {
+				break // none to show
+			}
 			if !errors.As(err, &me) {
 				writeSocietyError(w, err)
 				return
@@ -708,13 +711,17 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 		sse.send("reset", "", apiError{Error: "events_reset", Message: "the client saw events up to " + strings.TrimSpace(r.Header.Get("Last-Event-ID")) +
 			", which this society has not logged: it is another society than the one the client followed (its host started afresh); the stream goes on from the start"})
 	}
-	failed := false
+	failed, off := false, false
 	for e, err := range h.s.WatchEvents(ctx, from) {
 		if err != nil {
 			var me *as.MissedEventsError
-			if errors.As(err, &me) {
+			switch {
+			case errors.As(err, &me):
 				sse.send("missed", "", missed{From: me.From, Oldest: me.Oldest, Count: me.Missed()})
-			} else {
+			case errors.Is(err, as.ErrEventsOff):
+				off = true
+				sse.send("off", "", apiError{Error: string(as.ErrEventsOff), Message: eventsOff})
+			default:
 				failed = true
 				sse.send("failed", "", apiError{Error: "events", Message: err.Error()})
 			}
@@ -728,11 +735,10 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 	if failed || sse.err != nil || ctx.Err() != nil {
 		return // not closed: the client reconnects, or went away
 	}
-	// WatchEvents ends on its own when the society closes, and at once
-	// when it keeps no events: then no event was ever numbered.
-	if h.s.LastEvent() == 0 && !h.closed() {
-		sse.send("off", "", apiError{Error: "events_off", Message: eventsOff})
-		if sse.err != nil || rc.Flush() != nil || !h.waitClosed(ctx) {
+	if off { // the stream stays open, to say when the society closes
+		select {
+		case <-h.s.Done():
+		case <-ctx.Done():
 			return
 		}
 	}
@@ -744,24 +750,6 @@ func (h *handler) stream(w http.ResponseWriter, r *http.Request) {
 const eventsOff = "the society keeps no events (its Config.EventRetention is below zero): " +
 	"the inspector cannot follow it live, and shows no queues, open requests or artifacts; " +
 	"the page reloads the organisation and the tasks every few seconds instead"
-
-// waitClosed waits until the society closes, and reports whether it did
-// before ctx ended.
-//
-// The society tells that it closed only through the calls it refuses:
-// WaitForUserMessage returns ErrClosed once it has, and a filter that
-// matches nothing claims no message from the host.
-func (h *handler) waitClosed(ctx context.Context) bool {
-	_, err := h.s.WaitForUserMessage(ctx, func(as.Message) bool { return false })
-	return errors.Is(err, as.ErrClosed)
-}
-
-// closed reports whether the society is closed, without waiting.
-func (h *handler) closed() bool {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	return h.waitClosed(ctx)
-}
 
 // sseWriteTimeout bounds the writing of one message: a client that stops
 // reading and keeps its connection open would hold the handler for ever,

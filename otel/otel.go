@@ -150,8 +150,9 @@ func hostSpan(e as.Event) trace.SpanContext {
 // Follow turns the events of s into spans, from Options.From on, as they
 // happen, until ctx ends or s is closed; then it ends the spans still open
 // and returns. It returns nil when s was closed, ctx.Err() when ctx ended,
-// and the error that ended the event stream otherwise (reading a store that
-// keeps events failed). Events the society no longer keeps are skipped: a
+// and the error that ended the event stream otherwise: reading a store that
+// keeps events failed, or, at once, s keeps no events (an error with code
+// agentsociety.ErrEventsOff). Events the society no longer keeps are skipped: a
 // turn whose sender was skipped hangs under its task's workflow span.
 //
 // Run it in its own goroutine, started before the work to trace:

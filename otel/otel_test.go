@@ -3,6 +3,7 @@ package otel_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"slices"
@@ -463,5 +464,27 @@ func TestFollow_UnderHostSpan(t *testing.T) {
 	}
 	if turn := tr.turn(t, followUp.ID); tr.parent(turn) != workflow || !linked(turn, laterSpan) || linked(turn, hostSpan) {
 		t.Errorf("the follow-up's turn: parent %v, links %v; want the workflow span, linked to the follow-up's host span", turn.Parent, turn.Links)
+	}
+}
+
+// TestFollow_EventsOff checks that Follow on a society that keeps no events
+// returns at once with an error saying so, not nil, which would read as
+// the society's closing.
+func TestFollow_EventsOff(t *testing.T) {
+	s, err := as.New(context.Background(), as.Config{Model: demo.Model(), EventRetention: -1, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(tracetest.NewInMemoryExporter()))
+	done := make(chan error, 1)
+	go func() { done <- otel.Follow(context.Background(), s, otel.Options{TracerProvider: tp}) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, as.ErrEventsOff) {
+			t.Fatalf("Follow = %v, want an error with code %s", err, as.ErrEventsOff)
+		}
+	case <-time.After(hangGuard):
+		t.Fatal("Follow on a society without events did not return")
 	}
 }
