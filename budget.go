@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -433,14 +434,16 @@ func (s *Society) charge(a *agent, task string, req *llm.Request) (settle func(*
 			s.wake(s.runCtx, woken)
 			return
 		}
-		in, out := estimate, int64(resp.Usage.OutputTokens)
+		// A usage the model reports below zero is taken as none: it must
+		// not give back what was spent.
+		in, out := estimate, max(int64(resp.Usage.OutputTokens), 0)
 		if resp.Usage.InputTokens > 0 {
 			in = int64(resp.Usage.InputTokens)
 		}
 		add := func(c counts) counts {
 			c.ModelCalls++
-			c.InputTokens += in
-			c.OutputTokens += out
+			c.InputTokens = addTokens(c.InputTokens, in)
+			c.OutputTokens = addTokens(c.OutputTokens, out)
 			return c
 		}
 		// Each ledger's reservation holds until its spending replaces it.
@@ -738,4 +741,14 @@ func (s *Society) chargeSpawn(c *change, parent *agent, task string) *Error {
 		}
 	}
 	return nil
+}
+
+// addTokens returns a+n, n not below zero, or the largest int64 if the sum
+// is past it: a model that reports an absurd usage must not wrap a count
+// round to below zero, where no budget would ever run out.
+func addTokens(a, n int64) int64 {
+	if a > math.MaxInt64-n {
+		return math.MaxInt64
+	}
+	return a + n
 }

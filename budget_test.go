@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -818,5 +819,39 @@ func TestBudget_RaiseAfterReopeningResumesTheStopped(t *testing.T) {
 	}
 	if m := recv(t, inbox2, "the lead the budget stopped to go on once raised after reopening"); m.Text() != "finished" {
 		t.Fatalf("user got %+v (%s)", m, m.Payload)
+	}
+}
+
+// TestBudget_AbsurdUsageIsBounded: a model that reports a usage below zero
+// does not give back what was spent, and one that reports nearly as many
+// tokens as an int64 holds, twice, does not wrap the count round to below
+// zero, where an output budget would never run out: the count stops at
+// the largest int64.
+func TestBudget_AbsurdUsageIsBounded(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		reported int
+		want     int64
+	}{{"negative", -1000, 0}, {"huge", math.MaxInt, math.MaxInt64}} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := context.Background()
+			model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+				resp := call(fmt.Sprint("c", len(req.Messages)), "console_print", `{"text":"working"}`)
+				resp.Usage = llm.Usage{InputTokens: 100, OutputTokens: c.reported}
+				return resp, nil
+			})
+			s := newSociety(t, as.Config{Language: as.English, Model: model, MaxSteps: 50, TaskBudget: as.Budget{ModelCalls: 2}})
+			inbox := userInbox(s)
+			task, err := s.SubmitRequirement(ctx, "work")
+			if err != nil {
+				t.Fatal(err)
+			}
+			recv(t, inbox, "the budget report")
+			waitQuiet(t, s)
+			u, ok := s.Usage(task)
+			if !ok || u.OutputTokens != c.want {
+				t.Fatalf("after 2 calls each reporting %d output tokens, Usage = %+v, %v; want %d output tokens", c.reported, u, ok, c.want)
+			}
+		})
 	}
 }
