@@ -218,9 +218,6 @@ func (s *Society) callTool(ctx context.Context, x *Actor, name string, args json
 			out, err = nil, &Error{Code: ErrToolFailed, Message: fmt.Sprintf("the tool %s failed", name)}
 		}
 	}()
-	if !object {
-		return nil, &Error{Code: ErrInvalidArgument, Message: "the arguments of " + name + " must be a JSON object"}
-	}
 	var run func(context.Context, *Actor, json.RawMessage) (any, error)
 	if b := builtinNamed(name); b != nil {
 		run = b.run
@@ -229,7 +226,40 @@ func (s *Society) callTool(ctx context.Context, x *Actor, name string, args json
 	} else {
 		return nil, &Error{Code: ErrUnknownTool, Message: "there is no tool " + strconvQuote(name)}
 	}
+	if !object {
+		if args, err = argumentsObject(name, args); err != nil {
+			return nil, err
+		}
+	}
 	return run(ctx, x, args)
+}
+
+// argumentsObject returns the JSON object that args, which are not one,
+// stand for: a string holding one, as a model that encodes its arguments
+// twice writes them. Anything else is refused with an ErrInvalidArgument
+// that says what the model sent: JSON that is not valid (cut off, most
+// often, by the model's output limit), or a value of another kind.
+func argumentsObject(tool string, args json.RawMessage) (json.RawMessage, error) {
+	var text string
+	if json.Unmarshal(args, &text) == nil && isJSONObject([]byte(text)) {
+		return json.RawMessage(text), nil
+	}
+	var obj map[string]json.RawMessage
+	err := json.Unmarshal(args, &obj)
+	var problem string
+	var syntax *json.SyntaxError
+	switch {
+	case err == nil: // null, which a map takes
+		problem = "the arguments must be a JSON object, not null"
+	case errors.As(err, &syntax) && syntax.Error() == "unexpected end of JSON input":
+		problem = argsProblem(err) + "; they end before the JSON does, as a reply cut off at the model's output limit does: make the call again, whole (if a long value did not fit, make it shorter or split it across calls)"
+	default:
+		problem = argsProblem(err)
+	}
+	if err == nil || !errors.As(err, &syntax) {
+		problem += `: write them as {"name": value, ...}, with the names of the tool's parameters`
+	}
+	return nil, &Error{Code: ErrInvalidArgument, Message: "bad arguments for " + tool + ": " + problem}
 }
 
 func (s *Society) hostTool(name, roleName string) *Tool {

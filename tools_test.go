@@ -1037,3 +1037,34 @@ func TestArgs_WholeNumberOutOfRange(t *testing.T) {
 		t.Fatalf("the model read %q, want the limit called out of range", results)
 	}
 }
+
+// TestArgs_NotAnObjectSaysWhatWasSent: arguments that are not a JSON
+// object are refused with what the model sent (JSON cut off, null, an
+// array), not only with what it should have; arguments encoded twice, a
+// string holding the object, are read as that object.
+func TestArgs_NotAnObjectSaysWhatWasSent(t *testing.T) {
+	results := callTools(t, as.Config{}, newInbox().behavior(),
+		toolCall{"create_role", `{"name":"w","rolePrompt":`},
+		toolCall{"send_message", `null`},
+		toolCall{"send_message", `[{"to":"agent-2"}]`},
+		toolCall{"send_message", `{"to":"agent-2"} x`},
+		toolCall{"send_message", `"{\"to\":\"agent-2\",\"payload\":{\"text\":\"hi\"}}"`},
+		toolCall{"send_message", `"{\"to\":\"agent-2\",\"pay\":{}}"`},
+	)
+	want := []string{
+		`bad arguments for create_role: the arguments are not valid JSON (unexpected end of JSON input, at byte 25); they end before the JSON does, as a reply cut off at the model's output limit does`,
+		`bad arguments for send_message: the arguments must be a JSON object, not null: write them as {\"name\": value, ...}`,
+		`bad arguments for send_message: the arguments must be a JSON object, not an array: write them as`,
+		`bad arguments for send_message: the arguments are not valid JSON (invalid character 'x' after top-level value, at byte 18)"}`,
+		`"status":"sent"`,
+		`unknown argument \"pay\" for send_message: did you mean \"payload\"?`,
+	}
+	if len(results) != len(want) {
+		t.Fatalf("%d results, want %d: %q", len(results), len(want), results)
+	}
+	for i, r := range results {
+		if !strings.Contains(r, want[i]) {
+			t.Errorf("call %d gave %s, want it to contain %s", i+1, r, want[i])
+		}
+	}
+}
