@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -224,7 +225,7 @@ func (s *Society) callTool(ctx context.Context, x *Actor, name string, args json
 	} else if t := s.hostTool(name, x.a.roleName()); t != nil {
 		run = t.Handler
 	} else {
-		return nil, &Error{Code: ErrUnknownTool, Message: "there is no tool " + strconvQuote(name)}
+		return nil, s.unknownTool(name, x.a.roleName())
 	}
 	if !object {
 		if args, err = argumentsObject(name, args); err != nil {
@@ -260,6 +261,28 @@ func argumentsObject(tool string, args json.RawMessage) (json.RawMessage, error)
 		problem += `: write them as {"name": value, ...}, with the names of the tool's parameters`
 	}
 	return nil, &Error{Code: ErrInvalidArgument, Message: "bad arguments for " + tool + ": " + problem}
+}
+
+// unknownTool refuses a call of the tool name, which an agent of role
+// roleName does not have, naming the tool of its that name most likely
+// means (a name with a namespace, "functions.send_message", or written
+// otherwise, "sendMessage", "spawn") and listing those it has.
+func (s *Society) unknownTool(name, roleName string) *Error {
+	var names []string
+	for _, t := range s.toolsFor(roleName) {
+		names = append(names, t.Name)
+	}
+	msg := "there is no tool " + strconvQuote(name)
+	bare := name
+	if i := strings.LastIndexAny(bare, ".:/"); i >= 0 {
+		bare = bare[i+1:]
+	}
+	if near := nearestKey(bare, names); near != "" {
+		msg += ": did you mean " + strconvQuote(near) + "?"
+	} else {
+		msg += "."
+	}
+	return &Error{Code: ErrUnknownTool, Message: msg + " Your tools are: " + strings.Join(names, ", ") + "."}
 }
 
 func (s *Society) hostTool(name, roleName string) *Tool {

@@ -1068,3 +1068,36 @@ func TestArgs_NotAnObjectSaysWhatWasSent(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownToolNamesTheNearest: a call of a tool the agent does not
+// have is refused with the tool it most likely meant, and the list of
+// those it has; a host tool of another role is neither.
+func TestUnknownToolNamesTheNearest(t *testing.T) {
+	deploy := as.Tool{Name: "deploy", Description: "deploys", Roles: []string{"ops"},
+		Handler: func(context.Context, *as.Actor, json.RawMessage) (any, error) { return "deployed", nil }}
+	results := callTools(t, as.Config{Tools: []as.Tool{deploy}}, newInbox().behavior(),
+		toolCall{"send_messages", `{"to":"agent-2","payload":{"text":"hi"}}`},
+		toolCall{"functions.send_message", `{"to":"agent-2","payload":{"text":"hi"}}`},
+		toolCall{"sendMessage", `{"to":"agent-2","payload":{"text":"hi"}}`},
+		toolCall{"spawn", `{}`},
+		toolCall{"deploy", `{}`},
+		toolCall{"launch_rockets", `not even JSON`},
+	)
+	const list = ` Your tools are: find_role_by_name, create_role, spawn_agent, send_message, put_artifact, get_artifact, console_print, terminate_agent."`
+	want := []string{
+		`there is no tool \"send_messages\": did you mean \"send_message\"?` + list,
+		`there is no tool \"functions.send_message\": did you mean \"send_message\"?` + list,
+		`there is no tool \"sendMessage\": did you mean \"send_message\"?` + list,
+		`there is no tool \"spawn\": did you mean \"spawn_agent\"?` + list,
+		`there is no tool \"deploy\".` + list,
+		`there is no tool \"launch_rockets\".` + list,
+	}
+	if len(results) != len(want) {
+		t.Fatalf("%d results, want %d: %q", len(results), len(want), results)
+	}
+	for i, r := range results {
+		if !strings.Contains(r, `"error":"unknown_tool"`) || !strings.Contains(r, want[i]) {
+			t.Errorf("call %d gave %s, want it to contain %s", i+1, r, want[i])
+		}
+	}
+}
