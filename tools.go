@@ -402,6 +402,9 @@ func toolSend(ctx context.Context, x *Actor, args json.RawMessage) (any, error) 
 	if err := decodeArgs("send_message", args, &a); err != nil {
 		return nil, err
 	}
+	if err := checkMessageType(a.MessageType); err != nil {
+		return nil, err
+	}
 	// Models often pass a bare string as the payload: take it as the text,
 	// or, when it holds a JSON object that the message's type takes (the
 	// payload written as JSON text), as that object.
@@ -429,6 +432,27 @@ func toolSend(ctx context.Context, x *Actor, args json.RawMessage) (any, error) 
 		}
 	}
 	return out, nil
+}
+
+// messageTypes are the types send_message takes, in the order its
+// description gives them.
+var messageTypes = []string{string(General), string(StatusReport), string(CollaborationRequest), string(CollaborationResponse),
+	string(IntroductionRequest), string(IntroductionResponse), string(TaskAssignment)}
+
+// checkMessageType refuses a message_type that is not one, naming the type
+// it most likely means ("status-report", "StatusReport") and the types
+// there are. "" is general.
+func checkMessageType(t MessageType) error {
+	if t == "" || slices.Contains(messageTypes, string(t)) {
+		return nil
+	}
+	msg := "unknown message_type " + strconvQuote(string(t))
+	if near := nearestKey(string(t), messageTypes); near != "" {
+		msg += ": did you mean " + strconvQuote(near) + "?"
+	} else {
+		msg += "."
+	}
+	return &Error{Code: ErrInvalidMessageFormat, Message: msg + " The types are: " + strings.Join(messageTypes, ", ") + ".", MessageType: t}
 }
 
 func toolPutArtifact(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {

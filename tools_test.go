@@ -1101,3 +1101,27 @@ func TestUnknownToolNamesTheNearest(t *testing.T) {
 		}
 	}
 }
+
+// TestSendMessage_UnknownTypeNamesTheNearest: a message_type that is not
+// one is refused with the type it most likely means and the list of types.
+func TestSendMessage_UnknownTypeNamesTheNearest(t *testing.T) {
+	results := callTools(t, as.Config{}, newInbox().behavior(),
+		toolCall{"send_message", `{"to":"agent-2","message_type":"status-report","payload":{"text":"hi"}}`},
+		toolCall{"send_message", `{"to":"agent-2","message_type":"CollaborationRequest","payload":{"subtask_description":"x"}}`},
+		toolCall{"send_message", `{"to":"agent-2","message_type":"gossip","payload":{"text":"hi"}}`},
+	)
+	const list = ` The types are: general, status_report, collaboration_request, collaboration_response, introduction_request, introduction_response, task_assignment."`
+	want := []string{
+		`unknown message_type \"status-report\": did you mean \"status_report\"?` + list,
+		`unknown message_type \"CollaborationRequest\": did you mean \"collaboration_request\"?` + list,
+		`unknown message_type \"gossip\".` + list,
+	}
+	if len(results) != len(want) {
+		t.Fatalf("%d results, want %d: %q", len(results), len(want), results)
+	}
+	for i, r := range results {
+		if !strings.Contains(r, `"error":"invalid_message_format"`) || !strings.Contains(r, want[i]) {
+			t.Errorf("call %d gave %s, want it to contain %s", i+1, r, want[i])
+		}
+	}
+}
