@@ -377,11 +377,20 @@ func toolSpawn(ctx context.Context, x *Actor, args json.RawMessage) (any, error)
 	if err := decodeArgs("spawn_agent", args, &a); err != nil {
 		return nil, err
 	}
+	if blank(a.RoleID) {
+		return nil, missingArgument("spawn_agent", "roleId", "the ID of a role of yours, which create_role returns")
+	}
 	c, reused, err := x.spawn(ctx, SpawnSpec{RoleID: a.RoleID, Brief: a.TaskBrief, ParentID: a.ParentAgentID, Budget: a.Budget}, true)
 	if err != nil {
 		return nil, err
 	}
 	return spawnResult{c.ID, reused, c.RoleID, c.TaskID}, nil
+}
+
+// missingArgument refuses a call of tool without its argument name, which
+// the tool requires: what describes the value it wants.
+func missingArgument(tool, name, what string) error {
+	return &Error{Code: ErrInvalidArgument, Message: tool + " needs the argument " + strconvQuote(name) + ": " + what, MissingFields: []string{name}}
 }
 
 // spawnResult is what spawn_agent answers, its keys in the order in which
@@ -401,6 +410,9 @@ func toolSend(ctx context.Context, x *Actor, args json.RawMessage) (any, error) 
 	}
 	if err := decodeArgs("send_message", args, &a); err != nil {
 		return nil, err
+	}
+	if blank(a.To) {
+		return nil, missingArgument("send_message", "to", "the ID of the agent to send to")
 	}
 	if err := checkMessageType(a.MessageType); err != nil {
 		return nil, err
@@ -457,17 +469,20 @@ func checkMessageType(t MessageType) error {
 
 func toolPutArtifact(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {
 	var a struct {
-		Name      string `json:"name"`
-		MediaType string `json:"media_type"`
-		Content   string `json:"content"`
+		Name      string  `json:"name"`
+		MediaType string  `json:"media_type"`
+		Content   *string `json:"content"`
 	}
 	if err := decodeArgs("put_artifact", args, &a); err != nil {
 		return nil, err
 	}
+	if a.Content == nil { // "" is an empty artifact, on purpose
+		return nil, missingArgument("put_artifact", "content", "the text to save")
+	}
 	if a.MediaType == "" {
 		a.MediaType = "text/plain; charset=utf-8"
 	}
-	art, err := x.PutArtifact(ctx, ArtifactSpec{Name: a.Name, MediaType: a.MediaType, Data: []byte(a.Content)})
+	art, err := x.PutArtifact(ctx, ArtifactSpec{Name: a.Name, MediaType: a.MediaType, Data: []byte(*a.Content)})
 	if err != nil {
 		return nil, err
 	}
@@ -486,6 +501,9 @@ func toolGetArtifact(ctx context.Context, x *Actor, args json.RawMessage) (any, 
 	}
 	if err := decodeArgs("get_artifact", args, &a); err != nil {
 		return nil, err
+	}
+	if blank(a.Ref) {
+		return nil, missingArgument("get_artifact", "ref", "the artifact's reference, artifact:<id>")
 	}
 	if a.Offset < 0 || a.Limit < 0 {
 		return nil, &Error{Code: ErrInvalidArgument, Message: "offset and limit must not be negative"}
@@ -566,6 +584,9 @@ func toolTerminate(ctx context.Context, x *Actor, args json.RawMessage) (any, er
 	}
 	if err := decodeArgs("terminate_agent", args, &a); err != nil {
 		return nil, err
+	}
+	if blank(a.AgentID) {
+		return nil, missingArgument("terminate_agent", "agentId", "the ID of the descendant to terminate")
 	}
 	if err := x.Terminate(ctx, a.AgentID); err != nil {
 		return nil, err

@@ -1125,3 +1125,41 @@ func TestSendMessage_UnknownTypeNamesTheNearest(t *testing.T) {
 		}
 	}
 }
+
+// TestTools_MissingArgumentsAreNamed: a call without an argument its tool
+// requires is refused naming it, in missing_fields too, where it was taken
+// for an empty ID ("no agent \"\"") or, for put_artifact's content, for an
+// empty artifact, which was stored.
+func TestTools_MissingArgumentsAreNamed(t *testing.T) {
+	brief, _ := json.Marshal(validBrief())
+	results := callTools(t, as.Config{}, newInbox().behavior(),
+		toolCall{"send_message", `{"payload":{"text":"hi"}}`},
+		toolCall{"send_message", `{"to":" ","payload":{"text":"hi"}}`},
+		toolCall{"terminate_agent", `{}`},
+		toolCall{"spawn_agent", `{"taskBrief":` + string(brief) + `}`},
+		toolCall{"get_artifact", `{"offset":10}`},
+		toolCall{"put_artifact", `{"name":"report.md"}`},
+		toolCall{"put_artifact", `{"name":"report.md","content":null}`},
+		toolCall{"put_artifact", `{"name":"empty.txt","content":""}`},
+	)
+	want := []struct{ missing, says string }{
+		{"to", `send_message needs the argument \"to\": the ID of the agent to send to`},
+		{"to", `send_message needs the argument \"to\"`},
+		{"agentId", `terminate_agent needs the argument \"agentId\"`},
+		{"roleId", `spawn_agent needs the argument \"roleId\": the ID of a role of yours, which create_role returns`},
+		{"ref", `get_artifact needs the argument \"ref\"`},
+		{"content", `put_artifact needs the argument \"content\": the text to save`},
+		{"content", `put_artifact needs the argument \"content\"`},
+		{"", `"size":0`},
+	}
+	if len(results) != len(want) {
+		t.Fatalf("%d results, want %d: %q", len(results), len(want), results)
+	}
+	for i, r := range results {
+		var e toolError
+		json.Unmarshal([]byte(r), &e)
+		if w := want[i]; !strings.Contains(r, w.says) || w.missing != "" && (e.Error != string(as.ErrInvalidArgument) || !slices.Equal(e.MissingFields, []string{w.missing})) {
+			t.Errorf("call %d gave %s, want it to contain %s, and missing_fields [%s]", i+1, r, w.says, w.missing)
+		}
+	}
+}
