@@ -1,6 +1,7 @@
 package agentsociety
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -91,6 +92,7 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 	// quiet.go).
 	reached, words := false, ""
 	defer func() { s.noteTurn(m.TaskID, a.info.ID, !reached && words != "", words) }()
+	var failed repeatedFailures
 	for step := 0; step < s.cfg.MaxSteps; step++ {
 		s.trimHistory(ctx, a.info.ID, mem)
 		system, err := s.cachedSystemPrompt(a, mem)
@@ -129,20 +131,65 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		}
 		// A reply whose calls all succeed, one of them with end_turn, ends
 		// the turn: the model need not be called again only to stop.
-		end, failed := false, false
+		end, anyFailed := false, false
+		var stuck *Error
 		for _, call := range reply.ToolCalls {
-			out, ok := s.runTool(ctx, self, call)
+			out, coded := s.runTool(ctx, self, call)
+			ok := coded == nil
 			s.log.LogAttrs(ctx, slog.LevelDebug, "tool call", slog.String("agent", a.info.ID), slog.String("tool", call.Name), slog.String("result", out))
+			// A budget that ran out stops and reports by itself (see
+			// budget.go); the others the model must see to.
+			if !ok && coded.Code != ErrBudgetExhausted {
+				var err *Error
+				if out, err = failed.note(call, out); err != nil && stuck == nil {
+					err.AgentID = a.info.ID
+					stuck = err
+				}
+			}
 			mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: out})
 			end = end || endsTurn(call.Arguments)
-			failed = failed || !ok
+			anyFailed = anyFailed || !ok
 			reached = reached || ok && !reachesNobody(call.Name)
 		}
-		if end && !failed {
+		if stuck != nil {
+			return stuck
+		}
+		if end && !anyFailed {
 			return nil
 		}
 	}
 	return &Error{Code: ErrStepLimit, Message: "the turn used " + itoa(s.cfg.MaxSteps) + " model calls without finishing", AgentID: a.info.ID}
+}
+
+// sameFailures is how many times a turn's model may make one call and
+// have it fail the same way before the turn ends: a model that repeats a
+// call that failed does not see what is wrong, and would spend every step
+// of the turn on it.
+const sameFailures = 3
+
+// repeatedFailures counts the calls of a turn that failed, by the call
+// (its tool and arguments) and the result.
+type repeatedFailures map[string]int
+
+// note counts call, which failed with result, and returns the result the
+// model reads: the second time the same call fails the same way, with a
+// note that says so; the third time, the turn ends, with the error it
+// returns.
+func (f *repeatedFailures) note(call llm.ToolCall, result string) (string, *Error) {
+	if *f == nil {
+		*f = make(repeatedFailures)
+	}
+	key := call.Name + "\x00" + string(bytes.TrimSpace(call.Arguments)) + "\x00" + result
+	(*f)[key]++
+	switch n := (*f)[key]; {
+	case n >= sameFailures:
+		return result, &Error{Code: ErrStepLimit, Message: "the turn was stopped: the model made the same call " + itoa(n) +
+			" times, and it failed the same way each time: " + call.Name + " " + clip(string(call.Arguments), 200) + " gave " + clip(result, 300)}
+	case n == sameFailures-1 && strings.HasSuffix(result, "}"):
+		b, _ := json.Marshal("this same call failed the same way before in this turn, and will again: change what the error names, do something else, or end the turn; if it fails so once more, the turn ends")
+		return result[:len(result)-1] + `,"repeated":` + string(b) + "}", nil
+	}
+	return result, nil
 }
 
 // ensureCallIDs gives each of calls that has no id, or one that a call of

@@ -1188,7 +1188,7 @@ func pingTurn(req *llm.Request) (*llm.Response, bool) {
 	}
 	switch {
 	case results < 3:
-		return call(fmt.Sprint("c", results), "get_artifact", `{}`), true
+		return call(fmt.Sprint("c", results), "get_artifact", fmt.Sprintf(`{"ref":"artifact:c%d"}`, results)), true
 	case results == 3:
 		return call("c3", "send_message", `{"to":"user","payload":{"text":"alive"}}`), true
 	default:
@@ -1897,5 +1897,49 @@ func TestLoop_CallsWithoutIDs(t *testing.T) {
 	}
 	if p := toolPairsProblem(last); p != "" {
 		t.Fatalf("the worker's last request: %s", p)
+	}
+}
+
+// TestLoop_SameFailingCallEndsTheTurn: a model that makes the same call
+// again after it failed is told, the second time, that it failed the same
+// way before; the third time the turn ends, and the parent's report names
+// the call and its error, where the model spent every step of the turn on
+// it and the report said only that the steps ran out. Calls that fail
+// differently do not end the turn.
+func TestLoop_SameFailingCallEndsTheTurn(t *testing.T) {
+	rootInbox := newInbox()
+	const same = `{"to":"agent-99","payload":{"text":"hi"}}`
+	model := llmtest.New(idleOnBrief,
+		llmtest.Rule{Name: "same", SystemContains: "MARK-repeat", LastContains: "SAME", Response: llmtest.Call("send_message", same)},
+		llmtest.Rule{Name: "again", SystemContains: "MARK-repeat", AfterTool: "send_message", Response: llmtest.Call("send_message", same)},
+		llmtest.Rule{Name: "varied", SystemContains: "MARK-repeat", LastContains: "VARIED", Response: llmtest.Call("get_artifact", `{"ref":"artifact:a1"}`)},
+		llmtest.Rule{Name: "varied 2", SystemContains: "MARK-repeat", Times: 1, AfterTool: "get_artifact", Response: llmtest.Call("get_artifact", `{"ref":"artifact:a2"}`)},
+		llmtest.Rule{Name: "varied 3", SystemContains: "MARK-repeat", Times: 1, AfterTool: "get_artifact", Response: llmtest.Call("get_artifact", `{"ref":"artifact:a3"}`)},
+		llmtest.Rule{Name: "varied 4", SystemContains: "MARK-repeat", Times: 1, AfterTool: "get_artifact", Response: llmtest.Call("get_artifact", `{"ref":"artifact:a4"}`)},
+		llmtest.Rule{Name: "report", SystemContains: "MARK-repeat", AfterTool: "get_artifact", Response: llmtest.Call("send_message", `{"to":"root","payload":{"text":"none found"}}`)},
+		llmtest.Rule{Name: "end", SystemContains: "MARK-repeat", Response: llmtest.Say("")},
+	)
+	s := newSociety(t, as.Config{Model: model, Root: rootInbox.behavior()})
+	worker := rootSpawn(t, s, "t1", "repeater", "MARK-repeat", nil)
+
+	first := sendAs(t, s, as.RootID, worker.ID, "SAME")
+	report := recv(t, rootInbox.ch, "the report of the stopped turn")
+	reqs := model.RequestsFor(worker.ID)
+	if n := len(reqs); n != 1+3 {
+		t.Errorf("the turns made %d model calls, want 1 for the brief and 3 for the same call", n)
+	}
+	if _, res := lastCallAndResult(t, reqs[len(reqs)-1]); !strings.Contains(res.Content, `"repeated":"this same call failed the same way before in this turn`) {
+		t.Errorf("the second failure gave %s, want a note that it failed so before", res.Content)
+	}
+	var p as.StatusReportPayload
+	if err := report.Decode(&p); err != nil || report.From != worker.ID || p.Status != string(as.StatusError) || !strings.Contains(p.Text, first.ID) ||
+		!strings.Contains(p.Text, `the model made the same call 3 times, and it failed the same way each time: send_message `+same) ||
+		!strings.Contains(p.Text, `no agent \"agent-99\"`) {
+		t.Fatalf("root got %s, want a status_report with status error naming the call and its error", report.Payload)
+	}
+
+	sendAs(t, s, as.RootID, worker.ID, "VARIED")
+	if m := recv(t, rootInbox.ch, "the answer to VARIED"); m.From != worker.ID || m.Text() != "none found" {
+		t.Fatalf("root got %+v, want %q from %s", m, "none found", worker.ID)
 	}
 }

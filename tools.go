@@ -166,9 +166,9 @@ func (s *Society) buildTools(roleName string) []llm.Tool {
 }
 
 // runTool runs one tool call for x and returns the JSON the model reads,
-// and whether the call succeeded. It never panics: every failure becomes a
-// coded error result.
-func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (result string, ok bool) {
+// and the coded error the call failed with (nil when it succeeded). It
+// never panics: every failure becomes a coded error result.
+func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (result string, coded *Error) {
 	start := time.Now()
 	args := bytes.TrimSpace(call.Arguments)
 	if len(args) == 0 {
@@ -176,7 +176,7 @@ func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (res
 	}
 	object := isJSONObject(args)
 	out, err := s.callTool(ctx, x, call.Name, args, object)
-	result, coded := s.toolOutcome(ctx, x, call.Name, out, err)
+	result, coded = s.toolOutcome(ctx, x, call.Name, out, err)
 	if !s.events.off {
 		e := Event{Kind: EventToolCalled, Task: x.taskID, Agent: x.ID(), Turn: x.turn.id(), Name: call.Name, Duration: time.Since(start)}
 		if len(bytes.TrimSpace(call.Arguments)) > 0 && (object || json.Valid(call.Arguments)) {
@@ -187,7 +187,7 @@ func (s *Society) runTool(ctx context.Context, x *Actor, call llm.ToolCall) (res
 		}
 		s.emit(e)
 	}
-	return result, coded == nil
+	return result, coded
 }
 
 // toolOutcome encodes a tool's result or error for the model, with the
