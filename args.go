@@ -378,12 +378,9 @@ func cutLast(s, sep string) (before, after string, found bool) {
 // containing the other (brief for taskBrief), or within a small edit
 // distance; "" when none is near.
 func nearestKey(key string, known []string) string {
-	norm := func(s string) string {
-		return strings.ToLower(strings.NewReplacer("_", "", "-", "").Replace(s))
-	}
-	nk, best, bestD := norm(key), "", 0
+	nk, best, bestD := normKey(key), "", 0
 	for _, k := range known {
-		n := norm(k)
+		n := normKey(k)
 		d := editDistance(nk, n)
 		switch {
 		case n == nk:
@@ -399,6 +396,12 @@ func nearestKey(key string, known []string) string {
 		return ""
 	}
 	return best
+}
+
+// normKey is s in lower case without '_', '-' and spaces: how nearestKey
+// compares names.
+func normKey(s string) string {
+	return strings.ToLower(strings.NewReplacer("_", "", "-", "", " ", "").Replace(s))
 }
 
 // editDistance is the Levenshtein distance between a and b, in bytes.

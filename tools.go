@@ -393,6 +393,62 @@ func missingArgument(tool, name, what string) error {
 	return &Error{Code: ErrInvalidArgument, Message: tool + " needs the argument " + strconvQuote(name) + ": " + what, MissingFields: []string{name}}
 }
 
+// withIDHint adds to err, when it says that there is no agent id, which
+// of x's contacts the model most likely meant: the one whose ID id holds
+// ("agent-2 (developer)", "@agent-2"), those of the role id names
+// ("developer"), or x's parent ("parent"); or, failing those, where the
+// IDs are to be found. An invented ID is a model's commonest slip.
+func withIDHint(x *Actor, id string, err error) error {
+	var e *Error
+	if !errors.As(err, &e) || e.Code != ErrAgentNotFound || e.AgentID != id {
+		return err
+	}
+	var hint string
+	var ofRole []string
+	contacts := x.Contacts()
+	for _, c := range contacts {
+		if containsID(id, c.ID) {
+			hint = "did you mean " + strconvQuote(c.ID) + "?"
+			break
+		}
+		if normKey(id) == normKey(c.Role) || c.Source == SourceParent && strings.EqualFold(id, string(c.Source)) {
+			ofRole = append(ofRole, c.ID)
+		}
+	}
+	switch {
+	case hint != "":
+	case len(ofRole) == 1:
+		hint = "did you mean " + strconvQuote(ofRole[0]) + "? Give the agent's ID, not its role"
+	case len(ofRole) > 1:
+		hint = "give one agent's ID, not a role: those of yours in it are " + strings.Join(ofRole, ", ")
+	default:
+		hint = "give an agent's ID exactly as your contacts in the system prompt, or the first line of a message, show it"
+	}
+	c := *e
+	c.Message += ": " + hint
+	return &c
+}
+
+// containsID reports whether s holds id as a whole word: "agent-2 (b)"
+// holds agent-2, "agent-21" does not.
+func containsID(s, id string) bool {
+	for i := 0; ; {
+		j := strings.Index(s[i:], id)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(id)
+		if (start == 0 || !isIDByte(s[start-1])) && (end == len(s) || !isIDByte(s[end])) {
+			return true
+		}
+		i = start + 1
+	}
+}
+
+func isIDByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+}
+
 // spawnResult is what spawn_agent answers, its keys in the order in which
 // a map of them would encode.
 type spawnResult struct {
@@ -433,7 +489,7 @@ func toolSend(ctx context.Context, x *Actor, args json.RawMessage) (any, error) 
 	}
 	m, err := x.Send(ctx, Outgoing{To: a.To, Type: a.MessageType, Payload: a.Payload})
 	if err != nil {
-		return nil, err
+		return nil, withIDHint(x, a.To, err)
 	}
 	out := map[string]any{"messageId": m.ID, "to": m.To, "message_type": m.Type, "status": "sent"}
 	if m.Type == CollaborationRequest {
@@ -589,7 +645,7 @@ func toolTerminate(ctx context.Context, x *Actor, args json.RawMessage) (any, er
 		return nil, missingArgument("terminate_agent", "agentId", "the ID of the descendant to terminate")
 	}
 	if err := x.Terminate(ctx, a.AgentID); err != nil {
-		return nil, err
+		return nil, withIDHint(x, a.AgentID, err)
 	}
 	return map[string]any{"agentId": a.AgentID, "status": StatusTerminating}, nil
 }

@@ -1163,3 +1163,34 @@ func TestTools_MissingArgumentsAreNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestSendMessage_UnknownAgentNamesTheNearest: a message to an agent that
+// does not exist is refused with the contact the model most likely meant:
+// the one whose ID it wrote with more ("agent-2 (b)"), the one of the role
+// it named, its parent for "parent"; or with where IDs are shown.
+func TestSendMessage_UnknownAgentNamesTheNearest(t *testing.T) {
+	results := callTools(t, as.Config{}, newInbox().behavior(),
+		toolCall{"send_message", `{"to":"agent-2 (b)","payload":{"text":"hi"}}`},
+		toolCall{"send_message", `{"to":"@agent-2","payload":{"text":"hi"}}`},
+		toolCall{"send_message", `{"to":"B","payload":{"text":"hi"}}`},
+		toolCall{"send_message", `{"to":"parent","payload":{"text":"hi"}}`},
+		toolCall{"send_message", `{"to":"agent-21","payload":{"text":"hi"}}`},
+		toolCall{"terminate_agent", `{"agentId":"agent-2:"}`},
+	)
+	want := []string{
+		`no agent \"agent-2 (b)\": did you mean \"agent-2\"?`,
+		`no agent \"@agent-2\": did you mean \"agent-2\"?`,
+		`no agent \"B\": did you mean \"agent-2\"? Give the agent's ID, not its role`,
+		`no agent \"parent\": did you mean \"root\"?`,
+		`no agent \"agent-21\": give an agent's ID exactly as your contacts in the system prompt, or the first line of a message, show it`,
+		`no agent \"agent-2:\": did you mean \"agent-2\"?`,
+	}
+	if len(results) != len(want) {
+		t.Fatalf("%d results, want %d: %q", len(results), len(want), results)
+	}
+	for i, r := range results {
+		if !strings.Contains(r, `"error":"agent_not_found"`) || !strings.Contains(r, want[i]) {
+			t.Errorf("call %d gave %s, want it to contain %s", i+1, r, want[i])
+		}
+	}
+}
