@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -456,6 +458,14 @@ func argsProblem(err error) string {
 		// A number too large for its Go type (a whole number for an
 		// integer: encoding/json says only "number" for both).
 		return strconvQuote(typ.Field) + " holds a number out of range: " + n + " is too large"
+	}
+	if want == "a whole number" && given == "a number" {
+		// A fraction, or a whole number written as one (1e3, 10.0),
+		// which encoding/json does not take for an integer.
+		if f, err := strconv.ParseFloat(n, 64); err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+			return strconvQuote(typ.Field) + " holds " + n + ", which is not written as a whole number: write it in digits only, as " + strconv.FormatFloat(f, 'f', -1, 64)
+		}
+		return strconvQuote(typ.Field) + " holds " + n + " where a whole number is expected"
 	}
 	return strconvQuote(typ.Field) + " holds " + given + " where " + want + " is expected"
 }

@@ -380,11 +380,36 @@ func toolSpawn(ctx context.Context, x *Actor, args json.RawMessage) (any, error)
 	if blank(a.RoleID) {
 		return nil, missingArgument("spawn_agent", "roleId", "the ID of a role of yours, which create_role returns")
 	}
+	if err := checkBudgetArg(a.Budget); err != nil {
+		return nil, err
+	}
 	c, reused, err := x.spawn(ctx, SpawnSpec{RoleID: a.RoleID, Brief: a.TaskBrief, ParentID: a.ParentAgentID, Budget: a.Budget}, true)
 	if err != nil {
 		return nil, err
 	}
 	return spawnResult{c.ID, reused, c.RoleID, c.TaskID}, nil
+}
+
+// checkBudgetArg refuses a budget argument with a negative field, naming
+// the fields as the model wrote them (Budget's own check names the Go
+// fields, for hosts, and lists them as missing, which they are not).
+func checkBudgetArg(b *Budget) error {
+	if b == nil {
+		return nil
+	}
+	var bad []string
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"input_tokens", b.InputTokens}, {"output_tokens", b.OutputTokens}, {"model_calls", b.ModelCalls}, {"spawns", b.Spawns}} {
+		if f.v < 0 {
+			bad = append(bad, "budget."+f.name)
+		}
+	}
+	if bad == nil {
+		return nil
+	}
+	return &Error{Code: ErrInvalidArgument, Message: "spawn_agent: " + strings.Join(bad, ", ") + " must not be negative: give the child a share of what you have left, or leave a field out to set no limit of the child's own"}
 }
 
 // missingArgument refuses a call of tool without its argument name, which

@@ -686,7 +686,8 @@ func TestNewToolRefusesBadArguments(t *testing.T) {
 		{"trailing garbage", `{"text":"a"} x`, "the arguments are not valid JSON (invalid character 'x' after top-level value, at byte"},
 		{"number for a string", `{"text":42}`, `"text" holds a number where a string is expected`},
 		{"string for an int", `{"max":"3"}`, `"max" holds a string where a whole number is expected`},
-		{"fraction for an int", `{"max":1.5}`, `"max" holds a number where a whole number is expected`},
+		{"fraction for an int", `{"max":1.5}`, `"max" holds 1.5 where a whole number is expected`},
+		{"whole number with an exponent", `{"max":1e3}`, `"max" holds 1e3, which is not written as a whole number: write it in digits only, as 1000`},
 		{"string for a number", `{"ratio":"0.5"}`, `"ratio" holds a string where a number is expected`},
 		{"object for an array", `{"tags":{"a":1}}`, `"tags" holds a JSON object where an array is expected`},
 		{"number in an array", `{"tags":["a",2]}`, `"tags" holds a number where a string is expected`},
@@ -1190,6 +1191,37 @@ func TestSendMessage_UnknownAgentNamesTheNearest(t *testing.T) {
 	}
 	for i, r := range results {
 		if !strings.Contains(r, `"error":"agent_not_found"`) || !strings.Contains(r, want[i]) {
+			t.Errorf("call %d gave %s, want it to contain %s", i+1, r, want[i])
+		}
+	}
+}
+
+// TestArgs_ErrorsSayWhatTheModelWrote: a refusal names the values and keys
+// as the model wrote them: a whole number written with an exponent or a
+// fraction (1e3, 10.0), which was said to be no whole number, and a
+// negative budget field, which was named by its Go name (ModelCalls) and
+// listed as missing.
+func TestArgs_ErrorsSayWhatTheModelWrote(t *testing.T) {
+	brief, _ := json.Marshal(validBrief())
+	results := callTools(t, as.Config{}, newInbox().behavior(),
+		toolCall{"get_artifact", `{"ref":"artifact:a1","limit":1e3}`},
+		toolCall{"get_artifact", `{"ref":"artifact:a1","offset":10.0}`},
+		toolCall{"get_artifact", `{"ref":"artifact:a1","limit":2.5}`},
+		toolCall{"create_role", `{"name":"w","rolePrompt":"work"}`},
+		toolCall{"spawn_agent", `{"roleId":"role-3","taskBrief":` + string(brief) + `,"budget":{"model_calls":-1,"spawns":-2}}`},
+	)
+	want := []string{
+		`bad arguments for get_artifact: \"limit\" holds 1e3, which is not written as a whole number: write it in digits only, as 1000"}`,
+		`bad arguments for get_artifact: \"offset\" holds 10.0, which is not written as a whole number: write it in digits only, as 10"}`,
+		`bad arguments for get_artifact: \"limit\" holds 2.5 where a whole number is expected"}`,
+		`"roleId":"role-3"`,
+		`{"error":"invalid_argument","message":"spawn_agent: budget.model_calls, budget.spawns must not be negative: give the child a share of what you have left, or leave a field out to set no limit of the child's own"}`,
+	}
+	if len(results) != len(want) {
+		t.Fatalf("%d results, want %d: %q", len(results), len(want), results)
+	}
+	for i, r := range results {
+		if !strings.Contains(r, want[i]) {
 			t.Errorf("call %d gave %s, want it to contain %s", i+1, r, want[i])
 		}
 	}
