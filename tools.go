@@ -349,6 +349,7 @@ type roleResult struct {
 	Yours         bool           `json:"yours"`
 	InterfaceSpec *InterfaceSpec `json:"interface_spec,omitempty"`
 	Reused        *bool          `json:"reused,omitempty"`
+	Note          string         `json:"note,omitempty"`
 }
 
 func toolCreateRole(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {
@@ -364,7 +365,11 @@ func toolCreateRole(ctx context.Context, x *Actor, args json.RawMessage) (any, e
 	if err != nil {
 		return nil, err
 	}
-	return roleResult{RoleID: r.ID, Name: r.Name, CreatedBy: r.CreatedBy, Yours: true, Reused: &reused}, nil
+	out := roleResult{RoleID: r.ID, Name: r.Name, CreatedBy: r.CreatedBy, Yours: true, Reused: &reused}
+	if reused && (r.Prompt != a.RolePrompt || a.InterfaceSpec != nil && !a.InterfaceSpec.equal(r.InterfaceSpec)) {
+		out.Note = "you had a role of this name already: it keeps the rolePrompt and interface_spec it was created with, and those you gave now are ignored; to use them, create a role under another name"
+	}
+	return out, nil
 }
 
 func toolSpawn(ctx context.Context, x *Actor, args json.RawMessage) (any, error) {

@@ -1226,3 +1226,22 @@ func TestArgs_ErrorsSayWhatTheModelWrote(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateRole_ReusedRoleSaysWhatItKept: create_role with the name of a
+// role the agent has, and another prompt, says that the role keeps its
+// prompt, where it answered only reused: true, and the model spawned
+// agents on a prompt it had not written.
+func TestCreateRole_ReusedRoleSaysWhatItKept(t *testing.T) {
+	results := callTools(t, as.Config{}, newInbox().behavior(),
+		toolCall{"create_role", `{"name":"w","rolePrompt":"translate"}`},
+		toolCall{"create_role", `{"name":"w","rolePrompt":"translate"}`},
+		toolCall{"create_role", `{"name":"w","rolePrompt":"review translations"}`},
+		toolCall{"create_role", `{"name":"w","rolePrompt":"translate","interface_spec":{"services":"x","input_format":"y","output_format":"z"}}`},
+	)
+	const note = `"note":"you had a role of this name already: it keeps the rolePrompt and interface_spec it was created with, and those you gave now are ignored; to use them, create a role under another name"`
+	for i, r := range results {
+		if want := i >= 2; strings.Contains(r, note) != want || !strings.Contains(r, `"roleId":"role-3"`) {
+			t.Errorf("call %d gave %s; want the note: %v", i+1, r, want)
+		}
+	}
+}
