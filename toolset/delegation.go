@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strconv"
+	"strings"
 	"time"
 
 	as "agentsociety"
@@ -21,18 +22,18 @@ import (
 // delegated tasks. Each call returns new Tools, which the caller may change.
 func Delegation() []as.Tool {
 	return []as.Tool{
-		as.NewTool("delegate_task",
+		strict(as.NewTool("delegate_task",
 			"把一项任务委托给某智能体：立即返回 task_id（pending）；对方完成、失败或超时后，你会收到 collaboration_response。",
 			json.RawMessage(`{"type":"object","properties":{"assignee":{"type":"string"},"description":{"type":"string"},"payload":{"type":"object","description":"任务所需数据"},"timeout_seconds":{"type":"number"}},"required":["assignee","description"]}`),
-			delegate),
-		as.NewTool("complete_task",
+			delegate)),
+		strict(as.NewTool("complete_task",
 			"完成委托给你的任务，把结果交回委托人。",
 			json.RawMessage(`{"type":"object","properties":{"task_id":{"type":"string"},"result":{"type":"object"}},"required":["task_id","result"]}`),
-			complete),
-		as.NewTool("fail_task",
+			complete)),
+		strict(as.NewTool("fail_task",
 			"无法完成委托给你的任务时使用：说明原因与细节，委托人会收到并可升级处理。",
 			json.RawMessage(`{"type":"object","properties":{"task_id":{"type":"string"},"error_message":{"type":"string"},"details":{"type":"object"}},"required":["task_id","error_message"]}`),
-			fail),
+			fail)),
 	}
 }
 
@@ -44,6 +45,9 @@ type delegateArgs struct {
 }
 
 func delegate(ctx context.Context, x *as.Actor, a delegateArgs) (any, error) {
+	if names := blanks("assignee", a.Assignee, "description", a.Description); names != nil {
+		return nil, missing("delegate_task", names...)
+	}
 	t, err := timeout(a.TimeoutSeconds)
 	if err != nil {
 		return nil, err
@@ -61,6 +65,13 @@ type completeArgs struct {
 }
 
 func complete(ctx context.Context, x *as.Actor, a completeArgs) (any, error) {
+	names := blanks("task_id", a.TaskID)
+	if len(a.Result) == 0 || string(a.Result) == "null" {
+		names = append(names, "result")
+	}
+	if names != nil {
+		return nil, missing("complete_task", names...)
+	}
 	if _, err := x.Respond(ctx, a.TaskID, as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: a.Result}); err != nil {
 		return nil, err
 	}
@@ -74,10 +85,25 @@ type failArgs struct {
 }
 
 func fail(ctx context.Context, x *as.Actor, a failArgs) (any, error) {
+	if names := blanks("task_id", a.TaskID, "error_message", a.ErrorMessage); names != nil {
+		return nil, missing("fail_task", names...)
+	}
 	if _, err := x.Respond(ctx, a.TaskID, as.CollaborationResponsePayload{Status: as.StatusError, ErrorMessage: a.ErrorMessage, ResultData: a.Details}); err != nil {
 		return nil, err
 	}
 	return map[string]any{"task_id": a.TaskID, "status": as.StatusError}, nil
+}
+
+// blanks returns the names, of the name, value pairs given, whose values
+// are blank.
+func blanks(pairs ...string) []string {
+	var names []string
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if strings.TrimSpace(pairs[i+1]) == "" {
+			names = append(names, pairs[i])
+		}
+	}
+	return names
 }
 
 // timeout reads an optional timeout_seconds as the built-in

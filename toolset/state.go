@@ -3,6 +3,7 @@ package toolset
 import (
 	"context"
 	"encoding/json"
+	"strings"
 
 	as "agentsociety"
 )
@@ -17,14 +18,14 @@ import (
 // the caller may change.
 func State() []as.Tool {
 	return []as.Tool{
-		as.NewTool("state_get",
+		strict(as.NewTool("state_get",
 			"读取状态：scope=project 为本任务所有智能体共享的状态（需求规格、清单、进度），scope=private 为你自己的。",
 			json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"},"scope":{"type":"string","enum":["project","private"]}},"required":["key"]}`),
-			stateGet),
-		as.NewTool("state_set",
+			stateGet)),
+		strict(as.NewTool("state_set",
 			"写入状态（任意 JSON 值；null 删除该键），会记录写入者。scope 同 state_get。",
 			json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"},"value":{"description":"任意 JSON 值"},"scope":{"type":"string","enum":["project","private"]}},"required":["key","value"]}`),
-			stateSet),
+			stateSet)),
 	}
 }
 
@@ -34,6 +35,9 @@ type stateGetArgs struct {
 }
 
 func stateGet(_ context.Context, x *as.Actor, a stateGetArgs) (any, error) {
+	if strings.TrimSpace(a.Key) == "" {
+		return nil, missing("state_get", "key")
+	}
 	v, ok, err := x.GetState(a.Key, a.Scope)
 	if err != nil {
 		return nil, err
