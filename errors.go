@@ -102,14 +102,16 @@ const (
 	// ErrToolFailed: a tool failed in a way that has no code of its own.
 	ErrToolFailed Code = "tool_failed"
 	// ErrStepLimit: a model-driven agent's turn used Config.MaxSteps model
-	// calls without finishing.
+	// calls without finishing, or its model made the same failing tool
+	// call a third time.
 	ErrStepLimit Code = "step_limit"
 	// ErrModel: the model failed, after retries for transient failures (see
 	// Unwrap; a call past Config.ModelCallTimeout wraps llm.ErrTimeout).
 	ErrModel Code = "model_error"
 	// ErrTruncated: a model-driven agent's model stopped at its output
-	// limit (llm.Response.Truncated) in a reply without tool calls, so the
-	// turn ended with the model's work cut off rather than finished.
+	// limit, or its provider's content filter cut the reply off
+	// (llm.Response.Truncated), in a reply without tool calls, so the turn
+	// ended with the model's work cut off rather than finished.
 	ErrTruncated Code = "model_output_truncated"
 )
 

@@ -119,10 +119,14 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 			// Tool calls still run (one whose arguments were cut off fails
 			// to decode and the model is told so), but a cut-off reply
 			// without any is not taken for the end of the turn.
-			s.log.LogAttrs(ctx, slog.LevelWarn, "model reply truncated at its output limit",
+			cut := "at its output limit"
+			if resp.Filtered {
+				cut = "by the provider's content filter"
+			}
+			s.log.LogAttrs(ctx, slog.LevelWarn, "model reply cut off "+cut,
 				slog.String("agent", a.info.ID), slog.Int("tool_calls", len(reply.ToolCalls)))
 			if len(reply.ToolCalls) == 0 {
-				return &Error{Code: ErrTruncated, Message: "the model's reply was cut off at its output limit before it made a tool call", AgentID: a.info.ID}
+				return &Error{Code: ErrTruncated, Message: "the model's reply was cut off " + cut + " before it made a tool call", AgentID: a.info.ID}
 			}
 		}
 		if len(reply.ToolCalls) == 0 {

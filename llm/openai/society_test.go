@@ -170,8 +170,8 @@ func TestSocietyReportsContentFilter(t *testing.T) {
 	})
 	s := newSociety(t, newModel(t, srv, Config{}), as.Config{})
 	p := report(t, s)
-	if p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrTruncated)) {
-		t.Errorf("report = %+v, want a %s report", p, as.ErrTruncated)
+	if p.Status != string(as.StatusError) || !strings.Contains(p.Text, string(as.ErrTruncated)) || !strings.Contains(p.Text, "content filter") {
+		t.Errorf("report = %+v, want a %s report that names the content filter", p, as.ErrTruncated)
 	}
 	if n := srv.hits.Load(); n != 1 {
 		t.Errorf("%d HTTP requests, want 1", n)
