@@ -123,7 +123,7 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 			if resp.Filtered {
 				cut = "by the provider's content filter"
 			}
-			s.log.LogAttrs(ctx, slog.LevelWarn, "model reply cut off "+cut,
+			s.log.LogAttrs(ctx, slog.LevelWarn, "model reply truncated "+cut,
 				slog.String("agent", a.info.ID), slog.Int("tool_calls", len(reply.ToolCalls)))
 			if len(reply.ToolCalls) == 0 {
 				return &Error{Code: ErrTruncated, Message: "the model's reply was cut off " + cut + " before it made a tool call", AgentID: a.info.ID}
