@@ -1,21 +1,23 @@
 package otel_test
 
+// Tests of the tracer on logs that are not whole or well formed (events
+// missed, missing or in any order), of the content it must not record
+// without the host's consent, and of what it keeps as a society runs on.
+
 import (
 	"fmt"
 	"math/rand/v2"
-	"time"
-
-	"go.opentelemetry.io/otel/trace"
 	"strings"
-
-	"go.opentelemetry.io/otel/codes"
 	"testing"
+	"time"
 
 	as "agentsociety"
 	"agentsociety/otel"
 
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // traceRecorded traces events and returns what the tracer started and
