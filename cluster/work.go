@@ -309,10 +309,12 @@ func (n *Node) serveWork() error {
 				stop()
 			}()
 			resp := n.work(ctx, m.Data)
-			if resp.Err != nil && n.ctx.Err() != nil {
+			if resp.Err != nil && resp.Err.Kind == "canceled" && n.ctx.Err() != nil {
 				// The node is leaving and cut the call short: the leader
 				// makes it again on the agent's next node, as when a node
-				// dies (sendTo reads this as no responders).
+				// dies (sendTo reads this as no responders). A call that
+				// failed on its own is answered with its failure, leaving
+				// or not: it ran, and must not run again.
 				gone := nats.NewMsg(m.Reply)
 				gone.Header.Set("Status", "503")
 				n.nc.PublishMsg(gone)

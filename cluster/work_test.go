@@ -2,6 +2,7 @@ package cluster_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -207,4 +208,47 @@ func recvCtx[T any](t *testing.T, ctx context.Context, ch <-chan T, what string)
 		t.Fatalf("waiting for %s: %v", what, ctx.Err())
 	}
 	panic("unreachable")
+}
+
+// A host tool that fails on its own while its node is leaving (Close) has
+// its error answered, as any other failure: the call ran, and the leader
+// does not make it again on another node. Only a call the leaving node cut
+// short (its context cancelled) is made again.
+func TestHostTool_OwnFailureWhileItsNodeClosesIsNotMadeAgain(t *testing.T) {
+	ctx := hangGuard(t)
+	var runs atomic.Int32
+	started := make(chan string, 1)
+	opts := func(id string) cluster.Options {
+		model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+			last := req.Messages[len(req.Messages)-1]
+			if last.Role != llm.RoleTool {
+				return script.Call("slow", nil), nil
+			}
+			return script.Call("send_message", map[string]any{"to": as.UserID, "payload": map[string]string{"text": last.Content}, "end_turn": true}), nil
+		})
+		return cluster.Options{
+			Config: as.Config{Model: model},
+			Tools: []cluster.Tool{{Name: "slow", Description: "slow", Handler: func(ctx context.Context, c cluster.ToolCall) (any, error) {
+				if runs.Add(1) == 1 {
+					started <- id
+					<-ctx.Done() // its node is leaving
+					return nil, errors.New("the disk is full")
+				}
+				return "done on " + id, nil
+			}}},
+		}
+	}
+	nodes := threeNodes(t, ctx, opts)
+	if _, err := nodes["n0"].SubmitRequirement(ctx, "go"); err != nil {
+		t.Fatal(err)
+	}
+	on := recvCtx(t, ctx, started, "the tool call")
+	nodes[on].Close()
+	m, err := nodes["n0"].WaitForUserMessage(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(m.Text(), "the disk is full") || runs.Load() != 1 {
+		t.Fatalf("the tool's result, the tool having failed on %s as its node closed: %q after %d runs, want its failure after one run", on, m.Text(), runs.Load())
+	}
 }
