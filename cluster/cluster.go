@@ -74,7 +74,8 @@ type Options struct {
 	// society lives in the bucket of that name.
 	Cluster string
 	// NodeID names this node within the cluster: letters, digits, '-' and
-	// '_'. Two live nodes must not share it.
+	// '_'. Two live nodes cannot share it: Join refuses the id of a live
+	// node.
 	NodeID string
 	// Config configures the society the leader runs. Its Store must be nil:
 	// the cluster's store is the bucket. Config.Model and Options.Tools
@@ -168,8 +169,11 @@ func namesOf(cluster string) names {
 // Join makes this process a node of the cluster opts.Cluster on nc,
 // creating the cluster's buckets and streams if they do not exist. A node
 // whose settings differ from those the cluster was started with (see
-// docs/distributed.md for the list) is refused with an error wrapping
-// [ErrIncompatible] that names the first that differs. A connection that
+// docs/distributed.md for the list), or whose NodeID is a live node's, is
+// refused with an error wrapping [ErrIncompatible] that names the first
+// that differs. The id of a node that stopped without [Node.Close] is free
+// once its last heartbeat expires, a lease time after it was sent: Join
+// waits for that within ctx. A connection that
 // is not connected, or a server that does not answer within ctx (or 10
 // seconds if ctx has no deadline), is an error, not a hang. ctx bounds the
 // joining only.
@@ -232,12 +236,19 @@ func Join(ctx context.Context, nc *nats.Conn, opts Options) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: the leases bucket: %w", err)
 	}
+	if err := n.claimID(ctx); err != nil {
+		return nil, err
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.router = newRouter(n)
 	if err := n.start(ctx); err != nil {
 		n.cancel()
 		n.unsubscribe()
 		n.wg.Wait()
+		// The id is free again at once, not a lease time later.
+		dctx, cancel := context.WithTimeout(context.Background(), opts.LeaseTTL)
+		n.leases.Delete(dctx, n.nodeKey())
+		cancel()
 		return nil, err
 	}
 	return n, nil

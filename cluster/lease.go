@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -22,6 +23,51 @@ const leaderKey = "leader"
 
 // nodeKey is the key of this node's heartbeat in the leases bucket.
 func (n *Node) nodeKey() string { return "node." + n.opts.NodeID }
+
+// claimID makes the node's id its own in the cluster, refusing an id that
+// a live node has: it creates the node's heartbeat key. A key that is
+// there already is a live node's if it is renewed (every third of the
+// lease time), and that of a node that stopped without leaving if it
+// expires (a lease time after its last renewal); claimID waits to tell
+// which, within ctx.
+func (n *Node) claimID(ctx context.Context) error {
+	key := n.nodeKey()
+	for {
+		_, err := n.leases.Create(ctx, key, []byte(n.opts.NodeID))
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return fmt.Errorf("cluster: announcing the node: %w", err)
+		}
+		e, err := n.leases.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue // gone meanwhile
+		}
+		if err != nil {
+			return fmt.Errorf("cluster: announcing the node: %w", err)
+		}
+		for seen := e.Revision(); ; {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("cluster: Options.NodeID %q: a node of this id has a heartbeat in cluster %s that did not expire while joining (a node that stopped without leaving keeps it a lease time): %w",
+					n.opts.NodeID, n.opts.Cluster, ctx.Err())
+			case <-time.After(n.opts.LeaseTTL / 6):
+			}
+			e, err := n.leases.Get(ctx, key)
+			if errors.Is(err, jetstream.ErrKeyNotFound) {
+				break // expired: the id is free
+			}
+			if err != nil {
+				return fmt.Errorf("cluster: announcing the node: %w", err)
+			}
+			if e.Revision() != seen {
+				return fmt.Errorf("%w: Options.NodeID %q is the id of a live node of cluster %s: give each node an id of its own",
+					ErrIncompatible, n.opts.NodeID, n.opts.Cluster)
+			}
+		}
+	}
+}
 
 // heartbeat renews the node's heartbeat.
 func (n *Node) heartbeat(ctx context.Context) error {

@@ -152,6 +152,48 @@ func TestJoin_IncompatibleConfiguration(t *testing.T) {
 	join(t, url, name, "n1", cluster.Options{Config: as.Config{MaxAgents: 5}})
 }
 
+// A node that joins with the id of a live node of the cluster is refused
+// with an error wrapping ErrIncompatible that names the id: two nodes of
+// one id would both serve that id's calls. The id is free again once its
+// node has left, and once the heartbeat of a node that stopped without
+// leaving has expired.
+func TestJoin_DuplicateNodeID(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	name := newClusterName()
+	first := join(t, url, name, "n0", cluster.Options{Config: echo()})
+	waitFor(t, ctx, "n0 to lead", func() bool { return first.Leader() == "n0" })
+	opts := withDefaults(cluster.Options{Cluster: name, NodeID: "n0", LeaseTTL: time.Second, Config: echo()})
+	opts.Config.Logger = quiet
+	if n, err := cluster.Join(ctx, connect(t, url), opts); !errors.Is(err, cluster.ErrIncompatible) || !strings.Contains(err.Error(), `"n0"`) {
+		if err == nil {
+			n.Close()
+		}
+		t.Fatalf("Join with the id of a live node: %v, want ErrIncompatible naming the id", err)
+	}
+	if first.Leader() != "n0" {
+		t.Fatalf("the live node n0 sees %q lead, want itself", first.Leader())
+	}
+	first.Close()
+	join(t, url, name, "n0", cluster.Options{Config: echo()}).Close()
+
+	// A node that stopped without leaving leaves its heartbeat until it
+	// expires (here written as a dead node's last): a node of its id
+	// joins once it has.
+	js, err := jetstream.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, name+"_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "node.dead", "dead"); err != nil {
+		t.Fatal(err)
+	}
+	join(t, url, name, "dead", cluster.Options{Config: echo()})
+}
+
 // A user call made while no node can lead fails, when its context ends,
 // with ErrNoLeader.
 func TestUserCall_NoLeader(t *testing.T) {
