@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -112,39 +111,50 @@ func (n *Node) forward(ctx context.Context, req callReq) (callResp, error) {
 // request sends a user call to the leader and waits for its answer, until
 // ctx ends, the node closes, or another node has led for a lease time
 // (lost): the leader that took the call is gone, and its answer with it.
+// It waits in the caller's goroutine, so that nothing of the call outlives
+// Close. An answer that no node serves calls (the server's, or a leader's
+// that is stepping down) is nats.ErrNoResponders.
 func (n *Node) request(ctx context.Context, data []byte) (m *nats.Msg, lost bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, false, err // not sent
+	}
 	was := n.Leader()
-	rctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var gone atomic.Bool
-	go func() {
-		t := time.NewTicker(n.opts.LeaseTTL / 3)
-		defer t.Stop()
-		var since time.Time
-		for {
-			select {
-			case <-rctx.Done():
-				return
-			case <-n.ctx.Done():
-				cancel()
-				return
-			case <-t.C:
-				// Only a leader seen when the call was sent can be seen
-				// gone: with none, the call went to whoever led.
-				if l := n.Leader(); was == "" || l == "" || l == was {
-					since = time.Time{}
-				} else if since.IsZero() {
-					since = time.Now()
-				} else if time.Since(since) >= n.opts.LeaseTTL {
-					gone.Store(true)
-					cancel()
-					return
-				}
+	inbox := n.nc.NewInbox()
+	answer := make(chan *nats.Msg, 1)
+	sub, err := n.nc.ChanSubscribe(inbox, answer)
+	if err != nil {
+		return nil, false, err
+	}
+	defer sub.Unsubscribe()
+	if err := n.nc.PublishRequest(n.names.call, inbox, data); err != nil {
+		return nil, false, err
+	}
+	t := time.NewTicker(n.opts.LeaseTTL / 3)
+	defer t.Stop()
+	var since time.Time
+	for {
+		select {
+		case m := <-answer:
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				return nil, false, nats.ErrNoResponders
+			}
+			return m, false, nil
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		case <-n.ctx.Done():
+			return nil, false, n.ctx.Err()
+		case <-t.C:
+			// Only a leader seen when the call was sent can be seen
+			// gone: with none, the call went to whoever led.
+			if l := n.Leader(); was == "" || l == "" || l == was {
+				since = time.Time{}
+			} else if since.IsZero() {
+				since = time.Now()
+			} else if time.Since(since) >= n.opts.LeaseTTL {
+				return nil, true, errors.New("another node leads")
 			}
 		}
-	}()
-	m, err = n.nc.RequestWithContext(rctx, n.names.call, data)
-	return m, gone.Load(), err
+	}
 }
 
 func (n *Node) isClosed() bool {

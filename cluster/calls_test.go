@@ -6,9 +6,11 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -106,5 +108,76 @@ func TestUserCall_LeaderDiesWithTheCall(t *testing.T) {
 	cmd.Process.Kill()
 	if err := recvCtx(t, ctx, errc, "the call taken by p0, dead, to return"); !errors.Is(err, cluster.ErrUnknownOutcome) {
 		t.Fatalf("the call: %v, want ErrUnknownOutcome", err)
+	}
+}
+
+// goroutinesBy returns the stacks of the goroutines that a function of
+// package cluster whose name starts with prefix started.
+func goroutinesBy(prefix string) []string {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "created by agentsociety/cluster."+prefix) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// A user call waiting on the leader's answer runs in its caller's
+// goroutine and starts none of the node's: nothing of it can outlive
+// Close, which ends the call with as.ErrClosed. Once Close has returned,
+// no goroutine the node started is left.
+func TestUserCall_NoGoroutineOutlivesClose(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	name := newClusterName()
+	nc := connect(t, url)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A leader that is this test: it takes the call and never answers.
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name + "_leases", TTL: time.Minute, Storage: jetstream.MemoryStorage})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Create(ctx, "leader", []byte("ghost")); err != nil {
+		t.Fatal(err)
+	}
+	calls, err := nc.QueueSubscribeSync("agentsociety."+name+".call", "leader")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	n := join(t, url, name, "n0", cluster.Options{Config: echo(), LeaseTTL: time.Minute})
+	waitFor(t, ctx, "n0 to see the ghost lead", func() bool { return n.Leader() == "ghost" })
+	errc := make(chan error, 1)
+	go func() {
+		_, err := n.Agents(context.Background())
+		errc <- err
+	}()
+	if _, err := calls.NextMsgWithContext(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if g := goroutinesBy("(*Node).request"); len(g) > 0 {
+		t.Errorf("a user call in flight runs %d goroutines of its own, which Close does not wait for:\n%s", len(g), strings.Join(g, "\n\n"))
+	}
+	n.Close()
+	if err := recvCtx(t, ctx, errc, "the call to end"); !errors.Is(err, as.ErrClosed) {
+		t.Fatalf("the call in flight as its node closed: %v, want ErrClosed", err)
+	}
+	if g := goroutinesBy(""); len(g) > 0 {
+		t.Fatalf("%d goroutines started by the node outlive Close:\n%s", len(g), strings.Join(g, "\n\n"))
 	}
 }
