@@ -8,10 +8,12 @@ import (
 	"os/exec"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	as "agentsociety"
@@ -179,5 +181,72 @@ func TestUserCall_NoGoroutineOutlivesClose(t *testing.T) {
 	}
 	if g := goroutinesBy(""); len(g) > 0 {
 		t.Fatalf("%d goroutines started by the node outlive Close:\n%s", len(g), strings.Join(g, "\n\n"))
+	}
+}
+
+// A user call that reaches the leader as it steps down (here: it closes)
+// is answered as by a cluster with no leader, so that its node sends it
+// again to the next leader: the one the leader was about to take up, and
+// one still waiting in the leader's connection. Neither is left without an
+// answer, which the caller would wait out as an unknown outcome.
+func TestUserCall_ReachesALeaderSteppingDown(t *testing.T) {
+	ctx := hangGuard(t)
+	ns, err := natstest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { natstest.Stop(ns) })
+	url := ns.ClientURL()
+	name := newClusterName()
+	callSubj := "agentsociety." + name + ".call"
+	// The first call the leader receives waits, before the leader takes it
+	// up, until the leader has stopped taking calls: until the server no
+	// longer sends it any.
+	var first atomic.Bool
+	arrived := make(chan struct{}, 1)
+	cluster.SetCallHook(func() {
+		if !first.CompareAndSwap(false, true) {
+			return
+		}
+		arrived <- struct{}{}
+		for ns.GlobalAccount().SubscriptionInterest(callSubj) && ctx.Err() == nil {
+			time.Sleep(time.Millisecond)
+		}
+	})
+	t.Cleanup(func() { cluster.SetCallHook(nil) })
+
+	a := join(t, url, name, "a", cluster.Options{Config: echo()})
+	waitFor(t, ctx, "a to lead", func() bool { return a.Leader() == "a" })
+	b := join(t, url, name, "b", cluster.Options{Config: echo()})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.SubmitRequirement(ctx, "hello")
+		errc <- err
+	}()
+	recvCtx(t, ctx, arrived, "the leader to receive the call")
+
+	// A second call, sent directly, reaches a's connection behind the
+	// first: a answers a call of the test's sent after it on its work
+	// subject, so it has read it.
+	nc := connect(t, url)
+	replies := make(chan *nats.Msg, 2)
+	inbox := nc.NewInbox()
+	if _, err := nc.ChanSubscribe(inbox, replies); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.PublishRequest(callSubj, inbox, []byte(`{"Op":"agents"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.RequestWithContext(ctx, "agentsociety."+name+".work.a", []byte(`{}`)); err != nil {
+		t.Fatal(err)
+	}
+
+	a.Close()
+	if err := recvCtx(t, ctx, errc, "the first call's answer"); err != nil {
+		t.Fatalf("a call that reached the leader as it stepped down: %v, want it made by the next leader", err)
+	}
+	m := recvCtx(t, ctx, replies, "the second call's answer")
+	if len(m.Data) != 0 || m.Header.Get("Status") != "503" {
+		t.Fatalf("a call waiting for a leader stepping down was answered %q %v, want no responders (503)", m.Data, m.Header)
 	}
 }

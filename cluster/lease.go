@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -224,6 +225,10 @@ func (n *Node) watchLeader() <-chan struct{} {
 	return wake
 }
 
+// testHookCall, when set (by tests), runs as the leader receives a user
+// call, before it takes the call up.
+var testHookCall atomic.Pointer[func()]
+
 // lead runs the society while ctx lasts: it opens the store on the
 // cluster's bucket, claiming it (which fences the previous leader), opens
 // the society on it (which delivers again the pending messages and re-arms
@@ -252,11 +257,26 @@ func (n *Node) lead(ctx context.Context, done chan<- struct{}) {
 		callsMu sync.Mutex
 		stopped bool // set before calls.Wait: no call is counted after
 	)
+	// A call that reaches the leader as it steps down is answered as by a
+	// cluster with no leader, so that its node sends it again, to the
+	// next leader: nothing of it was done.
+	stepping := func() bool {
+		select {
+		case <-st.Fenced():
+			return true
+		default:
+			return stopped || ctx.Err() != nil
+		}
+	}
 	sub, err := n.nc.QueueSubscribe(n.names.call, "leader", func(m *nats.Msg) {
+		if hook := testHookCall.Load(); hook != nil {
+			(*hook)()
+		}
 		callsMu.Lock()
 		defer callsMu.Unlock()
-		if stopped {
-			return // the caller's request times out: its outcome is unknown, and nothing was done
+		if stepping() {
+			n.notLeading(m)
+			return
 		}
 		calls.Add(1)
 		go func() {
@@ -273,16 +293,55 @@ func (n *Node) lead(ctx context.Context, done chan<- struct{}) {
 		case <-st.Fenced():
 			n.log.Error("cluster: another node claimed the society's store: this node stops leading")
 		}
-		sub.Unsubscribe()
 	}
 	callsMu.Lock()
 	stopped = true
 	callsMu.Unlock()
+	var drained <-chan nats.SubStatus
+	switch {
+	case sub == nil:
+	case n.nc.IsConnected():
+		// Drained rather than unsubscribed: the calls the connection
+		// holds for it are delivered, and answered as above, where
+		// unsubscribing would drop them unanswered.
+		drained = sub.StatusChanged(nats.SubscriptionClosed)
+		if err := sub.Drain(); err != nil {
+			sub.Unsubscribe()
+			drained = nil
+		}
+	default:
+		// Not drained while the connection is down: nats.go subscribes
+		// a subscription being drained again when it reconnects, and
+		// then removes it without unsubscribing, which would leave the
+		// server sending calls that nothing answers.
+		sub.Unsubscribe()
+	}
 	calls.Wait()
 	cctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL)
 	defer cancel()
 	if err := s.Close(cctx); err != nil {
 		n.log.Warn("cluster: closing the society", "err", err)
+	}
+	if drained != nil {
+		select {
+		case <-drained:
+		case <-cctx.Done():
+			sub.Unsubscribe() // a connection that went down meanwhile
+		}
+	}
+}
+
+// notLeading answers the user call m as the server answers a request that
+// nothing serves (503, no responders): the caller's node sends it again
+// until a node leads.
+func (n *Node) notLeading(m *nats.Msg) {
+	if m.Reply == "" {
+		return
+	}
+	resp := nats.NewMsg(m.Reply)
+	resp.Header.Set("Status", "503")
+	if err := n.nc.PublishMsg(resp); err != nil {
+		n.log.Warn("cluster: answering a user call as not leading", "err", err)
 	}
 }
 
