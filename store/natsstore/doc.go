@@ -57,7 +57,11 @@
 // Options.MarkerTTL.
 //
 // Durability is the server's: what its stream's storage and replicas keep,
-// this store keeps. Load reads the bucket while holding off this store's
+// this store keeps. On a bucket of several replicas, New turns off direct
+// gets on the bucket's stream and the object store's (any replica answers
+// one, including one that has not yet applied the last writes), so that
+// every read of a key or an artifact is its stream leader's and sees what
+// the store wrote. Load reads the bucket while holding off this store's
 // Applies; writes by other stores meanwhile may show in part. An Apply
 // whose commit goes unanswered (its context ended, the connection
 // dropped) may or may not have taken effect, whole, and so may the

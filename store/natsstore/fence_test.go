@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,4 +315,41 @@ func TestFence_ConformanceReplicated(t *testing.T) {
 	opts := natsstore.Options{Fence: true, Replicas: 3, Storage: jetstream.MemoryStorage}
 	storetest.Run(t, func(t *testing.T) store.Store { return open(t, urls[0], opts) })
 	storetest.RunEventLog(t, func(t *testing.T) store.EventLog { return open(t, urls[0], opts) })
+}
+
+// On a bucket of three replicas, an artifact reads back as soon as
+// PutArtifact has returned, whichever server the store is connected to:
+// a read served by a replica that has not yet applied the write (a direct
+// get, which any replica answers) said it was not found.
+func TestGetArtifact_ReplicatedReadsItsOwnWrites(t *testing.T) {
+	ctx := t.Context()
+	urls := natstest.Cluster(t, 3)
+	opts := natsstore.Options{Bucket: "artifacts", Fence: true, Replicas: 3, Storage: jetstream.MemoryStorage}
+	for i, url := range urls {
+		s := open(t, url, opts) // each claims the bucket from the one before
+		var wg sync.WaitGroup
+		var missed atomic.Int64
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range 50 {
+					id := fmt.Sprintf("s%d-%d-%d", i, g, j)
+					if err := s.PutArtifact(ctx, store.Artifact{ID: id, Name: id, Size: 1, CreatedAt: time.Now()}, []byte("x")); err != nil {
+						t.Error(err)
+						return
+					}
+					if _, data, err := s.GetArtifact(ctx, id); err != nil || string(data) != "x" {
+						if missed.Add(1) == 1 {
+							t.Errorf("artifact %s read back as %q, %v", id, data, err)
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := missed.Load(); n > 0 {
+			t.Errorf("on server %d, %d of 400 artifacts did not read back after PutArtifact", i, n)
+		}
+	}
 }

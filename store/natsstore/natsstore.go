@@ -310,7 +310,43 @@ func (s *Store) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if s.replicated {
+		if err := s.readFromLeaders(ctx, "KV_"+o.Bucket, "OBJ_"+objects); err != nil {
+			return err
+		}
+	}
 	return s.openEvents(ctx, js)
+}
+
+// readFromLeaders makes the streams of the bucket and of the object store,
+// of several replicas, answer the reads of a message from their leaders,
+// not with direct gets, which any replica answers, one that has not yet
+// applied the last writes too: a store must read what it wrote (an
+// artifact it has just put, the fence key it has just claimed, the keys it
+// learns again after a refused write). It binds the bucket and the object
+// store again, to read as their streams now say.
+func (s *Store) readFromLeaders(ctx context.Context, streams ...string) error {
+	for _, name := range streams {
+		strm, err := s.js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		if cfg := strm.CachedInfo().Config; cfg.AllowDirect {
+			cfg.AllowDirect = false
+			if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("reading %s from its leader: %w", name, err)
+			}
+		}
+	}
+	var err error
+	if s.kv, err = s.js.KeyValue(ctx, s.opts.Bucket); err != nil {
+		return err
+	}
+	if s.stream, err = s.js.Stream(ctx, "KV_"+s.opts.Bucket); err != nil {
+		return err
+	}
+	s.obs, err = s.js.ObjectStore(ctx, s.opts.Bucket+"_artifacts")
+	return err
 }
 
 // bound returns ctx with the store's Timeout as its deadline if it has
