@@ -25,7 +25,10 @@ import (
 // its second refusal for the pattern tells the agents' parent (user, for a
 // lead) with a status_report, once until the pattern is broken. Only
 // model-driven agents' messages to agents are watched: not user's
-// conversation, not code's, not the society's own.
+// conversation, not code's, not the society's own, except that the
+// society's report of an agent's failed turn counts, in a ping-pong, as
+// the agent's answer: a parent that answers each failure of its child
+// with another "try again" loops with it too.
 
 // LoopGuard configures the loop guard. The zero value is on, with the
 // defaults.
@@ -135,6 +138,13 @@ func (s *Society) commitLoop(p *pendingSend) {
 		s.progressed(m.To)
 		return
 	}
+	if p.own && m.To != UserID && p.from != nil && !s.cfg.LoopGuard.Off && failureReport(m) {
+		// The society's report of a failed turn is the failing agent's
+		// answer: a parent that answers each with "try again" is in a
+		// ping-pong with it, however it words the retries.
+		s.countRound(m)
+		return
+	}
 	if !s.guarded(p) {
 		return
 	}
@@ -149,6 +159,14 @@ func (s *Society) commitLoop(p *pendingSend) {
 		*r = talk{hash: h, epoch: e}
 	}
 	r.n++
+	s.countRound(m)
+}
+
+// countRound counts m in the ping-pong of its sender and receiver: an
+// answer, when the receiver sent the pair's last message. Called with s.mu
+// held.
+func (s *Society) countRound(m *Message) {
+	l := &s.loops
 	k := pairOf(m.From, m.To)
 	t := l.pairs[k]
 	if t == nil {
@@ -162,6 +180,16 @@ func (s *Society) commitLoop(p *pendingSend) {
 		t.n++ // an answer
 	}
 	t.last = m.From
+}
+
+// failureReport reports whether m is the society's report, on an agent's
+// behalf, that a turn of the agent failed (see Society.reportFailure).
+func failureReport(m *Message) bool {
+	if m.Type != StatusReport {
+		return false
+	}
+	var p StatusReportPayload
+	return m.Decode(&p) == nil && p.Status == string(StatusError)
 }
 
 // hash sums what m says: its type and payload, a collaboration request's

@@ -184,3 +184,58 @@ func TestLoopGuard_RootsLoopIsReported(t *testing.T) {
 	}
 	t.Fatalf("root's messages were refused %d times by the loop guard; nobody was told", refusals)
 }
+
+// TestLoopGuard_RetryingAFailingChild: a model-driven lead that answers each
+// failure report of its child (sent by the society on the child's behalf)
+// with another "try again", worded a little differently each time, is in a
+// ping-pong with the child as much as if the child had written the reports
+// itself: after LoopGuard.Rounds of them with no progress, the next retry
+// is refused with loop_detected, where it went on until the child stopped
+// failing (or, with a budget, until the budget ran out).
+func TestLoopGuard_RetryingAFailingChild(t *testing.T) {
+	ctx := context.Background()
+	const rounds, patience = 3, 30
+	var child string
+	var n int
+	model := llmtest.New(idleOnBrief,
+		llmtest.Rule{Name: "after a send", AfterTool: "send_message", Response: llmtest.Say("")},
+		llmtest.Rule{Name: "retry", When: func(req *llm.Request) bool {
+			last := req.Messages[len(req.Messages)-1].Content
+			return child != "" && strings.Contains(last, child) && strings.Contains(last, "error")
+		}, Reply: func(req *llm.Request) (*llm.Response, error) {
+			n++
+			return call(fmt.Sprint("r", n), "send_message", fmt.Sprintf(`{"to":%q,"payload":{"text":"try again, attempt %d"}}`, child, n+1)), nil
+		}},
+	)
+	attempts := make(chan int, patience+1)
+	var tries int
+	s := newSociety(t, as.Config{Model: model, LoopGuard: as.LoopGuard{Rounds: rounds}, Root: noop})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", nil).ID)
+	role, _, err := lead.CreateRole(ctx, as.RoleSpec{Name: "worker", Prompt: "work"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := spawnWith(t, s, lead, role.ID, as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
+		if m.Type == as.TaskAssignment {
+			return nil
+		}
+		tries++
+		attempts <- tries
+		if tries >= patience {
+			return nil // gives in at last, so that the test ends on the old code too
+		}
+		return fmt.Errorf("the tool is down (attempt %d)", tries)
+	}))
+	child = c.ID()
+	if _, err := lead.SendText(ctx, child, "do the work"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, attempts, "the child's first attempt")
+	waitQuiet(t, s)
+	if tries > rounds+1 {
+		t.Errorf("the lead had its failing child try %d times; the loop guard let it go on past %d rounds", tries, rounds)
+	}
+	if !hasEvent(t, s, as.EventLoopDetected) {
+		t.Error("no loop_detected event")
+	}
+}
