@@ -113,9 +113,10 @@ type ledger struct {
 	key      string // "task:<id>" or "agent:<id>"
 	budget   Budget
 	spent    counts
-	reserved counts // charged for calls in flight, not yet settled
-	told     bool   // the budget's running out was reported (since the society opened)
-	retiring bool   // a task's: queued to be forgotten, its task having ended (see prune.go)
+	reserved counts    // charged for calls in flight, not yet settled
+	told     bool      // the budget's running out was reported (since the society opened)
+	retiring bool      // a task's: queued to be forgotten, its task having ended (see prune.go)
+	quiet    time.Time // a task's: when the task last went quiet (see idler); zero if it has not since the society opened
 	// stopped are the agents whose model calls it refused since it was
 	// last raised, in the order refused: a raise wakes them (see wake).
 	stopped []halt

@@ -19,9 +19,11 @@ import (
 // (see quiet.go) are forgotten then, so that memory does not grow with the
 // number of tasks ever run. A task with agents ends when the last of them
 // is forgotten, Retention after it ended; one that never had any (root
-// answered it alone) is queued when it goes quiet, and forgotten Retention
-// later unless it has agents or work in flight by then. A message on a
-// forgotten task starts it afresh, with the default budget.
+// answered it alone) is queued when it goes quiet. Either is forgotten
+// only once it has been quiet for Retention: one that got work meanwhile
+// and went quiet again is queued again, for Retention after that, so that
+// a conversation that goes on keeps its budget and what it spent. A
+// message on a forgotten task starts it afresh, with the default budget.
 //
 // The store is not told: store.Store has no way to delete a request or an
 // agent, so it keeps them, and a society reopened on it forgets them again
@@ -37,18 +39,23 @@ type retiree struct {
 }
 
 // retireTask queues task, which went quiet and has no agents, to be
-// forgotten, unless it is queued already or has nothing to forget. Called
-// with s.mu held.
+// forgotten Retention after it went quiet, unless it is queued already or
+// has nothing to forget. Called with s.mu held.
 func (s *Society) retireTask(task string) {
 	if l := s.ledgers["task:"+task]; l != nil && !l.retiring && s.cfg.Retention >= 0 {
 		l.retiring = true
-		s.retire(retiree{task: task})
+		from := l.quiet
+		if from.IsZero() {
+			from = time.Now()
+		}
+		s.retireFrom(retiree{task: task}, from)
 	}
 }
 
 // endTask forgets task's ledger and activity if it has ended: the society
-// holds none of its agents and nothing of it is in flight. Called with
-// s.mu held.
+// holds none of its agents, nothing of it is in flight, and it went quiet
+// Retention ago or more; one that went quiet since is queued again (see
+// retireTask). Called with s.mu held.
 func (s *Society) endTask(task string) {
 	if s.taskAgents[task] > 0 {
 		return
@@ -56,6 +63,10 @@ func (s *Society) endTask(task string) {
 	t := s.tasks[task]
 	if t != nil && t.busy > 0 {
 		return // idler queues it when it goes quiet
+	}
+	if l := s.ledgers["task:"+task]; l != nil && time.Since(l.quiet) < s.cfg.Retention {
+		s.retireTask(task) // in use lately: kept for Retention after
+		return
 	}
 	delete(s.ledgers, "task:"+task)
 	if t != nil {
@@ -71,12 +82,21 @@ func (s *Society) retireRequest(r *request) { s.retire(retiree{request: r}) }
 // held.
 func (s *Society) retireAgent(a *agent) { s.retire(retiree{agent: a}) }
 
-func (s *Society) retire(e retiree) {
+func (s *Society) retire(e retiree) { s.retireFrom(e, time.Now()) }
+
+// retireFrom queues e to be forgotten Retention after from, keeping the
+// queue in the order things fall due. Called with s.mu held.
+func (s *Society) retireFrom(e retiree, from time.Time) {
 	if s.cfg.Retention < 0 {
 		return
 	}
-	e.due = time.Now().Add(s.cfg.Retention)
-	s.retired = append(s.retired, e)
+	e.due = from.Add(s.cfg.Retention)
+	// Mostly the last: from is now, but for a task that went quiet earlier.
+	i := len(s.retired)
+	for i > 0 && s.retired[i-1].due.After(e.due) {
+		i--
+	}
+	s.retired = slices.Insert(s.retired, i, e)
 	s.armPrune()
 }
 

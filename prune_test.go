@@ -9,6 +9,7 @@ import (
 	"time"
 
 	as "agentsociety"
+	"agentsociety/llm"
 	"agentsociety/store"
 
 	"github.com/google/go-cmp/cmp"
@@ -339,5 +340,36 @@ func TestRetention_EndedTaskIsForgotten(t *testing.T) {
 		if got := s.Tasks(); len(got) != 0 {
 			t.Fatalf("Tasks = %+v after they ended", got)
 		}
+	}
+}
+
+// TestRetention_TaskInUseIsNotForgotten: a task root answers alone is
+// forgotten Config.Retention after it last went quiet, not after the first
+// time: a conversation that goes on keeps what it spent, where it was
+// forgotten Retention after the first answer, between two messages, and
+// started afresh with nothing spent and the default budget.
+func TestRetention_TaskInUseIsNotForgotten(t *testing.T) {
+	ctx := context.Background()
+	model := llm.ModelFunc(func(context.Context, *llm.Request) (*llm.Response, error) {
+		return call("a", "send_message", `{"to":"user","payload":{"text":"ok"},"end_turn":true}`), nil
+	})
+	s := newSociety(t, as.Config{Retention: retention, Model: model, Logger: quiet})
+	inbox := userInbox(s)
+	const task = "chat"
+	if err := s.SetBudget(ctx, task, as.Budget{ModelCalls: 1000}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := int64(1); time.Since(start) < 2*retention; i++ {
+		if _, err := s.SendTextToAgent(ctx, as.RootID, "hello "+strconv.FormatInt(i, 10), task); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, inbox, "root's answer")
+		waitQuiet(t, s)
+		u, ok := s.Usage(task)
+		if !ok || u.ModelCalls != i || u.Budget.ModelCalls != 1000 {
+			t.Fatalf("after %d answers, %v into the conversation, the task's usage is %+v (ok %v): it was forgotten while in use", i, time.Since(start).Round(time.Millisecond), u, ok)
+		}
+		time.Sleep(10 * time.Millisecond) // a pace, not a wait: the conversation goes on
 	}
 }

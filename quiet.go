@@ -77,6 +77,9 @@ func (s *Society) idler(task string) {
 	if t.busy--; t.busy > 0 {
 		return
 	}
+	if l := s.ledgers["task:"+task]; l != nil {
+		l.quiet = time.Now() // kept for Retention from now, once it has no agents (see prune.go)
+	}
 	if t.awaiting && t.modelled && !s.closed.Load() {
 		s.goFunc(func() { s.reportQuiet(task) })
 		return
