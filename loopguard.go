@@ -26,9 +26,10 @@ import (
 // lead) with a status_report, once until the pattern is broken. Only
 // model-driven agents' messages to agents are watched: not user's
 // conversation, not code's, not the society's own, except that the
-// society's report of an agent's failed turn counts, in a ping-pong, as
-// the agent's answer: a parent that answers each failure of its child
-// with another "try again" loops with it too.
+// society's report of an agent's failed turn, and the outcome of a request
+// to it that timed out, count in a ping-pong as the agent's answer: a
+// parent that answers each failure of its child with another "try again",
+// or asks again each time it does not answer in time, loops with it too.
 
 // LoopGuard configures the loop guard. The zero value is on, with the
 // defaults.
@@ -138,10 +139,7 @@ func (s *Society) commitLoop(p *pendingSend) {
 		s.progressed(m.To)
 		return
 	}
-	if p.own && m.To != UserID && p.from != nil && !s.cfg.LoopGuard.Off && failureReport(m) {
-		// The society's report of a failed turn is the failing agent's
-		// answer: a parent that answers each with "try again" is in a
-		// ping-pong with it, however it words the retries.
+	if s.answerFor(p) {
 		s.countRound(m)
 		return
 	}
@@ -180,6 +178,26 @@ func (s *Society) countRound(m *Message) {
 		t.n++ // an answer
 	}
 	t.last = m.From
+}
+
+// answerFor reports whether p is a message the society sends on an
+// agent's behalf that stands, in a ping-pong, for the agent's answer: the
+// report of its failed turn, or the outcome of a request to it that timed
+// out. A parent that answers each failure with "try again", or asks again
+// each time the helper does not answer in time, loops with it however it
+// words what it sends. Called with s.mu held.
+func (s *Society) answerFor(p *pendingSend) bool {
+	m := &p.msg
+	if s.cfg.LoopGuard.Off || m.To == UserID || s.agents[m.From] == nil {
+		return false
+	}
+	switch {
+	case p.own:
+		return failureReport(m)
+	case p.from == nil: // settled by the society (see settle)
+		return m.Type == CollaborationResponse && p.status == StatusTimeout
+	}
+	return false
 }
 
 // failureReport reports whether m is the society's report, on an agent's

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	as "agentsociety"
 	"agentsociety/llm"
@@ -237,5 +238,37 @@ func TestLoopGuard_RetryingAFailingChild(t *testing.T) {
 	}
 	if !hasEvent(t, s, as.EventLoopDetected) {
 		t.Error("no loop_detected event")
+	}
+}
+
+// TestLoopGuard_ReaskingAfterTimeouts: a model-driven lead that asks a
+// helper that never answers, again and again, each request with a timeout
+// and worded a little differently, gets back each time the society's
+// collaboration_response with status error, on the helper's behalf. That
+// outcome is the helper's answer, as its own rejection would be: after
+// LoopGuard.Rounds of them with no progress, the next request is refused
+// with loop_detected, where the lead could ask for ever.
+func TestLoopGuard_ReaskingAfterTimeouts(t *testing.T) {
+	ctx := context.Background()
+	const rounds, patience = 3, 30
+	model := llmtest.New(llmtest.Rule{Name: "idle", Response: llmtest.Say("")})
+	s := newSociety(t, as.Config{Model: model, LoopGuard: as.LoopGuard{Rounds: rounds}, Root: noop})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", nil).ID)
+	role, _, err := lead.CreateRole(ctx, as.RoleSpec{Name: "helper", Prompt: "help"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	helper := spawnWith(t, s, lead, role.ID, noop) // never answers
+	asked := 0
+	for ; asked < patience; asked++ {
+		_, err := lead.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: fmt.Sprint("please do it, attempt ", asked+1)}, time.Millisecond)
+		if err != nil {
+			wantCode(t, err, as.ErrLoopDetected)
+			break
+		}
+		waitQuiet(t, s) // the timeout's outcome has reached the lead
+	}
+	if asked > rounds+1 {
+		t.Errorf("the lead asked a helper that never answers %d times; the loop guard let it go on past %d rounds", asked, rounds)
 	}
 }
