@@ -105,8 +105,9 @@ func (s *Society) isAncestor(ancestor string, a *agent) bool {
 	return false
 }
 
-// finishTermination ends a and its descendants, after a's handoff turn, and
-// settles the requests to them that are still pending. If recording the
+// finishTermination ends a and its descendants, after a's handoff turn,
+// settles the requests to them that are still pending, and stops the timers
+// of those they made. If recording the
 // termination fails, the agents stay terminating until the society is
 // opened again.
 func (s *Society) finishTermination(ctx context.Context, a *agent) *Error {
@@ -130,10 +131,17 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) *Error {
 				ends[e.info.ID] = true
 			}
 			for _, r := range s.requests {
-				if r.waiter != nil && ends[r.from] { // blocked in Collaborate: it ends too
+				if !ends[r.from] {
+					continue
+				}
+				if r.waiter != nil { // blocked in Collaborate: it ends too
 					r.waiter <- Message{}
 					r.waiter = nil
 				}
+				// Nobody is left to tell that its request timed out, or
+				// to report it stuck: its timers stop, so that they do
+				// not keep the task running.
+				s.stopTimer(r)
 			}
 			for _, e := range list {
 				e.info.Status = StatusTerminated
