@@ -373,3 +373,32 @@ func TestRetention_TaskInUseIsNotForgotten(t *testing.T) {
 		time.Sleep(10 * time.Millisecond) // a pace, not a wait: the conversation goes on
 	}
 }
+
+// TestRetention_QuietTaskIsForgotten: a task root answered alone, in words
+// that reached nobody, goes quiet unanswered and user is told; it has
+// ended, and is forgotten Config.Retention later like any other, where it
+// was kept for the society's life.
+func TestRetention_QuietTaskIsForgotten(t *testing.T) {
+	ctx := context.Background()
+	model := llm.ModelFunc(func(context.Context, *llm.Request) (*llm.Response, error) {
+		return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, Content: "I would answer, but I only think aloud."}}, nil
+	})
+	s := newSociety(t, as.Config{Retention: retention, Model: model, Logger: quiet})
+	inbox := userInbox(s)
+	task, err := s.SubmitRequirement(ctx, "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := recv(t, inbox, "the quiet report")
+	var p as.StatusReportPayload
+	if m.Decode(&p) != nil || p.Status != as.StatusQuiet {
+		t.Fatalf("user got %+v (%s)", m, m.Payload)
+	}
+	if _, ok := s.Usage(task); !ok {
+		t.Fatal("the task has no ledger once reported quiet")
+	}
+	waitFor(t, "the quiet task to be forgotten", func() bool {
+		_, ok := s.Usage(task)
+		return !ok && len(s.Tasks()) == 0
+	})
+}

@@ -80,12 +80,12 @@ func (s *Society) idler(task string) {
 	if l := s.ledgers["task:"+task]; l != nil {
 		l.quiet = time.Now() // kept for Retention from now, once it has no agents (see prune.go)
 	}
+	if s.taskAgents[task] == 0 {
+		s.retireTask(task) // it may have ended (see prune.go), reported or not
+	}
 	if t.awaiting && t.modelled && !s.closed.Load() {
 		s.goFunc(func() { s.reportQuiet(task) })
 		return
-	}
-	if s.taskAgents[task] == 0 {
-		s.retireTask(task) // it may have ended (see prune.go)
 	}
 	// Nothing to watch while the task is quiet. Its entry is kept for the
 	// next message, so that a busy task does not make and drop one per
