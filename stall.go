@@ -15,9 +15,9 @@ import (
 // agent of the task has messages in hand or queued, the task has stalled:
 // a behaviour or a tool hangs, or an agent's queue does not move. User is
 // told once, and the parent of each agent it waits for, below its lead;
-// the next delivery of the task's messages ends the episode. The
-// watchdog's own reports to parents are no activity, so that they do not
-// end the episode they report.
+// the next delivery of the task's messages to an agent ends the episode.
+// The watchdog's own reports to parents are no activity, so that they do
+// not end the episode they report, nor are deliveries to user.
 
 // armStall starts t's watchdog timer, unless the watchdog is off or the
 // society is closed. Called with s.mu held: the timer is counted in s.wg
@@ -46,10 +46,13 @@ func (s *Society) stopStall(t *activity) {
 // touch counts the delivery of m, which begins, as activity of its task:
 // it ends a stall, and arms the watchdog if it is not. The watchdog's own
 // report (report, which the caller works out before it takes s.mu, as that
-// decodes m) is no activity. Called with s.mu held.
+// decodes m) is no activity, nor is a delivery to user: the host takes
+// what user is sent, and the task's agents are where they were (a lead
+// that tells user of a stall would otherwise end the stall it tells of,
+// to be told of it again). Called with s.mu held.
 func (s *Society) touch(m *Message, report bool) {
 	t := s.tasks[m.TaskID]
-	if t == nil || report {
+	if t == nil || report || m.To == UserID {
 		return
 	}
 	t.ticks++

@@ -226,3 +226,62 @@ func TestWatchdog_NoStallForATaskThatOnlyWaitsForATimeout(t *testing.T) {
 		return
 	}
 }
+
+// TestWatchdog_AMessageToUserIsNoProgress: a lead told that its worker
+// stalled tells user so. That message's delivery to user is not the task
+// moving: the worker still hangs, and the stall, reported once, is not
+// reported again, where each such message started a new episode, reported
+// StuckAfter later, which the lead told user of again, for as long as the
+// worker hung.
+func TestWatchdog_AMessageToUserIsNoProgress(t *testing.T) {
+	ctx := context.Background()
+	const after = 50 * time.Millisecond
+	s := newSociety(t, as.Config{Root: noop, StuckAfter: after, Logger: quiet})
+	inbox := userInbox(s)
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		var p as.StatusReportPayload
+		if m.Decode(&p) == nil && p.Status == as.StatusStalled {
+			_, err := self.SendText(ctx, as.UserID, "my worker is stuck; I am waiting for it")
+			return err
+		}
+		return nil
+	})).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "worker"})
+	release := make(chan struct{})
+	defer close(release)
+	worker := spawnWith(t, s, lead, role.ID, as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		if m.Text() == "hang" {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}))
+	sendAs(t, s, lead.ID(), worker.ID(), "hang")
+	stalls := 0
+	for told := false; !told; {
+		m := recv(t, inbox, "the stall report and the lead's message to user")
+		var p as.StatusReportPayload
+		if m.Decode(&p) == nil && p.Status == as.StatusStalled {
+			stalls++
+		}
+		told = m.From == lead.ID()
+	}
+	// The watchdog looks again once, for the report to the lead, and
+	// then no more; a second report would come within two looks.
+	waitFor(t, "the watchdog to stop looking", func() bool { return !s.StallWatched("t") })
+	for deadline := time.Now().Add(4 * after); time.Now().Before(deadline); {
+		select {
+		case m := <-inbox:
+			var p as.StatusReportPayload
+			if m.Decode(&p) == nil && p.Status == as.StatusStalled {
+				stalls++
+			}
+		case <-time.After(time.Until(deadline)):
+		}
+	}
+	if stalls != 1 {
+		t.Errorf("user was told %d times that the task stalled, for one worker that hung once", stalls)
+	}
+}
