@@ -92,7 +92,8 @@ type Config struct {
 	//     requester's parent (user, for a lead), from the requester, with
 	//     status StatusStuck;
 	//   - a task with messages queued or being handled, none of whose
-	//     messages began to be handled in that time: to user, from root,
+	//     messages began to be handled by an agent in that time (a message
+	//     reaching user is not the task moving): to user, from root,
 	//     with status StatusStalled, naming the agents it waits for (those
 	//     of it with messages in hand or queued) and how many each has
 	//     queued; and, for each such agent below a lead, to its parent,
