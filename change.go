@@ -205,11 +205,30 @@ func (s *Society) claimed(c *change) chan struct{} {
 // record writes ch to the store outside the change path, for records that
 // change nothing in memory: the end of a message's handling, an agent's
 // history. An empty change costs nothing.
+//
+// The end of a turn's message is recorded with the turn's history, so that
+// a message found finished after a crash has its turn in the history. When
+// such a record fails, the agent's next history record carries the turn
+// again (see mind.record), and record adds to it the ends the failed one
+// carried: else those messages would stay pending, and a society reopened
+// on the store would handle them again after the turns that followed, with
+// histories that hold them already.
 func (s *Society) record(ctx context.Context, ch store.Change) error {
 	if ch.Empty() {
 		return nil
 	}
-	return s.store.Apply(ctx, ch)
+	var agent string
+	if len(ch.HistoryAppends) > 0 {
+		agent = ch.HistoryAppends[0].AgentID
+		if ids := s.finishing.takeCarried(agent); len(ids) > 0 {
+			ch.Finished = append(ids, ch.Finished...)
+		}
+	}
+	err := s.store.Apply(ctx, ch)
+	if err != nil && agent != "" {
+		s.finishing.carry(agent, ch.Finished)
+	}
+	return err
 }
 
 func errClosed() *Error { return newError(ErrClosed, "the society is closed") }

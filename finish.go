@@ -31,6 +31,10 @@ type finisher struct {
 
 	mu  sync.Mutex
 	ids []string // handled, not yet written
+	// carried holds, by agent, the messages whose end failed to be
+	// recorded with the agent's history: the agent's next history record
+	// carries them (see Society.record).
+	carried map[string][]string
 
 	wake    chan struct{} // has a value when ids may have grown
 	stop    chan struct{} // closed by close
@@ -50,6 +54,29 @@ func (f *finisher) add(id string) {
 	case f.wake <- struct{}{}:
 	default:
 	}
+}
+
+// carry keeps ids, messages of agent whose end failed to be recorded with
+// its history, for the agent's next history record.
+func (f *finisher) carry(agent string, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.carried == nil {
+		f.carried = make(map[string][]string)
+	}
+	f.carried[agent] = ids
+}
+
+// takeCarried returns, and forgets, the messages of agent that carry kept.
+func (f *finisher) takeCarried(agent string) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ids := f.carried[agent]
+	delete(f.carried, agent)
+	return ids
 }
 
 // run writes what add queues until close; then it writes the rest and

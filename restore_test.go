@@ -2568,3 +2568,67 @@ func TestClose_TurnCutShortIsHandledAgain(t *testing.T) {
 		t.Fatalf("reopened, user got %+v (%s): the turn Close cut short was not handled again", m, m.Payload)
 	}
 }
+
+// durableFailingAppends is failingAppends on a store that says it outlives
+// the process, so that the society records there the end of each message.
+type durableFailingAppends struct{ *failingAppends }
+
+func (durableFailingAppends) Volatile() bool { return false }
+
+// TestHistoryAppendThatFailedFinishesItsMessage: on a durable store, the
+// record of a turn (its history and the end of its message) fails; the next
+// turn's record carries that turn's history, and must carry the end of its
+// message too. Else the message stays pending, and the society reopened on
+// the store handles it again, after the turns that came after it, with a
+// history that has the turn already: the model is told it twice.
+func TestHistoryAppendThatFailedFinishesItsMessage(t *testing.T) {
+	ctx := context.Background()
+	requests := make(chan *llm.Request, 16) // a turn handled again does not block Close
+	model := llm.ModelFunc(func(_ context.Context, req *llm.Request) (*llm.Response, error) {
+		requests <- &llm.Request{Messages: slices.Clone(req.Messages)}
+		return llmtest.Say("ok"), nil
+	})
+	fa := &failingAppends{Store: store.NewMemory(), done: make(chan error, 16)}
+	st := durableFailingAppends{fa}
+	s := newSociety(t, as.Config{Store: st, Model: model, Root: noop})
+	worker := rootSpawn(t, s, "t", "worker", "", nil)
+	recv(t, requests, "the model call of the brief's turn")
+	if err := recv(t, fa.done, "the record of the brief's turn"); err != nil {
+		t.Fatal(err)
+	}
+	for _, text := range []string{"one", "two", "three"} {
+		fa.fail.Store(text == "two")
+		if _, err := s.SendTextToAgent(ctx, worker.ID, text, ""); err != nil {
+			t.Fatal(err)
+		}
+		recv(t, requests, "the model call of turn "+text)
+		if err := recv(t, fa.done, "the record of turn "+text); (err != nil) != (text == "two") {
+			t.Fatalf("recording turn %s: %v", text, err)
+		}
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	loaded, err := st.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range loaded.Pending {
+		if m.To == worker.ID {
+			t.Errorf("after the worker handled every message, %s is pending in the store: %s", m.ID, m.Payload)
+		}
+	}
+
+	s = newSociety(t, as.Config{Store: st, Model: model, Root: noop})
+	if _, err := s.SendTextToAgent(ctx, worker.ID, "four", ""); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range recv(t, requests, "the model call after reopening").Messages {
+		got = append(got, string(m.Role)+" "+m.Content[strings.LastIndex(m.Content, "\n")+1:])
+	}
+	want := []string{"user 如需回复，请使用 send_message(to='root', ...)", "assistant ok", "user one", "assistant ok", "user two", "assistant ok", "user three", "assistant ok", "user four"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after reopening the model was sent %q, want %q", got, want)
+	}
+}
