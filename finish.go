@@ -21,6 +21,10 @@ import (
 // change stays small for any store.
 const maxFinishBatch = 256
 
+// maxFinishTries is how many times in a row the finisher tries a change
+// the store fails before it gives the change up.
+const maxFinishTries = 8
+
 // finisher writes behind the records of messages whose handling ended. It
 // is safe for concurrent use. Its goroutine, the one besides the event
 // log's writer that s.wg does not count, starts in New and stops in Close
@@ -28,6 +32,8 @@ const maxFinishBatch = 256
 type finisher struct {
 	store store.Store
 	log   *slog.Logger
+
+	failures int // the failed tries of the change at the queue's front; run's goroutine only
 
 	mu  sync.Mutex
 	ids []string // handled, not yet written
@@ -90,12 +96,21 @@ func (f *finisher) run() {
 		case <-f.stop:
 			stopping = true
 		}
-		f.write(ctx)
+		f.write(ctx, false)
 	}
+	f.write(ctx, true) // what failed above
 }
 
-// write writes every record queued, maxFinishBatch to a change.
-func (f *finisher) write(ctx context.Context) {
+// write writes every record queued, maxFinishBatch to a change. A change
+// that fails goes back to the front of the queue, for the next write: the
+// one the next message handled wakes, or the last, as the society closes.
+// A change is given up after maxFinishTries failures in a row, so that one
+// the store keeps refusing holds up no other, and the last write gives up
+// every change that fails: their messages are delivered again when the
+// society reopens. The queue cannot grow far while the store fails: on a
+// durable store, the messages themselves are accepted only once the store
+// has them.
+func (f *finisher) write(ctx context.Context, last bool) {
 	for {
 		f.mu.Lock()
 		n := min(len(f.ids), maxFinishBatch)
@@ -105,10 +120,27 @@ func (f *finisher) write(ctx context.Context) {
 		if n == 0 {
 			return
 		}
-		if err := f.store.Apply(ctx, store.Change{Finished: ids}); err != nil {
-			// The messages are delivered again when the society reopens.
-			f.log.LogAttrs(ctx, slog.LevelError, "recording handled messages failed", slog.Int("messages", n), slog.String("err", err.Error()))
+		err := f.store.Apply(ctx, store.Change{Finished: ids})
+		if err == nil {
+			f.failures = 0
+			continue
 		}
+		f.failures++
+		if last || f.failures >= maxFinishTries {
+			f.failures = 0
+			f.log.LogAttrs(ctx, slog.LevelError, "recording handled messages failed; they are delivered again when the society reopens",
+				slog.Int("messages", n), slog.String("err", err.Error()))
+			if last {
+				continue
+			}
+			return
+		}
+		f.mu.Lock()
+		f.ids = append(ids, f.ids...)
+		f.mu.Unlock()
+		f.log.LogAttrs(ctx, slog.LevelWarn, "recording handled messages failed; it is tried again with the next",
+			slog.Int("messages", n), slog.String("err", err.Error()))
+		return
 	}
 }
 

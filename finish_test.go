@@ -2,6 +2,8 @@ package agentsociety_test
 
 import (
 	"context"
+	"errors"
+	"sync/atomic"
 	"testing"
 
 	as "agentsociety"
@@ -36,5 +38,71 @@ func TestClose_RecordsEveryHandledMessage(t *testing.T) {
 		if len(loaded.Pending) != 0 {
 			t.Fatalf("after Close, %d handled messages are still pending in the store", len(loaded.Pending))
 		}
+	}
+}
+
+// failingFinishes is an in-memory store, not volatile, whose Applies that
+// only finish messages fail while fail is set; failed receives the ids of
+// each one that failed.
+type failingFinishes struct {
+	store.Store
+	fail   atomic.Bool
+	failed chan []string
+}
+
+func (f *failingFinishes) Apply(ctx context.Context, c store.Change) error {
+	rest := c
+	rest.Finished = nil
+	if f.fail.Load() && len(c.Finished) > 0 && rest.Empty() {
+		f.failed <- c.Finished
+		return errors.New("the store is unreachable for a while")
+	}
+	return f.Store.Apply(ctx, c)
+}
+
+// A write of handled messages' ends that fails is made again: the next
+// one, or Close's, carries them. They were dropped, so that a store that
+// failed once left the messages pending, and a society reopened on it
+// handled them again.
+func TestFinisher_FailedWriteIsMadeAgain(t *testing.T) {
+	ctx := context.Background()
+	st := &failingFinishes{Store: store.NewMemory(), failed: make(chan []string, 16)}
+	st.fail.Store(true)
+	handled := make(chan string, 16)
+	s, closeIt := openSociety(t, as.Config{Store: st, Root: as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		handled <- m.Text()
+		return nil
+	})})
+	if _, err := s.SubmitRequirement(ctx, "first"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, handled, "root's handling of the first requirement")
+	recv(t, st.failed, "the failed write of its end")
+	st.fail.Store(false)
+	if _, err := s.SubmitRequirement(ctx, "second"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, handled, "root's handling of the second requirement")
+	closeIt()
+	if p := pendingTexts(t, st); len(p) != 0 {
+		t.Fatalf("after Close, handled messages pending in the store: %q", p)
+	}
+
+	// The same, with Close's write the first after the failure.
+	st = &failingFinishes{Store: store.NewMemory(), failed: make(chan []string, 16)}
+	st.fail.Store(true)
+	s, closeIt = openSociety(t, as.Config{Store: st, Root: as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		handled <- m.Text()
+		return nil
+	})})
+	if _, err := s.SubmitRequirement(ctx, "only"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, handled, "root's handling of the requirement")
+	recv(t, st.failed, "the failed write of its end")
+	st.fail.Store(false)
+	closeIt()
+	if p := pendingTexts(t, st); len(p) != 0 {
+		t.Fatalf("after Close, handled messages pending in the store: %q", p)
 	}
 }
