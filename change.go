@@ -212,7 +212,9 @@ func (s *Society) claimed(c *change) chan struct{} {
 // again (see mind.record), and record adds to it the ends the failed one
 // carried: else those messages would stay pending, and a society reopened
 // on the store would handle them again after the turns that followed, with
-// histories that hold them already.
+// histories that hold them already. A change that only finishes messages
+// and fails is handed to the finisher, which writes it behind (see
+// finisher): record then reports no error.
 func (s *Society) record(ctx context.Context, ch store.Change) error {
 	if ch.Empty() {
 		return nil
@@ -225,10 +227,27 @@ func (s *Society) record(ctx context.Context, ch store.Change) error {
 		}
 	}
 	err := s.store.Apply(ctx, ch)
-	if err != nil && agent != "" {
+	switch {
+	case err == nil:
+	case agent != "":
 		s.finishing.carry(agent, ch.Finished)
+	case onlyFinishes(&ch) && !s.finishing.closing():
+		// The end of a message is a fact of its own (see store.Store):
+		// written behind, it is tried again, as the ends of handled
+		// messages are (see finisher).
+		for _, id := range ch.Finished {
+			s.finishing.add(id)
+		}
+		return nil
 	}
 	return err
+}
+
+// onlyFinishes reports whether ch does nothing but finish messages.
+func onlyFinishes(ch *store.Change) bool {
+	rest := *ch
+	rest.Finished = nil
+	return len(ch.Finished) > 0 && rest.Empty()
 }
 
 func errClosed() *Error { return newError(ErrClosed, "the society is closed") }

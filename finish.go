@@ -144,6 +144,17 @@ func (f *finisher) write(ctx context.Context, last bool) {
 	}
 }
 
+// closing reports whether close has begun: what add queues then may never
+// be written.
+func (f *finisher) closing() bool {
+	select {
+	case <-f.stop:
+		return true
+	default:
+		return false
+	}
+}
+
 // close stops the goroutine once it has written every record queued. Called
 // once, when no drainer runs.
 func (f *finisher) close() {

@@ -106,3 +106,29 @@ func TestFinisher_FailedWriteIsMadeAgain(t *testing.T) {
 		t.Fatalf("after Close, handled messages pending in the store: %q", p)
 	}
 }
+
+// The record that the host has a message to user is made again when it
+// fails once, as the ends of handled messages are: it was given up, so
+// that the message stayed pending and the host had it again from a society
+// reopened on the store.
+func TestUserMessageEndThatFailedIsRecordedAgain(t *testing.T) {
+	ctx := context.Background()
+	st := &failingFinishes{Store: store.NewMemory(), failed: make(chan []string, 16)}
+	got := make(chan as.Message, 16)
+	s, closeIt := openSociety(t, as.Config{Store: st, Root: noop, OnUserMessage: func(m as.Message) { got <- m }})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "", noop).ID)
+	st.fail.Store(true)
+	m, err := lead.SendText(ctx, as.UserID, "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, got, "the report to user")
+	if ids := recv(t, st.failed, "the failed record that the host has it"); len(ids) != 1 || ids[0] != m.ID {
+		t.Fatalf("the failed record finishes %q, want the report %s", ids, m.ID)
+	}
+	st.fail.Store(false)
+	closeIt()
+	if p := pendingTexts(t, st); len(p) != 0 {
+		t.Fatalf("after Close, messages pending in the store: %q", p)
+	}
+}
