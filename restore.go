@@ -54,6 +54,9 @@ func (s *Society) restore(ctx context.Context) error {
 		s.goFunc(func() { s.drain(a) })
 	}
 	for _, r := range s.requests {
+		if a := s.agents[r.from]; a != nil && a.info.Status == StatusTerminated {
+			continue // nobody is left to tell (see finishTermination)
+		}
 		s.armTimeout(r) // a deadline that passed while the society was down fires at once
 	}
 	for key := range s.ledgers {

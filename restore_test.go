@@ -2632,3 +2632,39 @@ func TestHistoryAppendThatFailedFinishesItsMessage(t *testing.T) {
 		t.Fatalf("after reopening the model was sent %q, want %q", got, want)
 	}
 }
+
+// TestRestore_EndedRequesterStopsWaiting is
+// TestTerminate_EndedRequesterStopsWaiting across a reopening: the timer of
+// a request whose requester was terminated is not armed again, so that it
+// does not keep its task running for an hour to tell an agent that ended.
+func TestRestore_EndedRequesterStopsWaiting(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, st := openFS(t, dir, filestore.SyncEveryRecord, as.Config{Root: noop, Logger: quiet})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
+	w := spawnWith(t, s, lead, role.ID, noop)
+	helper := spawnWith(t, s, lead, role.ID, noop) // never answers
+	if _, err := w.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "help"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Terminate(ctx, w.ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the worker to end", func() bool {
+		a, _ := s.Agent(w.ID())
+		return a.Status == as.StatusTerminated
+	})
+	closeFS(t, s, st)
+
+	s, st = openFS(t, dir, filestore.SyncEveryRecord, as.Config{Root: noop, Logger: quiet})
+	defer closeFS(t, s, st)
+	waitFor(t, "the reopened task to stop running once its only work is a terminated agent's request", func() bool {
+		for _, info := range s.Tasks() {
+			if info.ID == "t" {
+				return info.State != as.TaskRunning
+			}
+		}
+		return false
+	})
+}
