@@ -94,12 +94,20 @@ func play(ctx context.Context, out io.Writer, model llm.Model) (*as.Society, as.
 		return s, as.Message{}, err
 	}
 	// A real model may tell the user about its progress first: wait for the
-	// message that delivers the page.
+	// message that delivers the page, or for one saying that the task
+	// cannot go on (a model that cannot be reached reports a failed turn
+	// within seconds: no use waiting for the deadline).
 	reply, err := s.WaitForUserMessage(ctx, func(m as.Message) bool {
-		return m.TaskID == task && strings.Contains(m.Text(), as.ArtifactRefPrefix)
+		if m.TaskID != task {
+			return false
+		}
+		_, failed := show.Failure(m)
+		return failed || strings.Contains(m.Text(), as.ArtifactRefPrefix)
 	})
 	if err != nil {
 		err = fmt.Errorf("waiting for the answer: %w", err)
+	} else if why, failed := show.Failure(reply); failed {
+		err = fmt.Errorf("the task failed: %s", why)
 	}
 	var org strings.Builder
 	show.WriteOrg(&org, s)

@@ -124,14 +124,20 @@ func play(ctx context.Context, out io.Writer, model llm.Model) (*outcome, error)
 	o.task, err = s.SubmitRequirement(ctx, Requirement)
 	if err == nil {
 		// The user hears of the escalation first; the final report is the
-		// message that names the PR file's artifact.
+		// message that names the PR file's artifact. A report that the task
+		// cannot go on (a model that cannot be reached reports a failed
+		// turn within seconds) ends the wait too.
 		o.report, err = s.WaitForUserMessage(ctx, func(m as.Message) bool {
-			return m.TaskID == o.task && strings.Contains(m.Text(), as.ArtifactRefPrefix)
+			_, failed := show.Failure(m)
+			return m.TaskID == o.task && (failed || strings.Contains(m.Text(), as.ArtifactRefPrefix))
 		})
 		if err != nil {
 			err = fmt.Errorf("waiting for the final report: %w", err)
+		} else if why, failed := show.Failure(o.report); failed {
+			err = fmt.Errorf("the task failed: %s", why)
+		} else {
+			o.ref = script.RefIn(o.report.Text())
 		}
-		o.ref = script.RefIn(o.report.Text())
 	}
 
 	// Close on a context of its own (ctx may be the one that ran out), so

@@ -196,3 +196,24 @@ func WriteTree(w io.Writer, s *as.Society, label func(as.Agent) string) error {
 	_, err := io.WriteString(w, b.String())
 	return err
 }
+
+// Failure reports whether m, a message to user, says that its task cannot
+// go on by itself, and if so what it says: a status_report of a turn that
+// failed (status "error": a model that cannot be reached, a key it
+// refused), of a budget run out, or of a task gone quiet or stalled. A
+// program waiting for a task's answer stops waiting on such a message
+// rather than until its deadline.
+func Failure(m as.Message) (string, bool) {
+	if m.Type != as.StatusReport {
+		return "", false
+	}
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil {
+		return "", false
+	}
+	switch p.Status {
+	case string(as.StatusError), as.StatusBudgetExhausted, as.StatusQuiet, as.StatusStalled:
+		return fmt.Sprintf("%s reported %s: %s", m.From, p.Status, strings.TrimSpace(m.Text())), true
+	}
+	return "", false
+}
