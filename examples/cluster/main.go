@@ -13,6 +13,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -34,7 +35,7 @@ import (
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	if err := run(ctx, os.Stdout); err != nil {
+	if err := run(ctx, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "cluster:", err)
 		os.Exit(1)
 	}
@@ -60,7 +61,11 @@ func (c *calls) model(id string) llm.Model {
 	})
 }
 
-func run(ctx context.Context, out io.Writer) error {
+// run plays the quick start on three nodes, printing to out, and logs the
+// nodes' warnings and errors to logw. Each node is closed before its
+// connection: a leader that closes writes the society's last records to the
+// bucket through it.
+func run(ctx context.Context, out, logw io.Writer) (err error) {
 	dir, err := os.MkdirTemp("", "agentsociety-cluster-")
 	if err != nil {
 		return err
@@ -72,28 +77,27 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	defer natstest.Stop(ns)
 
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logger := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rec := &calls{byNode: map[string]map[string]int{}}
 	var nodes []*cluster.Node
-	defer func() {
-		for _, n := range nodes {
-			n.Close()
-		}
-	}()
 	for _, id := range []string{"n1", "n2", "n3"} {
 		nc, err := nats.Connect(ns.ClientURL())
 		if err != nil {
 			return err
 		}
-		defer nc.Close()
 		n, err := cluster.Join(ctx, nc, cluster.Options{
 			Cluster: "quickstart", NodeID: id, LeaseTTL: 2 * time.Second,
-			Config: as.Config{Model: rec.model(id), Logger: quiet},
+			Config: as.Config{Model: rec.model(id), Logger: logger},
 		})
 		if err != nil {
+			nc.Close()
 			return err
 		}
 		nodes = append(nodes, n)
+		// The node first, then its connection: defers run last in, first
+		// out, and the node needs its connection to close.
+		defer nc.Close()
+		defer func() { err = errors.Join(err, n.Close()) }()
 	}
 
 	task, err := nodes[0].SubmitRequirement(ctx, demo.Requirement)
