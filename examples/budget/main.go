@@ -1,7 +1,8 @@
 // Command budget runs a society on a budget, offline on a scripted model,
-// and prints what each agent spent, as a tree. The user's task may make 12
-// model calls; root gives the lead a share of 10, and the lead gives each of
-// its two writers 3. The writers never stop drafting, so each runs out of
+// and prints what was spent, as a tree: the task, then each agent with a
+// share, counting its descendants' spending with its own. The user's task
+// may make 12 model calls; root gives the lead a share of 10, and the lead
+// gives each of its two writers 3. The writers never stop drafting, so each runs out of
 // its share and tells the lead; the lead then reports to the user.
 package main
 
@@ -13,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	as "agentsociety"
 	"agentsociety/examples/internal/show"
@@ -21,7 +23,9 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Stdout); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := run(ctx, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "budget:", err)
 		os.Exit(1)
 	}
@@ -79,16 +83,23 @@ func model() llm.Model {
 	})
 }
 
-func run(ctx context.Context, out io.Writer) error {
+// run plays the task, printing to out, and closes the society. The
+// society logs each budget that runs out at Warn level, to stderr.
+func run(ctx context.Context, out io.Writer) (err error) {
 	s, err := as.New(ctx, as.Config{
 		Model:      model(),
 		TaskBudget: as.Budget{ModelCalls: 12},
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		return err
 	}
-	defer s.Close(ctx)
+	defer func() {
+		// Close on a context of its own: ctx may be the one that ran out.
+		if cerr := s.Close(context.WithoutCancel(ctx)); err == nil {
+			err = cerr
+		}
+	}()
 	task, err := s.SubmitRequirement(ctx, "Write a short report.")
 	if err != nil {
 		return err
@@ -99,8 +110,12 @@ func run(ctx context.Context, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "user got from %s: %s\n\n", m.From, m.Text())
 
-	// The tree: the task's spending, then each agent's with a share.
-	u, _ := s.Usage(task)
+	// The tree: the task's spending, then each agent's with a share; an
+	// agent's figures include its descendants'.
+	u, ok := s.Usage(task)
+	if !ok {
+		return fmt.Errorf("no usage for task %s", task)
+	}
 	fmt.Fprintf(out, "task %s: %s\n", task, spent(u))
 	return show.WriteTree(out, s, func(a as.Agent) string {
 		if u, ok := s.AgentUsage(a.ID); ok {

@@ -18,7 +18,9 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Stdout); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := run(ctx, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "collaboration:", err)
 		os.Exit(1)
 	}
@@ -42,7 +44,8 @@ var helpers = []struct {
 	}},
 }
 
-func run(ctx context.Context, out io.Writer) error {
+// run plays the flow, printing to out, and closes the society.
+func run(ctx context.Context, out io.Writer) (err error) {
 	outcomes := make(chan as.Message, len(helpers))
 	requester := as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
 		if m.Type == as.CollaborationResponse {
@@ -50,13 +53,22 @@ func run(ctx context.Context, out io.Writer) error {
 		}
 		return nil
 	})
-	s, err := as.New(ctx, as.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	s, err := as.New(ctx, as.Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
 	}
-	defer s.Close(ctx)
+	defer func() {
+		// Close on a context of its own: ctx may be the one that ran out.
+		if cerr := s.Close(context.WithoutCancel(ctx)); err == nil {
+			err = cerr
+		}
+	}()
 
-	root, _ := s.Actor(as.RootID)
+	// The host acts as root to build the organisation.
+	root, err := s.Actor(as.RootID)
+	if err != nil {
+		return err
+	}
 	root = root.WithTask("seed-003")
 	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "requester"})
 	if err != nil {
@@ -67,7 +79,10 @@ func run(ctx context.Context, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	req, _ := s.Actor(r.ID)
+	req, err := s.Actor(r.ID)
+	if err != nil {
+		return err
+	}
 
 	names := map[string]string{} // request id -> helper name
 	for _, h := range helpers {

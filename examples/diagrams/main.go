@@ -13,7 +13,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -37,12 +36,16 @@ func main() {
 
 // run plays the quick start on the demo model and writes its diagrams to
 // the Markdown file at path.
-func run(ctx context.Context, path string) error {
-	s, err := as.New(ctx, as.Config{Model: demo.Model(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+func run(ctx context.Context, path string) (err error) {
+	s, err := as.New(ctx, as.Config{Model: demo.Model(), Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
 	}
-	defer s.Close(context.WithoutCancel(ctx))
+	defer func() {
+		if cerr := s.Close(context.WithoutCancel(ctx)); err == nil {
+			err = cerr
+		}
+	}()
 	task, _, err := demo.Run(ctx, s)
 	if err != nil {
 		return fmt.Errorf("running the quick start: %w", err)
