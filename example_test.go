@@ -9,11 +9,13 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	as "agentsociety"
 	"agentsociety/llm"
 	"agentsociety/llm/llmtest"
+	"agentsociety/store"
 	"agentsociety/store/filestore"
 )
 
@@ -369,7 +371,8 @@ func ExampleNew_fileStore() {
 // A task with a budget of three model calls, driven by a model that never
 // stops working: the fourth call is not made, and user is told once.
 func ExampleWithBudget() {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	busy := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
 		resp := llmtest.Call("console_print", map[string]string{"text": "still working"})
 		resp.Usage = llm.Usage{InputTokens: 1000, OutputTokens: 20}
@@ -393,8 +396,15 @@ func ExampleWithBudget() {
 		return
 	}
 	var report as.StatusReportPayload
-	m.Decode(&report)
-	u, _ := s.Usage(task)
+	if err := m.Decode(&report); err != nil {
+		fmt.Println(err)
+		return
+	}
+	u, ok := s.Usage(task)
+	if !ok {
+		fmt.Println("no such task:", task)
+		return
+	}
 	fmt.Println(report.Status)
 	fmt.Printf("%d calls, %d input tokens, %d output tokens\n", u.ModelCalls, u.InputTokens, u.OutputTokens)
 	// Output:
@@ -417,7 +427,10 @@ func ExampleWithTrace() {
 	if _, err := s.SubmitRequirement(traced, "a calculator"); err != nil {
 		panic(err)
 	}
-	for e := range s.Events(ctx, 1) {
+	for e, err := range s.Events(ctx, 1) {
+		if err != nil {
+			panic(err)
+		}
 		if e.Trace != "" { // the root's own events, if any yet, carry none
 			fmt.Println(e.Kind, e.Trace)
 		}
@@ -425,4 +438,221 @@ func ExampleWithTrace() {
 	// Output:
 	// task_submitted 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
 	// message_accepted 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01
+}
+
+// Your own model is anything with Generate (llm.Model): adapt your
+// provider's client in a few lines. The society calls it for every agent
+// without a Go behaviour, for many agents at once, with the agent's system
+// prompt, its history and the tools it may call; the model answers with
+// text or tool calls, and reports the tokens it used. llm/openai is such an
+// adapter for any OpenAI-compatible endpoint.
+func ExampleConfig_model() {
+	var (
+		mu    sync.Mutex
+		tools []string
+	)
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err // every Model returns promptly once ctx is done
+		}
+		// A real adapter sends req.System, req.Messages and req.Tools to
+		// its provider here, and wraps each failure in llm's error kinds
+		// (llm.ErrRateLimited for a 429, llm.ErrServer for a 5xx, ...) so
+		// that the society retries what is worth retrying.
+		mu.Lock()
+		tools = tools[:0]
+		for _, t := range req.Tools {
+			tools = append(tools, t.Name)
+		}
+		mu.Unlock()
+		return &llm.Response{
+			Message: llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{{
+				ID:        "call-1",
+				Name:      "send_message",
+				Arguments: json.RawMessage(`{"to": "user", "payload": {"text": "hello from my model"}, "end_turn": true}`),
+			}}},
+			Usage: llm.Usage{InputTokens: 1200, OutputTokens: 30},
+		}, nil
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := as.New(ctx, as.Config{Model: model, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close(ctx)
+
+	task, err := s.SubmitRequirement(ctx, "say hello")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	reply, err := s.WaitForUserMessage(ctx, func(m as.Message) bool { return m.TaskID == task })
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	u, _ := s.Usage(task)
+	mu.Lock()
+	defer mu.Unlock()
+	fmt.Println("root's tools:", strings.Join(tools, ", "))
+	fmt.Printf("user got %q from %s\n", reply.Text(), reply.From)
+	fmt.Printf("the task cost %d model call, %d input and %d output tokens\n", u.ModelCalls, u.InputTokens, u.OutputTokens)
+	// Output:
+	// root's tools: find_role_by_name, create_role, spawn_agent, send_message, put_artifact, get_artifact, console_print, terminate_agent
+	// user got "hello from my model" from root
+	// the task cost 1 model call, 1200 input and 30 output tokens
+}
+
+// myStore is a store of your own: store.Store has four methods. This
+// one keeps everything in a store.Memory and counts what it is asked to do;
+// a real one writes to a database. Test an implementation with the
+// conformance suite of package store/storetest:
+//
+//	func TestMyStore(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) store.Store { return newMyStore(t) })
+//	}
+type myStore struct {
+	inner *store.Memory
+
+	mu                  sync.Mutex
+	loads, applies, put int
+}
+
+func (c *myStore) Load(ctx context.Context) (store.State, error) {
+	c.mu.Lock()
+	c.loads++
+	c.mu.Unlock()
+	return c.inner.Load(ctx)
+}
+
+func (c *myStore) Apply(ctx context.Context, ch store.Change) error {
+	c.mu.Lock()
+	c.applies++
+	c.mu.Unlock()
+	return c.inner.Apply(ctx, ch)
+}
+
+func (c *myStore) PutArtifact(ctx context.Context, a store.Artifact, data []byte) error {
+	c.mu.Lock()
+	c.put++
+	c.mu.Unlock()
+	return c.inner.PutArtifact(ctx, a, data)
+}
+
+func (c *myStore) GetArtifact(ctx context.Context, id string) (store.Artifact, []byte, error) {
+	return c.inner.GetArtifact(ctx, id)
+}
+
+// A society keeps its state in the Config.Store it is given: it loads the
+// store once when it opens and writes each change to it. Opened again on
+// the same store, it has the same agents and artifacts. (The store's
+// methods are called with no lock of the society held, so a slow store
+// delays only the operation that wrote to it.)
+func ExampleConfig_store() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := &myStore{inner: store.NewMemory()}
+	cfg := as.Config{Store: st, Logger: slog.New(slog.DiscardHandler)}
+
+	s, err := as.New(ctx, cfg)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	root, err := s.Actor(as.RootID)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "developer"})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	dev, _, err := root.WithTask("task-1").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: &as.TaskBrief{
+		Objective: "a calculator", Constraints: []string{"static page"}, Inputs: "the requirement",
+		Outputs: "an artifact", CompletionCriteria: "it works",
+	}})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	x, err := s.Actor(dev.ID)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	page, err := x.PutArtifact(ctx, as.ArtifactSpec{Name: "calc.html", MediaType: "text/html", Data: []byte("<html></html>")})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := s.Close(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	s, err = as.New(ctx, cfg) // the same store: the same society
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close(ctx)
+	a, _ := s.Agent(dev.ID)
+	art, _, err := s.GetArtifact(ctx, page.Ref())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	fmt.Printf("reopened: %s on task %s; %s by %s\n", a.ID, a.TaskID, art.Name, art.CreatedBy)
+	fmt.Printf("the store was loaded %d times and given %d artifact; changes were applied: %v\n", st.loads, st.put, st.applies > 0)
+	// Output:
+	// reopened: agent-1 on task task-1; calc.html by agent-1
+	// the store was loaded 2 times and given 1 artifact; changes were applied: true
+}
+
+// OnUserMessage passes every message to user to a callback, as it is
+// delivered, from the society's goroutines: the callback must not block
+// for long, and must be safe for concurrent use. Here a code-driven root
+// answers each requirement at once.
+func ExampleSociety_OnUserMessage() {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	root := as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		_, err := self.SendText(ctx, as.UserID, "on it: "+m.Text())
+		return err
+	})
+	s, err := as.New(ctx, as.Config{Root: root, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer s.Close(ctx)
+
+	got := make(chan as.Message, 1)
+	unregister := s.OnUserMessage(func(m as.Message) {
+		select {
+		case got <- m:
+		default: // never block the society
+		}
+	})
+	defer unregister()
+
+	if _, err := s.SubmitRequirement(ctx, "a calculator"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	select {
+	case m := <-got:
+		fmt.Printf("%s says: %s\n", m.From, m.Text())
+	case <-ctx.Done():
+		fmt.Println(ctx.Err())
+	}
+	// Output:
+	// root says: on it: a calculator
 }
