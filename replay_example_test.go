@@ -42,8 +42,14 @@ func Example_replay() {
 			org = append(org, r.Name)
 		}
 		for e, err := range s.Events(ctx, 1) {
-			if err == nil && e.Kind == as.EventArtifactStored && strings.Contains(reply.Text(), e.Artifact) {
-				_, data, _ := s.GetArtifact(ctx, e.Artifact)
+			if err != nil {
+				panic(err)
+			}
+			if e.Kind == as.EventArtifactStored && strings.Contains(reply.Text(), e.Artifact) {
+				_, data, err := s.GetArtifact(ctx, e.Artifact)
+				if err != nil {
+					panic(err)
+				}
 				page = string(data)
 			}
 		}

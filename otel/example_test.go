@@ -32,12 +32,18 @@ func Example() {
 	followed := make(chan error)
 	go func() { followed <- otel.Follow(ctx, s, otel.Options{TracerProvider: tp}) }()
 
-	demo.Run(ctx, s)
+	if _, _, err := demo.Run(ctx, s); err != nil {
+		panic(err)
+	}
 	for !settled(s) { // the user's turn ends once the host has the message
 		time.Sleep(time.Millisecond)
 	}
-	s.Close(ctx)
-	<-followed
+	if err := s.Close(ctx); err != nil {
+		panic(err)
+	}
+	if err := <-followed; err != nil { // nil: it stopped because s was closed
+		panic(err)
+	}
 
 	children := map[trace.SpanID][]string{}
 	ids := map[string]trace.SpanID{}
@@ -88,13 +94,19 @@ func ExampleInject() {
 	go func() { followed <- otel.Follow(ctx, s, otel.Options{TracerProvider: tp}) }()
 
 	hostCtx, host := tp.Tracer("host").Start(ctx, "handle request")
-	demo.Run(otel.Inject(hostCtx), s)
+	if _, _, err := demo.Run(otel.Inject(hostCtx), s); err != nil {
+		panic(err)
+	}
 	host.End()
 	for !settled(s) {
 		time.Sleep(time.Millisecond)
 	}
-	s.Close(ctx)
-	<-followed
+	if err := s.Close(ctx); err != nil {
+		panic(err)
+	}
+	if err := <-followed; err != nil {
+		panic(err)
+	}
 
 	for _, sp := range exp.GetSpans() {
 		if sp.Name == otel.OperationInvokeWorkflow {

@@ -72,7 +72,10 @@ func Example() {
 	defer s.Close(ctx)
 
 	// The host makes the team: root spawns the lead, the lead the worker.
-	root, _ := s.Actor(as.RootID)
+	root, err := s.Actor(as.RootID)
+	if err != nil {
+		panic(err)
+	}
 	lead := spawn(ctx, s, root.WithTask("thesis"), "lead")
 	spawn(ctx, s, lead, "worker")
 
