@@ -40,6 +40,30 @@
 //
 // See the package example for a complete society of code-driven agents.
 //
+// # What the host plugs in
+//
+// A model: Config.Model is an [llm.Model], one method that takes an
+// agent's system prompt, history and tools and returns text or tool calls
+// with the tokens used (see the Config example for an adapter of one's own;
+// package llm/openai adapts any OpenAI-compatible endpoint). A store:
+// Config.Store is a [store.Store], four methods, checked by the
+// conformance suite of package store/storetest (see the Config example
+// for a store of one's own; store/filestore and store/natsstore are
+// durable). Tools: Config.Tools adds host tools ([Tool]) beside the built-in
+// ones, [NewTool] decoding their arguments into a Go type.
+//
+// [Society] and [Actor] are safe for concurrent use. Agents run in
+// parallel, so what the host plugs in is called concurrently and must be
+// safe for it: a [Behavior] that drives several agents, the model, tool
+// handlers and the store. Callbacks registered with
+// [Society.OnUserMessage] run one at a time, in arrival order, and should
+// return quickly.
+//
+// An idle agent costs no goroutine and about a kilobyte of memory with a
+// small brief; a model call costs the system prompt and tool schemas (about
+// 1,200 tokens) plus the agent's history, bounded by Config.HistoryBudget.
+// A [Budget] bounds what a task, or a subtree, may spend.
+//
 // # Model-driven agents
 //
 // Agents without a Go behaviour are driven by Config.Model, an [llm.Model]

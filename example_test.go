@@ -616,10 +616,10 @@ func ExampleConfig_store() {
 	// the store was loaded 2 times and given 1 artifact; changes were applied: true
 }
 
-// OnUserMessage passes every message to user to a callback, as it is
-// delivered, from the society's goroutines: the callback must not block
-// for long, and must be safe for concurrent use. Here a code-driven root
-// answers each requirement at once.
+// OnUserMessage passes every message to user to a callback, in arrival
+// order, on the user endpoint's goroutine, concurrently with the host's
+// own code: the callback should return quickly, so this one never blocks.
+// Here a code-driven root answers each requirement at once.
 func ExampleSociety_OnUserMessage() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
