@@ -11,7 +11,9 @@
 // internal/demo, and the run takes well under a second. With
 // OPENAI_API_KEY or OPENAI_BASE_URL set, or with -real, the same program runs
 // on an OpenAI-compatible model (see package llm/openai); -real=false forces
-// the demo model.
+// the demo model. If the model fails (an endpoint that cannot be reached, a
+// key it refuses), root reports the failure to the user within seconds, and
+// the program exits with it.
 //
 //	go run ./examples/quickstart
 //	OPENAI_API_KEY=... go run ./examples/quickstart -timeout 10m

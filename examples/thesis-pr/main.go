@@ -32,7 +32,9 @@
 // folder's scripted model (see Model), and the run takes well under a
 // second. With OPENAI_API_KEY or OPENAI_BASE_URL set, or with -real, the
 // same program runs on an OpenAI-compatible model (see package llm/openai);
-// -real=false forces the scripted model.
+// -real=false forces the scripted model. If the model fails (an endpoint
+// that cannot be reached, a key it refuses), root reports the failure to the
+// user within seconds, and the program exits with it.
 //
 //	go run ./examples/thesis-pr
 //	OPENAI_API_KEY=... go run ./examples/thesis-pr -timeout 10m
