@@ -11,9 +11,14 @@
 // style are embedded in the binary; nothing is fetched from elsewhere and
 // there is no build step.
 //
-//	s, _ := agentsociety.New(ctx, cfg)
-//	http.Handle("/inspect/", http.StripPrefix("/inspect", inspect.New(s, inspect.Options{})))
-//	go http.ListenAndServe("127.0.0.1:8080", nil)
+//	s, err := agentsociety.New(ctx, cfg)
+//	if err != nil {
+//		return err
+//	}
+//	defer s.Close(ctx)
+//	mux := http.NewServeMux()
+//	mux.Handle("/inspect/", http.StripPrefix("/inspect", inspect.New(s, inspect.Options{})))
+//	return http.ListenAndServe("127.0.0.1:8080", mux)
 //
 // # Security
 //

@@ -155,9 +155,15 @@ func hostSpan(e as.Event) trace.SpanContext {
 // agentsociety.ErrEventsOff). Events the society no longer keeps are skipped: a
 // turn whose sender was skipped hangs under its task's workflow span.
 //
-// Run it in its own goroutine, started before the work to trace:
+// Run it in its own goroutine, started before the work to trace, and
+// read its error once the society is closed:
 //
-//	go otel.Follow(ctx, s, otel.Options{})
+//	followed := make(chan error, 1)
+//	go func() { followed <- otel.Follow(ctx, s, otel.Options{}) }()
+//	// ... the work, then s.Close(ctx)
+//	if err := <-followed; err != nil {
+//		log.Print("tracing: ", err)
+//	}
 func Follow(ctx context.Context, s *as.Society, opts Options) error {
 	t := newTracer(opts)
 	t.name = func(id string) string {
