@@ -178,9 +178,13 @@ func (s *Society) Events(ctx context.Context, from uint64) iter.Seq2[Event, erro
 }
 
 // WatchEvents is [Society.Events], except that after the newest event it
-// waits for the next ones, until ctx ends or the society is closed.
+// waits for the next ones, until ctx ends or the society has closed. Once
+// Close has begun, the iteration ends when the handlers and changes Close
+// waits for have returned and every event they logged was yielded: the
+// last events of a turn under way at Close (its message_handled) are in
+// the stream.
 func (s *Society) WatchEvents(ctx context.Context, from uint64) iter.Seq2[Event, error] {
-	return s.events.read(ctx, from, s.done)
+	return s.events.read(ctx, from, s.halted)
 }
 
 // LastEvent returns the sequence number of the newest event, 0 if there is
@@ -231,6 +235,10 @@ type eventLog struct {
 	// stop asks the writer to write what is left and return; it closes
 	// stopped when it has.
 	stop, stopped chan struct{}
+
+	// testFollowWait, set by a test before it reads, runs as a follower
+	// is about to wait for the next event.
+	testFollowWait func()
 }
 
 // newEventLog returns a log keeping retention events, writing them to st if
@@ -383,10 +391,15 @@ func (l *eventLog) read(ctx context.Context, from uint64, follow <-chan struct{}
 			if follow == nil {
 				return
 			}
+			if l.testFollowWait != nil {
+				l.testFollowWait()
+			}
 			select {
 			case <-wake:
 			case <-follow:
-				return
+				// The society stopped: yield what it logged since, then
+				// end, whichever of wake and follow this wait picked.
+				follow = nil
 			case <-ctx.Done():
 				return
 			}

@@ -1,6 +1,7 @@
 package agentsociety
 
 import (
+	"context"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -31,4 +32,29 @@ func TestEventRing(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestEventLog_FollowEndsAfterTheLastEvent: a follower that finds its
+// society stopped (follow closed) and a last event both ready when it
+// waits yields that event before it ends: an event logged before the end
+// is never missed, whichever of the two its wait picks.
+func TestEventLog_FollowEndsAfterTheLastEvent(t *testing.T) {
+	for i := range 64 {
+		l := newEventLog(16, nil, 1, nil)
+		follow := make(chan struct{})
+		l.testFollowWait = func() {
+			// The follower found nothing new and is about to wait: the
+			// last event comes, and the society stops.
+			l.testFollowWait = nil
+			l.add(func(*Event) {})
+			close(follow)
+		}
+		n := 0
+		for range l.read(context.Background(), 1, follow) {
+			n++
+		}
+		if n != 1 {
+			t.Fatalf("round %d: the follower ended with %d events, want the 1 logged before its end", i, n)
+		}
+	}
 }

@@ -630,3 +630,54 @@ func TestEvents_FollowUpAfterReopening(t *testing.T) {
 		t.Fatalf("the follow-up's first event: %+v, want message_accepted", evs)
 	}
 }
+
+// TestWatchEvents_FollowsTheHandlersCloseWaitsFor: a watcher that follows
+// the society until it closes sees the events of the handlers Close waits
+// for, logged after Close began: a turn under way at Close ends with its
+// message_handled in the stream, rather than after the stream ended.
+func TestWatchEvents_FollowsTheHandlersCloseWaitsFor(t *testing.T) {
+	ctx := context.Background()
+	started, release := make(chan as.Message, 1), make(chan struct{})
+	s, err := as.New(ctx, as.Config{Logger: quiet, Root: as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
+		started <- m
+		<-release
+		return nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.SubmitRequirement(ctx, "hold root"); err != nil {
+		t.Fatal(err)
+	}
+	held := recv(t, started, "root to start handling the requirement")
+	seen := make(chan []as.Event, 1)
+	go func() {
+		var evs []as.Event
+		for e, err := range s.WatchEvents(ctx, 1) {
+			if err != nil {
+				t.Errorf("WatchEvents: %v", err)
+			}
+			evs = append(evs, e)
+		}
+		seen <- evs
+	}()
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close(ctx) }()
+	<-s.Done()
+	// The watcher has either returned or waits for the next event, with
+	// the society closing: what comes next decides whether it sees it.
+	waitFor(t, "the watcher to have ended or to wait past Done", func() bool {
+		return len(seen) > 0 || parked("(*eventLog).read", "select")
+	})
+	close(release)
+	if err := recv(t, closed, "Close"); err != nil {
+		t.Fatal(err)
+	}
+	evs := recv(t, seen, "the watcher to end once the society closed")
+	for _, e := range evs {
+		if e.Kind == as.EventMessageHandled && e.Turn == held.ID {
+			return
+		}
+	}
+	t.Fatalf("the watcher ended without the message_handled of root's turn, which Close waited for; it saw %d events, the society logged %d", len(evs), s.LastEvent())
+}

@@ -284,6 +284,9 @@ type Society struct {
 
 	wg   sync.WaitGroup // drainers, request timers and changes in flight: Close waits for them
 	done chan struct{}  // closed by Close: wakes whoever waits on the society
+	// halted is closed once Close has seen wg done: no goroutine of the
+	// society is left to log an event, so WatchEvents may end.
+	halted chan struct{}
 	// closeDone is closed when the first Close has finished, in time or not.
 	closeDone chan struct{}
 	closeErr  error // set before closeDone is closed
@@ -373,6 +376,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		agentIDs:   ids.NewSequence("agent"),
 		msgIDs:     ids.NewEpoch("msg"),
 		done:       make(chan struct{}),
+		halted:     make(chan struct{}),
 		closeDone:  make(chan struct{}),
 		roles:      make(map[string]*Role),
 		roleKeys:   make(map[roleKey]string),
@@ -465,6 +469,7 @@ func (s *Society) Close(ctx context.Context) error {
 	s.user.close()
 	go func() { // not counted in wg: it is what waits for wg
 		s.wg.Wait()
+		close(s.halted)
 		s.finishing.close()
 		s.events.close()
 		s.cancel()
@@ -504,9 +509,10 @@ func (s *Society) stop() bool {
 func (s *Society) isClosed() bool { return s.closed.Load() }
 
 // Done returns a channel that is closed when the society starts closing
-// (Close was called): for a goroutine that follows the society, such as
-// one reading [Society.WatchEvents] or serving it to a page, to stop with
-// it. It is safe to call from any goroutine.
+// (Close was called): for a goroutine that waits on the society to stop
+// with it. (A reader of [Society.WatchEvents] needs no such watch: the
+// iteration ends by itself once the society has stopped.) It is safe to
+// call from any goroutine.
 func (s *Society) Done() <-chan struct{} { return s.done }
 
 // Actor returns a handle to act as agent id: whatever is done through it is

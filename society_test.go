@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -512,4 +513,27 @@ func TestLogRecordsCarryTheIDsInvolved(t *testing.T) {
 			t.Errorf("no %q record with %v", want.msg, want.attrs)
 		}
 	}
+}
+
+// parked reports whether a goroutine whose stack runs through fn is
+// blocked in state (as a stack dump names it: "select", "chan receive"):
+// for a test to know that a goroutine waits, rather than that it has not
+// got there yet.
+func parked(fn, state string) bool {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		header, _, _ := strings.Cut(g, "\n")
+		if strings.Contains(header, "["+state) && strings.Contains(g, fn) {
+			return true
+		}
+	}
+	return false
 }
