@@ -57,7 +57,9 @@ func (s *Society) SendTextToAgent(ctx context.Context, agentID, text, taskID str
 
 // OnUserMessage registers f to be called with every message sent to user,
 // in arrival order, from the user endpoint's goroutine: f should return
-// quickly. It returns a function that unregisters f.
+// quickly. It returns a function that unregisters f: once that has
+// returned, f is not called again (a call under way may still run on). f
+// may unregister itself.
 //
 // On a durable store a message to user stays pending until the host has it:
 // until it was written to Config.UserConsole, a callback has run with it, or
@@ -139,11 +141,8 @@ func (u *userEndpoint) HandleMessage(ctx context.Context, _ *Actor, m Message) e
 	u.s.log.LogAttrs(ctx, slog.LevelInfo, "message to user",
 		slog.String("msg", m.ID), slog.String("from", m.From), slog.String("role", role), slog.String("task", m.TaskID))
 	u.print(u.s.lang.formatMessage(m, role, false) + "\n\n")
-	subs := u.box.Callbacks()
-	for _, f := range subs {
-		u.call(f, userMessage{Message: m})
-	}
-	had := len(subs) > 0 || u.console != nil
+	called := u.box.Call(userMessage{Message: m}, u.call)
+	had := called > 0 || u.console != nil
 	claimed, drop, panics := u.box.Put(userMessage{m, had})
 	for _, err := range panics {
 		u.filterPanicked(ctx, err)

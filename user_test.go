@@ -506,3 +506,36 @@ func TestWaitForUserMessage_PanickingFilter(t *testing.T) {
 		t.Errorf("%d panics logged, want 2 or more", n)
 	}
 }
+
+// TestOnUserMessage_NotCalledOnceUnregistered: once unregister has
+// returned, the callback is not called again, even with a message whose
+// delivery had begun: a callback that forwards to a channel its host
+// stops reading once it unregistered would otherwise block the endpoint,
+// and Close with it.
+func TestOnUserMessage_NotCalledOnceUnregistered(t *testing.T) {
+	s := newSociety(t, as.Config{})
+	ctx := context.Background()
+	entered, release := make(chan struct{}), make(chan struct{})
+	s.OnUserMessage(func(as.Message) { // the first callback holds the delivery
+		entered <- struct{}{}
+		<-release
+	})
+	var unregistered, calledAfter atomic.Bool
+	unregister := s.OnUserMessage(func(as.Message) {
+		if unregistered.Load() {
+			calledAfter.Store(true)
+		}
+	})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "", nil).ID)
+	if _, err := lead.SendText(ctx, as.UserID, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, entered, "the first callback to have the message")
+	unregister()
+	unregistered.Store(true)
+	close(release)
+	userMessage(t, s) // the delivery is over once the inbox has it
+	if calledAfter.Load() {
+		t.Fatal("a callback was called after its unregister returned")
+	}
+}

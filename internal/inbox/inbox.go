@@ -20,7 +20,7 @@ type Box[T any] struct {
 	closed   func() error           // the error a call gets once the box is closed
 
 	mu      sync.Mutex
-	subs    []*func(T)
+	subs    []*sub[T]
 	items   []T
 	waiters []*waiter[T]
 
@@ -29,6 +29,12 @@ type Box[T any] struct {
 	shut atomic.Bool
 	once sync.Once
 	done chan struct{}
+}
+
+// sub is a registered callback.
+type sub[T any] struct {
+	f   func(T)
+	off atomic.Bool // set by its unregister, before it returns
 }
 
 type waiter[T any] struct {
@@ -49,13 +55,15 @@ func New[T any](limit int, panicked func(m T, r any) error, closed func() error)
 }
 
 // Subscribe registers f as a callback and returns the function that
-// unregisters it.
+// unregisters it. Once unregister has returned, f is not called again
+// (a call under way may still run on); unregister may be called from f.
 func (b *Box[T]) Subscribe(f func(T)) (unregister func()) {
-	p := &f
+	p := &sub[T]{f: f}
 	b.mu.Lock()
 	b.subs = append(b.subs, p)
 	b.mu.Unlock()
 	return func() {
+		p.off.Store(true)
 		b.mu.Lock()
 		defer b.mu.Unlock()
 		if i := slices.Index(b.subs, p); i >= 0 {
@@ -65,15 +73,40 @@ func (b *Box[T]) Subscribe(f func(T)) (unregister func()) {
 }
 
 // Callbacks returns the callbacks registered now, for the caller to call
-// without the box's lock.
+// without the box's lock. One unregistered after Callbacks returned does
+// nothing when called.
 func (b *Box[T]) Callbacks() []func(T) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := make([]func(T), len(b.subs))
-	for i, p := range b.subs {
-		out[i] = *p
+	subs := b.registered()
+	out := make([]func(T), len(subs))
+	for i, p := range subs {
+		out[i] = func(m T) {
+			if !p.off.Load() {
+				p.f(m)
+			}
+		}
 	}
 	return out
+}
+
+// Call calls the callbacks registered now with m, in the order they were
+// registered, each through call (which may contain its panic), without the
+// box's lock. A callback unregistered before its turn is skipped. Call
+// returns how many callbacks it called.
+func (b *Box[T]) Call(m T, call func(f func(T), m T)) (called int) {
+	for _, p := range b.registered() {
+		if !p.off.Load() {
+			call(p.f, m)
+			called++
+		}
+	}
+	return called
+}
+
+// registered returns the callbacks registered now.
+func (b *Box[T]) registered() []*sub[T] {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.subs)
 }
 
 // Put offers m to the waiters in the order they came: the first whose

@@ -128,3 +128,33 @@ func TestBox_Callbacks(t *testing.T) {
 		t.Fatalf("callbacks ran %v, want [2:x]", got)
 	}
 }
+
+// TestCallbacks_UnregisteredIsSkipped: a callback unregistered after the
+// callbacks were taken, before its turn, is not called, whether through
+// Callbacks or Call, and Call counts only the callbacks it called.
+func TestCallbacks_UnregisteredIsSkipped(t *testing.T) {
+	b := newBox(4)
+	var got []string
+	b.Subscribe(func(m string) { got = append(got, "a:"+m) })
+	unregister := b.Subscribe(func(m string) { got = append(got, "b:"+m) })
+	fs := b.Callbacks()
+	unregister()
+	for _, f := range fs {
+		f("1")
+	}
+	if len(got) != 1 || got[0] != "a:1" {
+		t.Fatalf("Callbacks taken before b was unregistered called %q, want only a", got)
+	}
+
+	got = nil
+	unregister = b.Subscribe(func(m string) { got = append(got, "c:"+m) })
+	n := b.Call("2", func(f func(string), m string) {
+		if len(got) == 0 {
+			unregister() // a's call unregisters c before c's turn
+		}
+		f(m)
+	})
+	if n != 1 || len(got) != 1 || got[0] != "a:2" {
+		t.Fatalf("Call called %q and counted %d, want only a, counted 1", got, n)
+	}
+}
