@@ -21,6 +21,9 @@ func (s *Society) SubmitRequirement(ctx context.Context, text string, opts ...Re
 	}
 	taskID = ids.Random("task")
 	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
 		if err := opt(ctx, s, taskID); err != nil {
 			return "", err
 		}
@@ -31,7 +34,8 @@ func (s *Society) SubmitRequirement(ctx context.Context, text string, opts ...Re
 	return taskID, nil
 }
 
-// A RequirementOption sets up a task before its requirement is sent.
+// A RequirementOption sets up a task before its requirement is sent. A
+// nil option is none.
 type RequirementOption func(ctx context.Context, s *Society, taskID string) error
 
 // WithBudget gives the task its own budget instead of Config.TaskBudget
@@ -59,13 +63,16 @@ func (s *Society) SendTextToAgent(ctx context.Context, agentID, text, taskID str
 // in arrival order, from the user endpoint's goroutine: f should return
 // quickly. It returns a function that unregisters f: once that has
 // returned, f is not called again (a call under way may still run on). f
-// may unregister itself.
+// may unregister itself. A nil f registers nothing.
 //
 // On a durable store a message to user stays pending until the host has it:
 // until it was written to Config.UserConsole, a callback has run with it, or
 // a WaitForUserMessage has returned it.
 // A society reopened on the store delivers again those the host never had.
 func (s *Society) OnUserMessage(f func(Message)) (unregister func()) {
+	if f == nil {
+		return func() {}
+	}
 	return s.user.subscribe(f)
 }
 

@@ -539,3 +539,36 @@ func TestOnUserMessage_NotCalledOnceUnregistered(t *testing.T) {
 		t.Fatal("a callback was called after its unregister returned")
 	}
 }
+
+// TestOnUserMessage_Nil: registering a nil callback registers nothing: a
+// message to user is not taken as had by it (it counts as dropped when
+// the inbox overflows) and no callback panic is logged.
+func TestOnUserMessage_Nil(t *testing.T) {
+	ctx := context.Background()
+	rec := &logRecorder{}
+	s := newSociety(t, as.Config{Logger: slog.New(rec), UserInbox: 1})
+	unregister := s.OnUserMessage(nil)
+	lead, _ := hostLead(t, s, "t", "worker")
+	for i := range 2 {
+		if _, err := lead.SendText(ctx, as.UserID, "report "+strconv.Itoa(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the first report dropped", func() bool {
+		return s.DroppedUserMessages() == 1 || len(rec.records("OnUserMessage callback panicked")) > 0
+	})
+	if n := len(rec.records("OnUserMessage callback panicked")); n > 0 {
+		t.Fatalf("a nil callback was called: %d panics logged", n)
+	}
+	unregister()
+	unregister()
+}
+
+// TestSubmitRequirement_NilOption: a nil RequirementOption is no option,
+// not a panic.
+func TestSubmitRequirement_NilOption(t *testing.T) {
+	s := newSociety(t, as.Config{})
+	if _, err := s.SubmitRequirement(context.Background(), "a calculator", nil, as.WithBudget(as.Budget{}), nil); err != nil {
+		t.Fatal(err)
+	}
+}
