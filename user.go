@@ -63,7 +63,9 @@ func (s *Society) SendTextToAgent(ctx context.Context, agentID, text, taskID str
 // in arrival order, from the user endpoint's goroutine: f should return
 // quickly. It returns a function that unregisters f: once that has
 // returned, f is not called again (a call under way may still run on). f
-// may unregister itself. A nil f registers nothing.
+// may unregister itself. A nil f registers nothing. Close waits for the
+// endpoint's goroutine, so f must not call Close (it may start it in a
+// goroutine): a Close from f waits for f until Close's own context ends.
 //
 // On a durable store a message to user stays pending until the host has it:
 // until it was written to Config.UserConsole, a callback has run with it, or
