@@ -113,7 +113,7 @@ func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 	s.mu.Unlock()
 	var err error
 	if status == StatusTerminated {
-		s.dropped(ctx, a, m.ID, "message dropped: the agent was terminated")
+		s.dropped(ctx, slog.LevelInfo, a, m.ID, "message dropped: the agent was terminated")
 	} else {
 		err = s.handle(ctx, a, *m)
 	}
@@ -195,9 +195,9 @@ func (s *Society) handled(ctx context.Context, a *agent, id string) {
 	}
 }
 
-// dropped logs that message id to a was not handled, and why.
-func (s *Society) dropped(ctx context.Context, a *agent, id, why string) {
-	s.log.LogAttrs(ctx, slog.LevelInfo, why, slog.String("msg", id), slog.String("agent", a.info.ID))
+// dropped logs at level that message id to a was not handled, and why.
+func (s *Society) dropped(ctx context.Context, level slog.Level, a *agent, id, why string) {
+	s.log.LogAttrs(ctx, level, why, slog.String("msg", id), slog.String("agent", a.info.ID))
 }
 
 // handle runs a's behaviour on m, turning a panic into an error.
@@ -210,7 +210,8 @@ func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
 		b = modelBehavior{s}
 	}
 	if b == nil {
-		s.dropped(ctx, a, m.ID, "message dropped: the agent has no behaviour")
+		// The host left the agent without a driver (Config.DefaultBehavior).
+		s.dropped(ctx, slog.LevelWarn, a, m.ID, "message dropped: the agent has no behaviour")
 		return nil
 	}
 	defer func() {

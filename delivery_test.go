@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -672,4 +673,22 @@ func TestMailboxCapNegativeMeansNone(t *testing.T) {
 		}
 	}
 	close(release)
+}
+
+// TestNoBehaviour_DropIsLoggedAtWarn: an agent with no behaviour and no
+// model to drive it logs each message it drops at Warn level, as
+// Config.DefaultBehavior says: the host misconfigured it, and a logger
+// set to Warn must show that.
+func TestNoBehaviour_DropIsLoggedAtWarn(t *testing.T) {
+	rec := &logRecorder{}
+	s := newSociety(t, as.Config{Logger: slog.New(rec)})
+	m, err := s.SendTextToAgent(context.Background(), as.RootID, "anyone?", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const msg = "message dropped: the agent has no behaviour"
+	waitFor(t, "root to drop the message", func() bool { return rec.find(msg, map[string]string{"msg": m.ID}) })
+	if !rec.find(msg, map[string]string{"msg": m.ID, "_level": slog.LevelWarn.String()}) {
+		t.Fatalf("root dropped message %s with a record below Warn: %v", m.ID, rec.records(msg))
+	}
 }
