@@ -64,7 +64,8 @@ type Config struct {
 	RestoreBehavior func(a Agent, r Role) Behavior
 
 	// ContactPolicy decides whether unknown contacts may be messaged. The
-	// zero value is ContactOpen.
+	// zero value is ContactOpen; New refuses a value that is neither
+	// ContactOpen nor ContactStrict.
 	ContactPolicy ContactPolicy
 	// MaxAgents caps the number of agents, root and user aside. Zero means
 	// DefaultMaxAgents.
@@ -347,6 +348,10 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	}
 	if cfg.HistoryBudget <= 0 {
 		cfg.HistoryBudget = DefaultHistoryBudget
+	}
+	if cfg.ContactPolicy != ContactOpen && cfg.ContactPolicy != ContactStrict {
+		return nil, fmt.Errorf("agentsociety: Config.ContactPolicy: %w", newError(ErrInvalidArgument,
+			"unknown contact policy "+itoa(int(cfg.ContactPolicy))+": use ContactOpen (the zero value) or ContactStrict"))
 	}
 	if err := cfg.TaskBudget.check(); err != nil {
 		return nil, fmt.Errorf("agentsociety: Config.TaskBudget: %w", err)

@@ -537,3 +537,20 @@ func parked(fn, state string) bool {
 	}
 	return false
 }
+
+// TestNew_UnknownContactPolicy: a ContactPolicy that is neither
+// ContactOpen nor ContactStrict is refused by New, as an unknown Language
+// is, rather than run as ContactOpen: a host that meant a stricter policy
+// must not get the open one without a word.
+func TestNew_UnknownContactPolicy(t *testing.T) {
+	for _, p := range []as.ContactPolicy{-1, as.ContactStrict + 1} {
+		s, err := as.New(context.Background(), as.Config{Logger: quiet, ContactPolicy: p})
+		if err == nil {
+			s.Close(context.Background())
+			t.Fatalf("New with ContactPolicy %d started a society enforcing %v", int(p), s.ContactPolicy())
+		}
+		if !errors.Is(err, as.ErrInvalidArgument) || !strings.Contains(err.Error(), "ContactPolicy") {
+			t.Fatalf("New with ContactPolicy %d: %v, want an ErrInvalidArgument naming Config.ContactPolicy", int(p), err)
+		}
+	}
+}
