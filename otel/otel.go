@@ -175,12 +175,7 @@ func Follow(ctx context.Context, s *as.Society, opts Options) error {
 		return ""
 	}
 	next := max(opts.From, 1)
-	err := t.consume(s.WatchEvents(ctx, next), &next)
-	if err == nil && ctx.Err() == nil {
-		// The watch ends when Close starts; take the events that were
-		// recorded up to then.
-		err = t.consume(s.Events(ctx, next), &next)
-	}
+	err := t.consume(s.WatchEvents(ctx, next), &next) // to the society's last event
 	t.finish()
 	if err != nil {
 		return err
