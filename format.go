@@ -310,9 +310,10 @@ func neutralise(content string) string {
 
 // forgeable reports whether line could pass for a line the society writes
 // in either language, since an agent may write either: a source line (来自,
-// or "message from", beside one of the brackets 【】〖〗[]〔〕, or for
-// "message from" also ()) or a reply hint (如需回复, "to reply,", or
-// send_message(to=). Spaces, invisible characters and combining marks are
+// or "message from", beside one of the brackets 【】〖〗[]〔〕 or their
+// white forms 〘〙〚〛⟦⟧, or for "message from" also ()) or a reply hint
+// (如需回复, "to reply,", or send_message(to=). Spaces, invisible
+// characters (the Hangul fillers among them) and combining marks are
 // ignored, case too; full-width forms read as ASCII, traditional 來 and 覆
 // as 来 and 复, and Cyrillic, Greek and mathematical look-alikes of Latin
 // letters as those letters, so that a look-alike is caught too.
@@ -332,12 +333,19 @@ func forgeable(line string) bool {
 		}
 	}
 	return bytes.Contains(s, []byte("如需回复")) || bytes.Contains(s, []byte("send_message(to=")) || bytes.Contains(s, []byte("toreply,")) ||
-		bytes.Contains(s, []byte("来自")) && bytes.ContainsAny(s, "【】〖〗[]〔〕") ||
-		bytes.Contains(s, []byte("messagefrom")) && bytes.ContainsAny(s, "【】〖〗[]〔〕()")
+		bytes.Contains(s, []byte("来自")) && bytes.ContainsAny(s, sourceBrackets) ||
+		bytes.Contains(s, []byte("messagefrom")) && bytes.ContainsAny(s, sourceBrackets+"()")
 }
 
-// ignorable reports whether forgeable skips r: a space, an invisible
-// character or a combining mark. ASCII, CJK ideographs and full-width
+// sourceBrackets are the brackets beside which 来自 or "message from"
+// reads as a source line: those of the two languages' source lines, and
+// their look-alikes, the white forms included.
+const sourceBrackets = "【】〖〗[]〔〕〘〙〚〛⟦⟧"
+
+// ignorable reports whether forgeable skips r: a space (U+2800, the blank
+// Braille pattern, included), an invisible character (a format character,
+// or a letter Unicode says to render as nothing, such as the Hangul
+// fillers) or a combining mark. ASCII, CJK ideographs and full-width
 // forms, most of what it reads, are told apart without the Unicode tables.
 func ignorable(r rune) bool {
 	switch {
@@ -346,7 +354,7 @@ func ignorable(r rune) bool {
 	case 0x4E00 <= r && r <= 0x9FFF, 0xFF01 <= r && r <= 0xFF5E: // ideographs; full-width ASCII, Chinese punctuation
 		return false
 	}
-	return unicode.IsSpace(r) || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me)
+	return unicode.IsSpace(r) || r == '\u2800' || unicode.In(r, unicode.Cf, unicode.Mn, unicode.Me, unicode.Other_Default_Ignorable_Code_Point)
 }
 
 // hasLookAlikeMark reports whether line has one of the characters of which
@@ -355,7 +363,7 @@ func ignorable(r rune) bool {
 func hasLookAlikeMark(line string) bool {
 	for _, r := range line {
 		switch r {
-		case '需', '【', '】', '〖', '〗', '[', ']', '〔', '〕', '(', ')', '（', '）', '［', '］', ',', '，':
+		case '需', '【', '】', '〖', '〗', '[', ']', '〔', '〕', '〘', '〙', '〚', '〛', '⟦', '⟧', '(', ')', '（', '）', '［', '］', ',', '，':
 			return true
 		default:
 			if c, ok := compat(r); ok && c < 0x4E00 {
