@@ -14,7 +14,10 @@ type MessageType string
 
 // The message types.
 const (
-	// General is a plain message; its payload is any JSON object, usually {"text": ...}.
+	// General is a plain message; its payload is any JSON object, usually
+	// {"text": ...}. A key that differs from "text" only in case ("Text")
+	// is refused: Message.Text and Decode would read it, the receiver's
+	// model would not.
 	General MessageType = "general"
 	// TaskAssignment carries a Task Brief: the payload is the brief itself,
 	// optionally with a "text".
@@ -205,6 +208,19 @@ func encodePayload(p any) (json.RawMessage, error) {
 // others, so that general messages are never decoded.
 func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 	if t == General {
+		// Its "text" is what the receiver's model reads (the key as
+		// written) and what Message.Text and Decode read (any case, the
+		// last one winning): a case variant beside it could show them two
+		// texts. Decoded only when a key may be one.
+		if mayHaveTextVariant(payload) {
+			var f fields
+			json.Unmarshal(payload, &f) // a JSON object: encodePayload checked
+			for k := range f {
+				if k != "text" && strings.EqualFold(k, "text") {
+					return nil, formatError(t, "the payload's field "+strconvQuote(k)+` must be written "text"`, nil)
+				}
+			}
+		}
 		return nil, nil
 	}
 	var f fields
@@ -282,6 +298,27 @@ func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 		return nil, formatError(t, problem, missing)
 	}
 	return f, nil
+}
+
+// mayHaveTextVariant reports whether payload may hold a key that differs
+// from "text" only in case: it has a quoted case variant of text, or a
+// JSON escape, which could spell one. A payload of plain words has
+// neither, and is not decoded.
+func mayHaveTextVariant(payload []byte) bool {
+	if bytes.Contains(payload, []byte(`\u`)) {
+		return true
+	}
+	for i := 0; ; {
+		j := bytes.IndexByte(payload[i:], '"')
+		if j < 0 {
+			return false
+		}
+		k := i + j + 1 // just after the quote
+		if k+5 <= len(payload) && payload[k+4] == '"' && bytes.EqualFold(payload[k:k+4], []byte("text")) && string(payload[k:k+4]) != "text" {
+			return true
+		}
+		i = k
+	}
 }
 
 // payloadTypes are the payloads of the typed messages but task_assignment

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	as "agentsociety"
@@ -381,5 +382,46 @@ func TestPayload_CaseVariantKeysAreRefused(t *testing.T) {
 	}
 	if p.Status != as.StatusRejected {
 		t.Errorf("the society settled the request as rejected; the requester decodes status %q from %s", p.Status, out.Payload)
+	}
+}
+
+// TestPayload_GeneralTextCaseVariantIsRefused: a general message's "text"
+// is what its receiver's model and the user's console read (FormatMessage
+// takes the key as written), and what a Go receiver or host reads with
+// Message.Text or Decode into TextPayload, which match keys
+// case-insensitively, the last one winning. A payload with both "text" and
+// a case variant of it showed one text to the model and another to the
+// program, so an agent could report "artifact:good" to the person at the
+// console and "artifact:evil" to the host's code. It is refused, as a case
+// variant of a typed payload's field is; a payload that only mentions Text
+// in its words is not.
+func TestPayload_GeneralTextCaseVariantIsRefused(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	s, lead, helper := twoAgents(t, in)
+	for _, payload := range []string{
+		`{"text":"see artifact:good","Text":"see artifact:evil"}`,
+		`{"text":"see artifact:good","TEXT":"see artifact:evil"}`,
+		`{"text":"see artifact:good","\u0054ext":"see artifact:evil"}`,
+		`{"TeXt":"see artifact:evil"}`,
+	} {
+		m, err := lead.Send(ctx, as.Outgoing{To: helper.ID(), Payload: json.RawMessage(payload)})
+		if err == nil {
+			t.Errorf("accepted %s: the model reads\n%s\nand Text() is %q", payload, s.Format(m), m.Text())
+			continue
+		}
+		e := wantCode(t, err, as.ErrInvalidMessageFormat)
+		if e.MessageType != as.General || !strings.Contains(e.Message, `"text"`) {
+			t.Errorf("refused %s with %+v, want message_type general and the key to write", payload, e)
+		}
+	}
+	for _, payload := range []string{
+		`{"text":"write \"Text\" and TEXT as the spec says"}`,
+		`{"note":"\u4f60\u597d","text":"x"}`,
+		`{"context":{"Text":"nested keys are the sender's own"},"text":"x"}`,
+	} {
+		if _, err := lead.Send(ctx, as.Outgoing{To: helper.ID(), Payload: json.RawMessage(payload)}); err != nil {
+			t.Errorf("refused %s: %v", payload, err)
+		}
 	}
 }
