@@ -27,7 +27,10 @@ import (
 // "message from" beside a bracket such as 【 or [, or says 如需回复,
 // "to reply," or send_message(to=, ignoring case, spaces, invisible
 // characters, full-width forms and look-alike letters) is shown quoted: prefixed with "> ",
-// its 【 and 】 turned into 〖 and 〗. The sender's role name is shown on
+// its 【 and 】 turned into 〖 and 〗. Control characters but tab and the
+// line breaks are shown as visible symbols (␛ for ESC), so that on a
+// terminal, such as Config.UserConsole may be, a content line cannot move
+// the cursor to rewrite the source line. The sender's role name is shown on
 // one line, with 【】 turned into 〖〗 and full-width parentheses into
 // ASCII ones, so that the only 【 and （ in a source line are the
 // society's. The prompts tell agents so.
@@ -277,22 +280,34 @@ var quoteBrackets = strings.NewReplacer("【", "〖", "】", "〗")
 
 // neutralise returns content with every line that could pass for a source
 // line or a reply hint (see forgeable) quoted: prefixed with "> ", its 【】
-// turned into 〖〗. Other lines, and the line breaks, are left as they are.
+// turned into 〖〗; and with the control characters of every line shown as
+// visible symbols (see showControls), so that on a terminal no line can
+// move the cursor to rewrite another, the source line above it included.
+// Other lines, and the line breaks, are left as they are.
 func neutralise(content string) string {
 	var b strings.Builder
+	changed := false
 	done := 0 // content[:done] is in b
 	for start := 0; ; {
 		end := len(content)
 		if i := strings.IndexFunc(content[start:], isLineBreak); i >= 0 {
 			end = start + i
 		}
-		if line := content[start:end]; forgeable(line) {
-			if done == 0 {
+		line := content[start:end]
+		if forged, ctl := forgeable(line), hasControl(line); forged || ctl {
+			if !changed {
 				b.Grow(len(content) + 16)
+				changed = true
 			}
 			b.WriteString(content[done:start])
-			b.WriteString("> ")
-			b.WriteString(quoteBrackets.Replace(line))
+			if forged {
+				b.WriteString("> ")
+				line = quoteBrackets.Replace(line)
+			}
+			if ctl {
+				line = strings.Map(showControl, line)
+			}
+			b.WriteString(line)
 			done = end
 		}
 		if end == len(content) {
@@ -301,11 +316,43 @@ func neutralise(content string) string {
 		_, n := utf8.DecodeRuneInString(content[end:])
 		start = end + n
 	}
-	if b.Len() == 0 {
+	if !changed {
 		return content
 	}
 	b.WriteString(content[done:])
 	return b.String()
+}
+
+// hasControl reports whether line holds a control character other than
+// tab: a C0 control, DEL or a C1 control (line breaks end lines, and are
+// not in one).
+func hasControl(line string) bool {
+	for i := 0; i < len(line); i++ {
+		switch c := line[i]; {
+		case c < 0x20 && c != '\t', c == 0x7f:
+			return true
+		case c == 0xc2 && i+1 < len(line) && 0x80 <= line[i+1] && line[i+1] < 0xa0: // U+0080-U+009F
+			return true
+		}
+	}
+	return false
+}
+
+// showControl returns the character that shows control character r: its
+// Unicode control picture (␛ for ESC, ␈ for backspace, ␡ for DEL), or
+// U+FFFD for a C1 control, which has none. Any other r is returned as it is.
+func showControl(r rune) rune {
+	switch {
+	case r == '\t':
+		return r
+	case r < 0x20:
+		return 0x2400 + r
+	case r == 0x7f:
+		return '\u2421'
+	case 0x80 <= r && r < 0xa0:
+		return '\ufffd'
+	}
+	return r
 }
 
 // forgeable reports whether line could pass for a line the society writes
