@@ -398,6 +398,9 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 		case r.status != StatusPending:
 			return &Error{Code: ErrRequestClosed, Message: "request " + id + " is already " + string(r.status)}
 		}
+		// The answer carries on the requester's work on the request's
+		// task, whatever task the responder is working on now.
+		p.msg.TaskID = r.taskID
 		p.answered, p.status = r, RequestStatus(f.text("status"))
 	}
 	return nil

@@ -97,8 +97,8 @@ func (s *Society) received(ctx context.Context, m Message) Message {
 }
 
 // Respond answers collaboration request requestID, which must have been sent
-// to this agent: it sends the collaboration_response to the requester. p's
-// RequestID is set to requestID. Refusals are Send's: ErrUnknownRequest,
+// to this agent: it sends the collaboration_response to the requester, on
+// the request's task. p's RequestID is set to requestID. Refusals are Send's: ErrUnknownRequest,
 // ErrWrongResponder, ErrRequestClosed, or ErrInvalidMessageFormat for a
 // payload that does not fit its status.
 func (x *Actor) Respond(ctx context.Context, requestID string, p CollaborationResponsePayload) (Message, error) {

@@ -498,3 +498,32 @@ func TestWatchdog_StuckRequest(t *testing.T) {
 	default:
 	}
 }
+
+// TestCollaborationResponseIsOnTheRequestsTask: a request's answer carries
+// on its requester's work on the request's task, as the society's own
+// answer after a timeout does. An answer took the task the responder
+// happened to be working on when it answered: a responder serving several
+// tasks (or one that wanted to) that answered a request of task t1 in a
+// turn on t2 moved the requester onto t2, with its spending, its children
+// and its report to user, for which the host waiting on t1 waited in vain.
+func TestCollaborationResponseIsOnTheRequestsTask(t *testing.T) {
+	ctx := context.Background()
+	f := newSmallOrg(t, as.Config{})
+	f.request(t, f.a, f.b, "r1") // a works on t1, b on t2
+	if _, err := f.b.Respond(ctx, "r1", as.CollaborationResponsePayload{Status: as.StatusCompleted, ResultData: json.RawMessage(`"ok"`)}); err != nil {
+		t.Fatal(err)
+	}
+	got := f.rec.next(t, f.a.ID())
+	if got.Type != as.CollaborationResponse || got.TaskID != "t1" {
+		t.Fatalf("a, which asked on t1, got a %s on task %q", got.Type, got.TaskID)
+	}
+
+	f.request(t, f.a, f.b, "r2")
+	if _, err := f.b.Send(ctx, as.Outgoing{To: f.a.ID(), Type: as.CollaborationResponse, TaskID: "t2",
+		Payload: as.CollaborationResponsePayload{RequestID: "r2", Status: as.StatusRejected, ErrorMessage: "no"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.rec.next(t, f.a.ID()); got.TaskID != "t1" {
+		t.Fatalf("an answer sent on t2 to a request of t1 arrived on task %q", got.TaskID)
+	}
+}

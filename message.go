@@ -73,7 +73,9 @@ func (m Message) Decode(v any) error { return json.Unmarshal(m.Payload, v) }
 
 // Outgoing is what a sender says. The society fills in the sender, the
 // message id and the time; TaskID defaults to the task the sender is working
-// on and Type to [General].
+// on and Type to [General]. A [CollaborationResponse] is on the task of the
+// request it answers, whatever TaskID says: the requester's work on it goes
+// on there.
 //
 // Payload is a json.RawMessage or []byte holding a JSON object, or any value
 // that encodes to one (a map, one of the *Payload types, ...). Use [Text] for
