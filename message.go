@@ -299,7 +299,39 @@ func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 	if len(missing) > 0 || malformed {
 		return nil, formatError(t, problem, missing)
 	}
+	// Receivers decode the payload into its type's struct: a field of
+	// another kind would fail every Decode of it.
+	if typ := payloadTypes[t]; typ != nil {
+		names, types := jsonFields(typ)
+		for _, n := range names {
+			v, ok := f[n]
+			if !ok || t == IntroductionResponse && (n == "target_role" || n == "target_interface_spec") {
+				continue // absent, or the society's to fill in
+			}
+			if json.Unmarshal(v, reflect.New(types[n]).Interface()) != nil {
+				return nil, formatError(t, "the payload's field "+strconvQuote(n)+" must be "+jsonKind(types[n])+", not "+valueKind(v), nil)
+			}
+		}
+	}
 	return f, nil
+}
+
+// valueKind names the kind of the JSON value v, as jsonKind names the
+// kind a Go type takes, for a refusal.
+func valueKind(v json.RawMessage) string {
+	switch v[0] {
+	case '"':
+		return "a string"
+	case '{':
+		return "a JSON object"
+	case '[':
+		return "an array"
+	case 't', 'f':
+		return "true or false"
+	case 'n':
+		return "null"
+	}
+	return "a number"
 }
 
 // mayHaveTextVariant reports whether payload may hold a key that differs

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -79,6 +80,7 @@ func drawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID func
 			c.missing = append(c.missing, name)
 		}
 	}
+	wrongKind := false
 	switch typ {
 	case as.General:
 		if !wantValid {
@@ -125,6 +127,15 @@ func drawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID func
 			status = true
 		}
 		need("status", status || txt)
+		// A field of the wrong kind beside one that will do is refused
+		// too, as no receiver could decode it; null reads as absent.
+		for _, name := range []string{"status", "text"} {
+			if v, ok := obj[name]; ok && v != nil {
+				if _, str := v.(string); !str {
+					wrongKind = true
+				}
+			}
+		}
 	case as.IntroductionRequest:
 		need("reason", drawField(t, obj, "reason", wantValid, allFieldStates, text("reason")))
 		need("required_capability", drawField(t, obj, "required_capability", wantValid, allFieldStates, text("required_capability")))
@@ -212,7 +223,7 @@ func drawP10(t *rapid.T, typ as.MessageType, targets []string, newRequestID func
 		c.payload = obj
 		return c
 	}
-	c.valid = len(c.missing) == 0
+	c.valid = len(c.missing) == 0 && !wrongKind
 	if len(obj) == 0 && rapid.Bool().Draw(t, "nil payload?") {
 		c.payload = nil // means {}
 	} else {
@@ -423,5 +434,56 @@ func TestPayload_GeneralTextCaseVariantIsRefused(t *testing.T) {
 		if _, err := lead.Send(ctx, as.Outgoing{To: helper.ID(), Payload: json.RawMessage(payload)}); err != nil {
 			t.Errorf("refused %s: %v", payload, err)
 		}
+	}
+}
+
+// TestPayload_FieldsOfTheWrongKindAreRefused: a receiver reads a typed
+// message by decoding it into its payload struct (Message.Decode into
+// StatusReportPayload, ...), as the society's own tools and Go behaviours
+// do. A payload whose field is of another JSON kind than the struct's
+// ("text": 5, "requester_agent_id": 42) was accepted whenever the society
+// did not need that field itself, and every receiver's Decode of it failed:
+// a sender could make any Go receiver fail to read its message. It is
+// refused, naming the field and the kind it must be.
+func TestPayload_FieldsOfTheWrongKindAreRefused(t *testing.T) {
+	ctx := context.Background()
+	in := newInbox()
+	_, lead, helper := twoAgents(t, in)
+	// A pending request of helper's to lead, which helper answers below.
+	req, err := helper.Send(ctx, as.Outgoing{To: lead.ID(), Type: as.CollaborationRequest, Payload: as.CollaborationRequestPayload{RequestID: "r1", SubtaskDescription: "x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = req
+	for _, c := range []struct {
+		typ     as.MessageType
+		payload string
+		field   string
+		decode  any
+	}{
+		{as.StatusReport, `{"status":"done","text":{"a":1}}`, "text", &as.StatusReportPayload{}},
+		{as.IntroductionRequest, `{"reason":"r","required_capability":"c","requester_agent_id":42}`, "requester_agent_id", &as.IntroductionRequestPayload{}},
+		{as.IntroductionResponse, `{"advice":"I know nobody","text":["a"]}`, "text", &as.IntroductionResponsePayload{}},
+		{as.CollaborationRequest, `{"subtask_description":"x","text":true}`, "text", &as.CollaborationRequestPayload{}},
+		{as.CollaborationResponse, `{"request_id":"r1","status":"rejected","error_message":"no","text":7}`, "text", &as.CollaborationResponsePayload{}},
+	} {
+		m, err := lead.Send(ctx, as.Outgoing{To: helper.ID(), Type: c.typ, Payload: json.RawMessage(c.payload)})
+		if err == nil {
+			if derr := m.Decode(c.decode); derr != nil {
+				t.Errorf("accepted the %s %s, which its receiver cannot decode: %v", c.typ, c.payload, derr)
+			}
+			continue
+		}
+		e := wantCode(t, err, as.ErrInvalidMessageFormat)
+		if e.MessageType != c.typ || !strings.Contains(e.Message, strconv.Quote(c.field)) {
+			t.Errorf("refused the %s %s with %+v, want its message_type and the field %q named", c.typ, c.payload, e, c.field)
+		}
+	}
+	// The fields the society fills in itself are not the sender's to get
+	// right: an introducer that writes a role where an object goes is not
+	// refused for it.
+	if _, err := lead.Send(ctx, as.Outgoing{To: helper.ID(), Type: as.IntroductionResponse,
+		Payload: json.RawMessage(`{"target_agent_id":"root","target_role":7,"target_interface_spec":"a tester"}`)}); err != nil {
+		t.Errorf("an introduction whose target_role and target_interface_spec the society replaces was refused: %v", err)
 	}
 }
