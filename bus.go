@@ -426,6 +426,15 @@ func (s *Society) prepareIntroduction(p *pendingSend, f fields, now time.Time) *
 		if s.cfg.ContactPolicy == ContactStrict {
 			p.answers = append(p.answers, introKey{p.msg.To, by})
 		}
+		// Nor the role or interface of anyone: those are the society's
+		// to fill in.
+		_, role := f["target_role"]
+		_, spec := f["target_interface_spec"]
+		if role || spec {
+			delete(f, "target_role")
+			delete(f, "target_interface_spec")
+			p.msg.Payload = f.encode()
+		}
 		return nil
 	}
 	target := s.agents[id]

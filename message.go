@@ -118,8 +118,9 @@ type IntroductionRequestPayload struct {
 
 // IntroductionResponsePayload is the payload of an [IntroductionResponse].
 // The society fills TargetRole and TargetInterfaceSpec with the target's real
-// ones, whatever the sender wrote there, and adds the target to the contacts
-// of the receiver, or of RequesterAgentID when it is set.
+// ones, whatever the sender wrote there (and drops them from an answer that
+// introduces nobody), and adds the target to the contacts of the receiver,
+// or of RequesterAgentID when it is set.
 //
 // RequesterAgentID serves chains of introducers (Requirement 3.5-3.6): when
 // A asks X, and X, knowing nobody fitting, asks Y, then Y answers X with
