@@ -298,12 +298,18 @@ func (r *introductions) has(k introKey) bool {
 
 // add opens k, made on behalf of the open request via (zero for none),
 // or opens it again as the newest if it is open. A request made on behalf
-// of one that was answered meanwhile opens nothing.
+// of one that was answered meanwhile opens nothing, and neither does one
+// made on behalf of a requester that asked the same agent itself: that
+// request stays its own, answered once, and not with the request the
+// other serves.
 func (r *introductions) add(k, via introKey) {
 	e := introOpen{origin: k}
 	if via != (introKey{}) {
 		o, ok := r.open[via]
 		if !ok {
+			return
+		}
+		if old, ok := r.open[k]; ok && old.origin == k {
 			return
 		}
 		e.origin = o.origin

@@ -997,3 +997,56 @@ func drawRequester(t *rapid.T, asks [][2]string, a, b string) string {
 	}
 	return rapid.SampledFrom(cands).Draw(t, "requester")
 }
+
+// TestIntroduction_StrictRequestOnBehalfKeepsTheRequestersOwn: under
+// ContactStrict, a requester's own introduction_request and one made on its
+// behalf are two requests. A asked Y, and A asked S, which asked Y on A's
+// behalf: Y's request from A was taken over by S's, so that S answering A
+// closed A's own request to Y with its own, and Y's answer to what A asked
+// it was refused as unsolicited. S, once asked, could cancel any request A
+// had open with an agent S knows. Each request stays answerable once.
+func TestIntroduction_StrictRequestOnBehalfKeepsTheRequestersOwn(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{ContactPolicy: as.ContactStrict, Root: noop, DefaultBehavior: noop})
+	lead, role := hostLead(t, s, "t1", "w")
+	spawn := func(collabs ...string) *as.Actor {
+		t.Helper()
+		b := validBrief()
+		for _, c := range collabs {
+			b.Collaborators = append(b.Collaborators, as.Collaborator{AgentID: c})
+		}
+		a, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role, Brief: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return actorOf(t, s, a.ID)
+	}
+	t1, t2, t3 := spawn(), spawn(), spawn()
+	y := spawn(t2.ID(), t3.ID())
+	sx := spawn(y.ID(), t1.ID())
+	a := spawn(sx.ID(), y.ID())
+	ask := func(from, to *as.Actor, requester string) {
+		t.Helper()
+		if _, err := from.Send(ctx, as.Outgoing{To: to.ID(), Type: as.IntroductionRequest, Payload: as.IntroductionRequestPayload{
+			Reason: "r", RequiredCapability: "c", RequesterAgentID: requester}}); err != nil {
+			t.Fatalf("%s asks %s: %v", from.ID(), to.ID(), err)
+		}
+	}
+	introduce := func(by, to *as.Actor, target string) error {
+		_, err := by.Send(ctx, as.Outgoing{To: to.ID(), Type: as.IntroductionResponse, Payload: as.IntroductionResponsePayload{TargetAgentID: target}})
+		return err
+	}
+	ask(a, y, "")      // A's own request to Y
+	ask(a, sx, "")     // A's request to S
+	ask(sx, y, a.ID()) // S asks Y on A's behalf
+	if err := introduce(sx, a, t1.ID()); err != nil {
+		t.Fatalf("S answers A's request: %v", err)
+	}
+	if err := introduce(y, a, t2.ID()); err != nil {
+		t.Fatalf("Y answers the request A made to it, after S answered A's request to S: %v", err)
+	}
+	// Each request was answered once: a third introduction is unsolicited.
+	if err := introduce(y, a, t3.ID()); !errors.Is(err, as.ErrUnsolicitedIntroduction) {
+		t.Fatalf("a third introduction for two requests: %v, want ErrUnsolicitedIntroduction", err)
+	}
+}
