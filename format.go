@@ -222,12 +222,12 @@ func oneLineJSON(v any) string {
 	return strings.TrimRight(buf.String(), "\n")
 }
 
-// shownRole returns a sender's role name as a source line shows it: on one
-// line (control characters but tab, and line separators, become spaces;
-// invisible format characters are dropped), with 【】 turned into 〖〗 and （） into
-// (), so that a role name cannot end the source line early or open a second
-// one.
-func shownRole(role string) string {
+// oneLine returns another agent's words (a role name, a contact's note) as
+// a line of the society's own shows them: on one line (control characters
+// but tab, and line separators, become spaces; invisible format characters
+// are dropped), with 【】 turned into 〖〗 and （） into (), so that they
+// cannot end the line early or open a second one, such as a source line.
+func oneLine(role string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
 		case r == '\t':
@@ -252,10 +252,10 @@ func shownRole(role string) string {
 }
 
 // shownRole returns a sender's role name as a source line of l shows it:
-// as shownRole does, and when the source line is framed by ASCII brackets,
+// as oneLine does, and when the source line is framed by ASCII brackets,
 // with ( and [ turned into {, ) and ] into }.
 func (l *language) shownRole(role string) string {
-	role = shownRole(role)
+	role = oneLine(role)
 	if l.asciiFrame {
 		role = asciiBrackets.Replace(role)
 	}

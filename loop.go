@@ -372,7 +372,7 @@ func (s *Society) systemPrompt(a *agent) (string, error) {
 			}
 		}
 		if c.Source != SourceChild || children[c.Role] == nil {
-			f.Contacts = append(f.Contacts, prompts.Contact{ID: c.ID, Role: l.shownRole(c.Role), Source: string(c.Source), IntroducedBy: c.IntroducedBy, Note: neutralise(c.Note)})
+			f.Contacts = append(f.Contacts, prompts.Contact{ID: c.ID, Role: l.shownRole(c.Role), Source: string(c.Source), IntroducedBy: c.IntroducedBy, Note: neutralise(clip(oneLine(c.Note), maxNote))})
 		}
 	}
 	for _, r := range roles {
@@ -381,6 +381,11 @@ func (s *Society) systemPrompt(a *agent) (string, error) {
 	}
 	return l.System(a.info.ID == RootID, rolePrompt, f)
 }
+
+// maxNote is how much of a contact's note the system prompt shows, in
+// characters: the note is another agent's words, which must not fill the
+// prompt.
+const maxNote = 300
 
 // idList joins agent ids with sep, a run of consecutive ids ("agent-2",
 // "agent-3", "agent-4") written as its ends ("agent-2..agent-4"): children
