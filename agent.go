@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -181,9 +182,28 @@ type RoleSpec struct {
 	InterfaceSpec *InterfaceSpec
 }
 
+// impersonates reports whether a role name reads, as a source line shows
+// it, as user or root: spaces, invisible characters, case and full-width
+// forms aside (see fold).
+func impersonates(name string) bool {
+	var b strings.Builder
+	for _, r := range name {
+		if !ignorable(r) {
+			b.WriteRune(fold(r))
+		}
+	}
+	switch b.String() {
+	case UserID, RootID, "用户":
+		return true
+	}
+	return false
+}
+
 // CreateRole creates a role owned by the agent. If the agent already created
 // a role with that name, CreateRole returns it with reused true and changes
-// nothing: the new spec's prompt and interface are ignored.
+// nothing: the new spec's prompt and interface are ignored. A name that
+// reads as user or root ("user", "Root", "用户") is refused with
+// ErrInvalidArgument.
 func (x *Actor) CreateRole(ctx context.Context, spec RoleSpec) (role Role, reused bool, err error) {
 	s, by := x.s, x.a.info.ID
 	if blank(spec.Name) {
@@ -191,6 +211,10 @@ func (x *Actor) CreateRole(ctx context.Context, spec RoleSpec) (role Role, reuse
 	}
 	if by == UserID {
 		return Role{}, false, s.refuse("create_role", by, newError(ErrForbidden, "the user endpoint does not create roles"))
+	}
+	if impersonates(spec.Name) {
+		return Role{}, false, s.refuse("create_role", by, &Error{Code: ErrInvalidArgument, Message: "a role cannot be named " + strconvQuote(spec.Name) +
+			": the source line of every message its agents send would read as one from user or root; name the role for what its agents do"})
 	}
 	var r *Role
 	if err := s.apply(ctx, func() (*change, *Error) {

@@ -3,6 +3,7 @@ package agentsociety_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -936,4 +937,29 @@ func BenchmarkActorAgent(b *testing.B) {
 			self.Agent()
 		}
 	})
+}
+
+// TestCreateRole_NamesThatReadAsUserOrRootAreRefused: the source line of a
+// message shows its sender's role, so a role named user or root (in any
+// case, width or spacing) would let its agents' messages pass for the
+// user's or root's; such a name is refused and nothing is created. A name
+// that only contains one is taken.
+func TestCreateRole_NamesThatReadAsUserOrRootAreRefused(t *testing.T) {
+	ctx := context.Background()
+	s := newSociety(t, as.Config{})
+	lead, _ := hostLead(t, s, "t", "worker")
+	for _, name := range []string{"user", "User", " root ", "ＵＳＥＲ", "用户", "用 户", "u\u200bser"} {
+		roles := len(s.Roles())
+		if _, _, err := lead.CreateRole(ctx, as.RoleSpec{Name: name}); !errors.Is(err, as.ErrInvalidArgument) {
+			t.Errorf("CreateRole(%q) = %v, want %s", name, err, as.ErrInvalidArgument)
+		}
+		if n := len(s.Roles()); n != roles {
+			t.Errorf("CreateRole(%q) was refused, yet the roles went from %d to %d", name, roles, n)
+		}
+	}
+	for _, name := range []string{"user-researcher", "用户研究员", "rooted"} {
+		if _, _, err := lead.CreateRole(ctx, as.RoleSpec{Name: name}); err != nil {
+			t.Errorf("CreateRole(%q): %v", name, err)
+		}
+	}
 }
