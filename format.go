@@ -222,7 +222,7 @@ func oneLineJSON(v any) string {
 	return strings.TrimRight(buf.String(), "\n")
 }
 
-// oneLine returns another agent's words (a role name, a contact's note) as
+// oneLine returns an agent's words (a role name, a contact's note, a console line) as
 // a line of the society's own shows them: on one line (control characters
 // but tab, and line separators, become spaces; invisible format characters
 // are dropped), with 【】 turned into 〖〗 and （） into (), so that they

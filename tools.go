@@ -660,7 +660,7 @@ func toolConsolePrint(ctx context.Context, x *Actor, args json.RawMessage) (any,
 	s := x.s
 	s.log.LogAttrs(ctx, slog.LevelInfo, "console", slog.String("agent", x.ID()), slog.String("text", a.Text))
 	s.emit(Event{Kind: EventConsole, Task: x.taskID, Agent: x.ID(), Turn: x.turn.id(), Detail: a.Text})
-	s.user.print("[" + x.ID() + "] " + a.Text + "\n")
+	s.user.print("[" + x.ID() + "] " + oneLine(a.Text) + "\n")
 	return map[string]any{"ok": true}, nil
 }
 
