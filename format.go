@@ -222,11 +222,12 @@ func oneLineJSON(v any) string {
 	return strings.TrimRight(buf.String(), "\n")
 }
 
-// oneLine returns an agent's words (a role name, a contact's note, a console line) as
-// a line of the society's own shows them: on one line (control characters
-// but tab, and line separators, become spaces; invisible format characters
-// are dropped), with 【】 turned into 〖〗 and （） into (), so that they
-// cannot end the line early or open a second one, such as a source line.
+// oneLine returns an agent's words (a role name, a contact's note, a
+// console line) as a line of the society's own shows them: on one line
+// (control characters but tab, and line separators, become spaces;
+// invisible format characters are dropped), with 【】 turned into 〖〗 and
+// （） into (), so that they cannot end the line early or open a second
+// one, such as a source line.
 func oneLine(role string) string {
 	return strings.Map(func(r rune) rune {
 		switch {
