@@ -308,6 +308,20 @@ func (s *Society) settleRequestsTo(ctx context.Context, ended []*agent) {
 // that did not answer, whose error_message says why: StatusTimeout for a
 // request whose timeout passed, StatusError for one whose responder ended.
 func (s *Society) settle(ctx context.Context, id string, status RequestStatus) {
+	s.settleOr(ctx, id, status, settleRetryFirst)
+}
+
+// A request whose end the society failed to record is settled again after
+// settleRetryFirst, a wait that doubles after each failure up to
+// settleRetryMax.
+const (
+	settleRetryFirst = time.Second
+	settleRetryMax   = time.Minute
+)
+
+// settleOr is settle, which, if recording the request's end fails, tries
+// again after wait (see retrySettle).
+func (s *Society) settleOr(ctx context.Context, id string, status RequestStatus, wait time.Duration) {
 	var p pendingSend
 	err := s.apply(ctx, func() (*change, *Error) {
 		p.answered = nil
@@ -331,13 +345,40 @@ func (s *Society) settle(ctx context.Context, id string, status RequestStatus) {
 	})
 	switch {
 	case err != nil && !errors.Is(err, ErrClosed):
-		s.log.LogAttrs(ctx, slog.LevelError, "recording a request's end failed; it stays pending",
-			slog.String("request", id), slog.String("err", err.Error()))
+		s.log.LogAttrs(ctx, slog.LevelError, "recording a request's end failed; trying again later",
+			slog.String("request", id), slog.Duration("in", wait), slog.String("err", err.Error()))
+		s.retrySettle(id, status, wait)
 	case err == nil && p.answered != nil:
 		s.logMessage(ctx, "message accepted", &p.msg)
 		s.log.LogAttrs(ctx, slog.LevelInfo, "request settled by the society",
 			slog.String("request", id), slog.String("from", p.msg.To), slog.String("to", p.msg.From), slog.String("status", string(status)))
 	}
+}
+
+// retrySettle arms request id's timer to settle it with status after wait,
+// the end of it having failed to be recorded: else it would stay pending
+// until the society is reopened, and a requester blocked in Collaborate
+// without a deadline of its own would wait for ever. The timer is counted
+// as a timeout's is (see armTimeout), and Close stops it.
+func (s *Society) retrySettle(id string, status RequestStatus, wait time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.requests[id]
+	if r == nil || r.status != StatusPending || s.closed.Load() {
+		return // settled meanwhile; or settled when the society is opened again
+	}
+	s.stopTimer(r) // the watchdog's, for a request without a timeout
+	r.watch = false
+	s.wg.Add(1)
+	s.busier(r.taskID)
+	next := min(2*wait, settleRetryMax)
+	r.timer = time.AfterFunc(wait, func() {
+		defer s.wg.Done()
+		s.settleOr(context.Background(), id, status, next)
+		s.mu.Lock()
+		s.idler(r.taskID)
+		s.mu.Unlock()
+	})
 }
 
 // MaxTimeoutSeconds is the largest timeout_seconds a collaboration request

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -525,5 +526,52 @@ func TestCollaborationResponseIsOnTheRequestsTask(t *testing.T) {
 	}
 	if got := f.rec.next(t, f.a.ID()); got.TaskID != "t1" {
 		t.Fatalf("an answer sent on t2 to a request of t1 arrived on task %q", got.TaskID)
+	}
+}
+
+// failResponseStore fails the first change that accepts a
+// collaboration_response: the society's record of a request's end.
+type failResponseStore struct {
+	store.Store
+	failed atomic.Bool
+}
+
+func (f *failResponseStore) Apply(ctx context.Context, c store.Change) error {
+	for _, m := range c.Accepted {
+		if m.Type == string(as.CollaborationResponse) && f.failed.CompareAndSwap(false, true) {
+			return errors.New("the disk is full, once")
+		}
+	}
+	return f.Store.Apply(ctx, c)
+}
+
+// TestTimeoutIsTriedAgainWhenItsRecordFails: a request whose timeout
+// passed is settled by the society; if recording that fails, the society
+// tries again later, where the request stayed pending until the society
+// was reopened, and a requester blocked in Collaborate without a deadline
+// of its own waited for ever.
+func TestTimeoutIsTriedAgainWhenItsRecordFails(t *testing.T) {
+	ctx := context.Background()
+	st := &failResponseStore{Store: store.NewMemory()}
+	s := newSociety(t, as.Config{Store: st, Root: noop, Logger: quiet})
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
+	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
+	w := spawnWith(t, s, lead, role.ID, noop)
+	helper := spawnWith(t, s, lead, role.ID, noop) // never answers
+	outcome := make(chan as.Message, 1)
+	go func() {
+		m, err := w.Collaborate(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "help"}, 10*time.Millisecond)
+		if err != nil {
+			t.Error(err)
+		}
+		outcome <- m
+	}()
+	m := recv(t, outcome, "the request's outcome")
+	var p as.CollaborationResponsePayload
+	if err := m.Decode(&p); err != nil || p.Status != as.StatusError || !strings.Contains(p.ErrorMessage, "timeout") {
+		t.Fatalf("outcome %+v (%s), want a timeout", m, m.Payload)
+	}
+	if !st.failed.Load() {
+		t.Fatal("the store never failed the request's end: the test tests nothing")
 	}
 }
