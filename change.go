@@ -243,11 +243,15 @@ func (s *Society) record(ctx context.Context, ch store.Change) error {
 	return err
 }
 
-// onlyFinishes reports whether ch does nothing but finish messages.
+// onlyFinishes reports whether ch does nothing but finish messages. It
+// does not copy ch, whose size would grow the frame of record, which every
+// turn calls.
 func onlyFinishes(ch *store.Change) bool {
-	rest := *ch
-	rest.Finished = nil
-	return len(ch.Finished) > 0 && rest.Empty()
+	finished := ch.Finished
+	ch.Finished = nil
+	rest := ch.Empty()
+	ch.Finished = finished
+	return len(finished) > 0 && rest
 }
 
 func errClosed() *Error { return newError(ErrClosed, "the society is closed") }

@@ -178,11 +178,14 @@ func (s *Society) handled(ctx context.Context, a *agent, id string) {
 		done.Finished = []string{id}
 	}
 	h, grew := a.mind.record(a.info.ID)
-	if grew {
+	switch {
+	case grew:
 		done.HistoryAppends = []store.HistoryAppend{h}
-	} else if done.Finished != nil {
+	case done.Finished != nil:
 		s.finishing.add(id) // written behind (see finish.go)
 		return
+	default:
+		return // nothing to record
 	}
 	if err := s.record(ctx, done); err != nil {
 		// The history's append is made again, with the next turn's.

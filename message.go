@@ -209,23 +209,38 @@ func encodePayload(p any) (json.RawMessage, error) {
 // checkPayload checks that payload fits t. It returns the payload decoded one
 // level deep for the types whose handling needs its fields, and nil for the
 // others, so that general messages are never decoded.
+//
+// A general message, the commonest, is checked in a function of its own:
+// checkTyped's large frame would grow the stack of every drainer that sends
+// one (BenchmarkRoute).
 func checkPayload(t MessageType, payload json.RawMessage) (fields, error) {
 	if t == General {
-		// Its "text" is what the receiver's model reads (the key as
-		// written) and what Message.Text and Decode read (any case, the
-		// last one winning): a case variant beside it could show them two
-		// texts. Decoded only when a key may be one.
-		if mayHaveTextVariant(payload) {
-			var f fields
-			json.Unmarshal(payload, &f) // a JSON object: encodePayload checked
-			for k := range f {
-				if k != "text" && strings.EqualFold(k, "text") {
-					return nil, formatError(t, "the payload's field "+strconvQuote(k)+` must be written "text"`, nil)
-				}
-			}
-		}
-		return nil, nil
+		return nil, checkGeneral(payload)
 	}
+	return checkTyped(t, payload)
+}
+
+// checkGeneral checks a general message's payload. Its "text" is what the
+// receiver's model reads (the key as written) and what Message.Text and
+// Decode read (any case, the last one winning): a case variant beside it
+// could show them two texts. The payload is decoded only when a key may be
+// one.
+func checkGeneral(payload json.RawMessage) error {
+	if !mayHaveTextVariant(payload) {
+		return nil
+	}
+	var f fields
+	json.Unmarshal(payload, &f) // a JSON object: encodePayload checked
+	for k := range f {
+		if k != "text" && strings.EqualFold(k, "text") {
+			return formatError(General, "the payload's field "+strconvQuote(k)+` must be written "text"`, nil)
+		}
+	}
+	return nil
+}
+
+// checkTyped is checkPayload for a type other than general.
+func checkTyped(t MessageType, payload json.RawMessage) (fields, error) {
 	var f fields
 	if err := json.Unmarshal(payload, &f); err != nil {
 		return nil, formatError(t, "the payload must be a JSON object", nil)
@@ -337,23 +352,25 @@ func valueKind(v json.RawMessage) string {
 
 // mayHaveTextVariant reports whether payload may hold a key that differs
 // from "text" only in case: it has a quoted case variant of text, or a
-// JSON escape, which could spell one. A payload of plain words has
-// neither, and is not decoded.
+// JSON escape \u, which could spell one. A payload of plain words has
+// neither, and is not decoded. ("text" has no letter that Unicode folds
+// from outside ASCII, as it does k and s.)
 func mayHaveTextVariant(payload []byte) bool {
-	if bytes.Contains(payload, []byte(`\u`)) {
-		return true
-	}
-	for i := 0; ; {
-		j := bytes.IndexByte(payload[i:], '"')
-		if j < 0 {
-			return false
+	for i := 0; i < len(payload); i++ {
+		switch payload[i] {
+		case '\\':
+			if i+1 < len(payload) && payload[i+1] == 'u' {
+				return true
+			}
+			i++ // the escaped character
+		case '"':
+			if k := payload[i+1 : min(i+6, len(payload))]; len(k) == 5 && k[4] == '"' &&
+				k[0]|0x20 == 't' && k[1]|0x20 == 'e' && k[2]|0x20 == 'x' && k[3]|0x20 == 't' && string(k[:4]) != "text" {
+				return true
+			}
 		}
-		k := i + j + 1 // just after the quote
-		if k+5 <= len(payload) && payload[k+4] == '"' && bytes.EqualFold(payload[k:k+4], []byte("text")) && string(payload[k:k+4]) != "text" {
-			return true
-		}
-		i = k
 	}
+	return false
 }
 
 // payloadTypes are the payloads of the typed messages but task_assignment
