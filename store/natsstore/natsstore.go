@@ -27,10 +27,13 @@ var ErrClosed = errors.New("natsstore: store is closed")
 // kept changing the keys of a change while Apply tried it again and again.
 var ErrConflict = errors.New("natsstore: conflicting writes")
 
-// ErrFenced is returned, wrapped, by the writes of a [Store] opened with
-// Options.Fence once another store has claimed its bucket: nothing of the
-// refused write was stored, and the store writes nothing more.
-var ErrFenced = errors.New("natsstore: another store has claimed the bucket")
+// ErrFenced is returned, wrapped with its cause, by the writes of a
+// [Store] opened with Options.Fence once it is fenced: another store has
+// claimed its bucket (nothing of the refused write was stored), or a
+// write's outcome is unknown (no answer: the connection closed, or the
+// server did not answer in time), so that this store can no longer tell
+// its own writes from another's. Either way the store writes nothing more.
+var ErrFenced = errors.New("natsstore: fenced: the store writes no more to its bucket")
 
 // ErrCorrupt is returned, wrapped, by [Store.Load] when the bucket holds
 // something this package did not write or cannot read: a value that does
