@@ -237,7 +237,12 @@ func (s *Society) reportStuck(r *request) {
 		return &change{
 			claims: []string{claimRequest(r.id)},
 			record: store.Change{States: []store.StateEntry{stuckEntry(r.id, true)}},
-			commit: func() { r.reported, r.timer = true, nil },
+			commit: func() {
+				r.reported = true
+				if r.watch { // else a retry of a failed settle armed it since (see retrySettle)
+					r.timer = nil
+				}
+			},
 		}, nil
 	})
 	if err != nil || parent == "" {
@@ -366,6 +371,9 @@ func (s *Society) retrySettle(id string, status RequestStatus, wait time.Duratio
 	r := s.requests[id]
 	if r == nil || r.status != StatusPending || s.closed.Load() {
 		return // settled meanwhile; or settled when the society is opened again
+	}
+	if a := s.agents[r.from]; a == nil || a.info.Status == StatusTerminated {
+		return // nobody is left to tell (see finishTermination)
 	}
 	s.stopTimer(r) // the watchdog's, for a request without a timeout
 	r.watch = false

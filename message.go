@@ -324,13 +324,33 @@ func checkTyped(t MessageType, payload json.RawMessage) (fields, error) {
 			if !ok || t == IntroductionResponse && (n == "target_role" || n == "target_interface_spec") {
 				continue // absent, or the society's to fill in
 			}
-			if json.Unmarshal(v, reflect.New(types[n]).Interface()) != nil {
+			if !fitsKind(types[n], v) {
 				return nil, formatError(t, "the payload's field "+strconvQuote(n)+" must be "+jsonKind(types[n])+", not "+valueKind(v), nil)
 			}
 		}
 	}
 	return f, nil
 }
+
+// fitsKind reports whether the JSON value v decodes into a value of type
+// t. The payloads' kinds, a string, a number or any JSON, are told from
+// v's first byte, without decoding v: every typed message is checked.
+func fitsKind(t reflect.Type, v json.RawMessage) bool {
+	switch {
+	case v[0] == 'n':
+		return true // null decodes into anything, as nothing
+	case t == rawMessageType:
+		return true
+	case t.Kind() == reflect.String:
+		return v[0] == '"'
+	case t.Kind() == reflect.Float64:
+		// A number (timeout_seconds, whose range timeoutOf checks).
+		return v[0] == '-' || '0' <= v[0] && v[0] <= '9'
+	}
+	return json.Unmarshal(v, reflect.New(t).Interface()) == nil
+}
+
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
 
 // valueKind names the kind of the JSON value v, as jsonKind names the
 // kind a Go type takes, for a refusal.
@@ -359,7 +379,11 @@ func mayHaveTextVariant(payload []byte) bool {
 	for i := 0; i < len(payload); i++ {
 		switch payload[i] {
 		case '\\':
-			if i+1 < len(payload) && payload[i+1] == 'u' {
+			// Only the escape of an ASCII letter (\u0041-\u007A) can spell
+			// a letter of text: "text" has no letter that Unicode folds from
+			// outside ASCII. Others (\u003c of json.Marshal's HTML escapes,
+			// the \uXXXX of non-ASCII text) cannot.
+			if i+5 < len(payload) && payload[i+1] == 'u' && payload[i+2] == '0' && payload[i+3] == '0' && '4' <= payload[i+4] && payload[i+4] <= '7' {
 				return true
 			}
 			i++ // the escaped character

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
@@ -463,5 +464,28 @@ func TestPlacementIsEven(t *testing.T) {
 				t.Errorf("nodes %v: %s owns %d of %d agents, want about %d: %v", nodes, n, got, agents, fair, owned)
 			}
 		}
+	}
+}
+
+// Node.OnUserMessage(nil), as Society.OnUserMessage(nil), registers
+// nothing: it registered a callback that panicked on every message to
+// user, each panic logged at Error level.
+func TestOnUserMessage_NilOnANode(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	log := &logged{}
+	opts := cluster.Options{Config: echo()}
+	opts.Config.Logger = slog.New(log)
+	n := join(t, url, newClusterName(), "a", opts)
+	n.OnUserMessage(nil)() // registers nothing; unregistering it is a no-op
+	n.OnUserMessage(nil)
+	if _, err := n.SubmitRequirement(ctx, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.WaitForUserMessage(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if log.has("callback panicked") {
+		t.Error("a nil OnUserMessage callback panicked on a message to user")
 	}
 }

@@ -154,8 +154,13 @@ func (n *Node) publishUser(m as.Message) {
 // order the leader sent them, from the time the node joined. A host that
 // submits on one node and waits on another gets its answer, and one whose
 // node dies can wait on another. f runs on the node's delivery goroutine
-// and should return quickly. It returns a function that unregisters f.
+// and should return quickly. It returns a function that unregisters f:
+// once that has returned, f is not called again. A nil f registers
+// nothing.
 func (n *Node) OnUserMessage(f func(as.Message)) (unregister func()) {
+	if f == nil {
+		return func() {}
+	}
 	return n.user.subscribe(f)
 }
 
@@ -187,9 +192,7 @@ func newEndpoint(limit int, log *slog.Logger) *endpoint {
 
 // deliver hands m to the callbacks, then to a waiter or the inbox.
 func (u *endpoint) deliver(m as.Message) {
-	for _, f := range u.box.Callbacks() {
-		u.call(f, m)
-	}
+	u.box.Call(m, u.call)
 	_, dropped, panics := u.box.Put(m)
 	for _, err := range panics {
 		u.filterPanicked(err)

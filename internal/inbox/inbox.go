@@ -72,22 +72,6 @@ func (b *Box[T]) Subscribe(f func(T)) (unregister func()) {
 	}
 }
 
-// Callbacks returns the callbacks registered now, for the caller to call
-// without the box's lock. One unregistered after Callbacks returned does
-// nothing when called.
-func (b *Box[T]) Callbacks() []func(T) {
-	subs := b.registered()
-	out := make([]func(T), len(subs))
-	for i, p := range subs {
-		out[i] = func(m T) {
-			if !p.off.Load() {
-				p.f(m)
-			}
-		}
-	}
-	return out
-}
-
 // Call calls the callbacks registered now with m, in the order they were
 // registered, each through call (which may contain its panic), without the
 // box's lock. A callback unregistered before its turn is skipped. Call
