@@ -142,8 +142,10 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 			ok := coded == nil
 			s.log.LogAttrs(ctx, slog.LevelDebug, "tool call", slog.String("agent", a.info.ID), slog.String("tool", call.Name), slog.String("result", out))
 			// A budget that ran out stops and reports by itself (see
-			// budget.go); the others the model must see to.
-			if !ok && coded.Code != ErrBudgetExhausted {
+			// budget.go), and a call Close refused is not the model's
+			// doing (the turn ends with the next model call, to be handled
+			// again); the others the model must see to.
+			if !ok && coded.Code != ErrBudgetExhausted && coded.Code != ErrClosed {
 				var err *Error
 				if out, err = failed.note(call, out); err != nil && stuck == nil {
 					err.AgentID = a.info.ID

@@ -2569,6 +2569,56 @@ func TestClose_TurnCutShortIsHandledAgain(t *testing.T) {
 	}
 }
 
+// TestClose_RepeatedCallsRefusedByCloseAreNotAFailure: a reply whose
+// three identical calls are refused because Close began is not a model
+// repeating a failing call (see the turn's count of repeated failures):
+// the turn did not end, and its message is handled again once the society
+// is reopened, where it was ended as failed with step_limit, and lost.
+func TestClose_RepeatedCallsRefusedByCloseAreNotAFailure(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	var n atomic.Int64
+	held, release := make(chan struct{}), make(chan struct{})
+	progress := `{"to":"user","payload":{"text":"progress"}}`
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
+		if n.Add(1) == 1 {
+			close(held)
+			<-release
+		}
+		if lastToolResult(req) == "" {
+			return &llm.Response{Message: llm.Message{Role: llm.RoleAssistant, ToolCalls: []llm.ToolCall{
+				{ID: "c1", Name: "send_message", Arguments: json.RawMessage(progress)},
+				{ID: "c2", Name: "send_message", Arguments: json.RawMessage(progress)},
+				{ID: "c3", Name: "send_message", Arguments: json.RawMessage(progress)},
+			}}}, nil
+		}
+		return call("a", "send_message", `{"to":"user","payload":{"text":"answer"},"end_turn":true}`), nil
+	})
+	cfg := as.Config{Model: model, MaxSteps: 10}
+	s, st := openFS(t, dir, filestore.SyncBatched, cfg)
+	task, err := s.SubmitRequirement(ctx, "work")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, held, "root's first call")
+	closed := make(chan struct{})
+	go func() { closeFS(t, s, st); close(closed) }()
+	waitFor(t, "Close to begin", func() bool {
+		return errors.Is(s.Terminate(ctx, "nobody"), as.ErrClosed) // changes nothing
+	})
+	close(release)
+	recv(t, closed, "Close")
+
+	s2, st2 := openFS(t, dir, filestore.SyncBatched, cfg)
+	defer closeFS(t, s2, st2)
+	wctx, cancel := context.WithTimeout(ctx, hangGuard)
+	defer cancel()
+	m, err := s2.WaitForUserMessage(wctx, func(m as.Message) bool { return m.Text() == "answer" })
+	if err != nil || m.TaskID != task {
+		t.Fatalf("reopened, user got %+v, %v: the turn Close cut short was not handled again", m, err)
+	}
+}
+
 // durableFailingAppends is failingAppends on a store that says it outlives
 // the process, so that the society records there the end of each message.
 type durableFailingAppends struct{ *failingAppends }
