@@ -102,7 +102,7 @@ func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 	ctx := s.runCtx
 	s.logMessage(ctx, "message delivered", m)
 	start := s.emitDelivered(a, m)
-	report := stallReport(m)
+	report := reportStatus(m) == StatusStalled // the watchdog's report of a stall
 	s.mu.Lock()
 	if done.set {
 		s.idler(done.task)

@@ -193,21 +193,11 @@ func (s *Society) answerFor(p *pendingSend) bool {
 	}
 	switch {
 	case p.own:
-		return failureReport(m)
+		return reportStatus(m) == string(StatusError) // the report of a failed turn (see reportFailure)
 	case p.from == nil: // settled by the society (see settle)
 		return m.Type == CollaborationResponse && p.status == StatusTimeout
 	}
 	return false
-}
-
-// failureReport reports whether m is the society's report, on an agent's
-// behalf, that a turn of the agent failed (see Society.reportFailure).
-func failureReport(m *Message) bool {
-	if m.Type != StatusReport {
-		return false
-	}
-	var p StatusReportPayload
-	return m.Decode(&p) == nil && p.Status == string(StatusError)
 }
 
 // hash sums what m says: its type and payload, a collaboration request's

@@ -397,6 +397,19 @@ func mayHaveTextVariant(payload []byte) bool {
 	return false
 }
 
+// reportStatus returns the status of m if it is a status_report, and ""
+// otherwise.
+func reportStatus(m *Message) string {
+	if m.Type != StatusReport {
+		return ""
+	}
+	var p StatusReportPayload
+	if m.Decode(&p) != nil {
+		return ""
+	}
+	return p.Status
+}
+
 // payloadTypes are the payloads of the typed messages but task_assignment
 // (a brief the society decodes as its receivers do), by type.
 var payloadTypes = map[MessageType]reflect.Type{

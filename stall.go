@@ -62,15 +62,6 @@ func (s *Society) touch(m *Message, report bool) {
 	}
 }
 
-// stallReport reports whether m is the watchdog's report of a stall.
-func stallReport(m *Message) bool {
-	if m.Type != StatusReport {
-		return false
-	}
-	var p StatusReportPayload
-	return m.Decode(&p) == nil && p.Status == StatusStalled
-}
-
 // checkStall is t's watchdog timer: it looks again later while task has
 // work in flight and moves, and reports it once when it stalled.
 func (s *Society) checkStall(task string, t *activity) {
