@@ -173,10 +173,11 @@ func namesOf(cluster string) names {
 // refused with an error wrapping [ErrIncompatible] that names the first
 // that differs. The id of a node that stopped without [Node.Close] is free
 // once its last heartbeat expires, a lease time after it was sent: Join
-// waits for that within ctx. A connection that
-// is not connected, or a server that does not answer within ctx (or 10
-// seconds if ctx has no deadline), is an error, not a hang. ctx bounds the
-// joining only.
+// waits for that within ctx. A connection that is not connected, or a
+// server that does not answer within ctx (or, if ctx has no deadline,
+// within 10 seconds or two lease times, whichever is longer: a node
+// restarted under its id waits up to a lease time for its old heartbeat),
+// is an error, not a hang. ctx bounds the joining only.
 func Join(ctx context.Context, nc *nats.Conn, opts Options) (*Node, error) {
 	if opts.LeaseTTL == 0 {
 		opts.LeaseTTL = DefaultLeaseTTL
@@ -213,7 +214,7 @@ func Join(ctx context.Context, nc *nats.Conn, opts Options) (*Node, error) {
 	log = log.With(slog.String("cluster", opts.Cluster), slog.String("node", opts.NodeID))
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 10*time.Second)
+		ctx, cancel = context.WithTimeout(ctx, max(10*time.Second, 2*opts.LeaseTTL))
 		defer cancel()
 	}
 	js, err := jetstream.New(nc)

@@ -489,3 +489,33 @@ func TestOnUserMessage_NilOnANode(t *testing.T) {
 		t.Error("a nil OnUserMessage callback panicked on a message to user")
 	}
 }
+
+// A node restarted under its id, on a cluster whose lease time is longer
+// than the 10 s that Join gives itself without a deadline, waits out its
+// old heartbeat and joins: Join's own bound is at least two lease times.
+func TestJoin_RestartedNodeWithALongLease(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	name := newClusterName()
+	const lease = 12 * time.Second
+	first := join(t, url, name, "n0", cluster.Options{LeaseTTL: lease, Config: echo()})
+	defer first.Close()
+	js, err := jetstream.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, name+"_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.PutString(ctx, "node.dead", "dead"); err != nil { // a dead node's last heartbeat
+		t.Fatal(err)
+	}
+	opts := withDefaults(cluster.Options{Cluster: name, NodeID: "dead", LeaseTTL: lease, Config: echo()})
+	opts.Config.Logger = quiet
+	n, err := cluster.Join(context.Background(), connect(t, url), opts) // no deadline: Join's own bound
+	if err != nil {
+		t.Fatalf("Join of a restarted node, lease time %v: %v", lease, err)
+	}
+	n.Close()
+}
