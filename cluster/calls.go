@@ -370,7 +370,9 @@ func (n *Node) Terminate(ctx context.Context, id string) error {
 // events from from on are no longer kept, it returns those from the oldest
 // kept with a *as.MissedEventsError that says so, as io.Reader returns
 // data with an error. The numbering goes on across leaders: the log is in
-// the cluster's store.
+// the cluster's store. On a cluster whose society keeps no events
+// (Config.EventRetention below zero) it returns an error with code
+// as.ErrEventsOff.
 func (n *Node) Events(ctx context.Context, from uint64, limit int) ([]as.Event, error) {
 	resp, err := n.forward(ctx, callReq{Op: opEvents, From: from, Max: limit})
 	if err != nil {
