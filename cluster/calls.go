@@ -168,6 +168,9 @@ func (n *Node) serveCall(ctx context.Context, s *as.Society, m *nats.Msg) {
 	var req callReq
 	var resp callResp
 	var err error
+	if hook := testHookServe.Load(); hook != nil {
+		(*hook)(ctx)
+	}
 	if err = json.Unmarshal(m.Data, &req); err == nil {
 		if req.Trace != "" {
 			ctx = as.WithTrace(ctx, req.Trace)
@@ -218,6 +221,12 @@ func (n *Node) serveCall(ctx context.Context, s *as.Society, m *nats.Msg) {
 		default:
 			err = &as.Error{Code: as.ErrInvalidArgument, Message: fmt.Sprintf("unknown call %q", req.Op)}
 		}
+	}
+	if err != nil && ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+		// The leader's context, not the caller's, ended: the node stops
+		// leading. The caller cannot tell how far the call went, and must
+		// not read the cancellation as its own.
+		err = fmt.Errorf("%w: the leader stopped leading while making %s (%v)", ErrUnknownOutcome, req.Op, err)
 	}
 	if err != nil {
 		resp = callResp{Err: toWire(err)}

@@ -250,3 +250,48 @@ func TestUserCall_ReachesALeaderSteppingDown(t *testing.T) {
 		t.Fatalf("a call waiting for a leader stepping down was answered %q %v, want no responders (503)", m.Data, m.Header)
 	}
 }
+
+// A call the leader has taken up when its lease ends fails with
+// ErrUnknownOutcome, not with the leader's cancellation, which the caller
+// would read as its own.
+func TestUserCall_LeaderStepsDownDuringTheCall(t *testing.T) {
+	ctx := hangGuard(t)
+	ns, err := natstest.Start(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { natstest.Stop(ns) })
+	url := ns.ClientURL()
+	name := newClusterName()
+	var first atomic.Bool
+	arrived := make(chan struct{}, 1)
+	cluster.SetServeHook(func(lead context.Context) {
+		if !first.CompareAndSwap(false, true) {
+			return
+		}
+		arrived <- struct{}{}
+		select {
+		case <-lead.Done():
+		case <-ctx.Done():
+		}
+	})
+	t.Cleanup(func() { cluster.SetServeHook(nil) })
+
+	a := join(t, url, name, "a", cluster.Options{Config: echo()})
+	waitFor(t, ctx, "a to lead", func() bool { return a.Leader() == "a" })
+	b := join(t, url, name, "b", cluster.Options{Config: echo()})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.SubmitRequirement(ctx, "hello")
+		errc <- err
+	}()
+	recvCtx(t, ctx, arrived, "the leader to take the call up")
+	go a.Close()
+	err = recvCtx(t, ctx, errc, "the call's answer")
+	if !errors.Is(err, cluster.ErrUnknownOutcome) {
+		t.Fatalf("a call the leader was making as it stepped down: %v, want one wrapping cluster.ErrUnknownOutcome", err)
+	}
+	if errors.Is(err, context.Canceled) {
+		t.Fatalf("a call the leader was making as it stepped down: %v, which the caller reads as its own context's cancellation", err)
+	}
+}

@@ -1,5 +1,7 @@
 package cluster
 
+import "context"
+
 // Rank is rank, for the placement test.
 var Rank = rank
 
@@ -11,4 +13,14 @@ func SetCallHook(f func()) {
 		return
 	}
 	testHookCall.Store(&f)
+}
+
+// SetServeHook makes the leader run f, with its leading context, as it
+// starts making each user call it took up; nil removes it.
+func SetServeHook(f func(context.Context)) {
+	if f == nil {
+		testHookServe.Store(nil)
+		return
+	}
+	testHookServe.Store(&f)
 }

@@ -229,6 +229,10 @@ func (n *Node) watchLeader() <-chan struct{} {
 // call, before it takes the call up.
 var testHookCall atomic.Pointer[func()]
 
+// testHookServe, when set (by tests), runs as the leader starts making a
+// user call it took up, with the leader's context.
+var testHookServe atomic.Pointer[func(context.Context)]
+
 // lead runs the society while ctx lasts: it opens the store on the
 // cluster's bucket, claiming it (which fences the previous leader), opens
 // the society on it (which delivers again the pending messages and re-arms

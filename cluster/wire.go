@@ -33,6 +33,7 @@ var kinds = []struct {
 	{"auth", llm.ErrAuth},
 	{"canceled", context.Canceled},
 	{"deadline", context.DeadlineExceeded},
+	{"unknown_outcome", ErrUnknownOutcome},
 }
 
 func toWire(err error) *wireError {
@@ -69,8 +70,20 @@ func (w *wireError) err() error {
 		// model timeout worth retrying.
 		cause = llm.ErrTimeout
 	}
+	if cause == ErrUnknownOutcome {
+		return &textError{text: w.Text, err: cause} // w.Text names it already
+	}
 	if cause != nil {
 		return fmt.Errorf("%w: %s", cause, w.Text)
 	}
 	return errors.New(w.Text)
 }
+
+// textError is an error whose text is text, wrapping err.
+type textError struct {
+	text string
+	err  error
+}
+
+func (e *textError) Error() string { return e.text }
+func (e *textError) Unwrap() error { return e.err }
