@@ -38,6 +38,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,7 +138,13 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // the node's goroutines and the calls it serves
 
-	subs []*nats.Subscription // work and the user stream's delivery
+	subs    []*nats.Subscription // work and the user stream's delivery
+	workSub *nats.Subscription   // the node's work, also in subs
+
+	// The heartbeat, written by Join and then by the lease loop only.
+	beatValue string // the node's id and this node's token of its own
+	beatRev   uint64 // the revision this node last wrote
+	lostID    bool   // another node took the id: this one no longer beats
 
 	mu      sync.Mutex
 	leader  string // the leader as last seen, "" when none
@@ -222,6 +229,7 @@ func Join(ctx context.Context, nc *nats.Conn, opts Options) (*Node, error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	n := &Node{opts: opts, nc: nc, js: js, log: log, names: namesOf(opts.Cluster)}
+	n.beatValue = opts.NodeID + " " + rand.Text()
 	limit := opts.Config.UserInbox
 	if limit <= 0 {
 		limit = as.DefaultUserInbox
@@ -267,7 +275,10 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.followUser(ctx); err != nil {
 		return fmt.Errorf("cluster: following the messages to user: %w", err)
 	}
-	if err := n.heartbeat(ctx); err != nil {
+	if lost, err := n.heartbeat(ctx); err != nil || lost {
+		if err == nil {
+			err = fmt.Errorf("%w: Options.NodeID %q was taken by another node while this one joined", ErrIncompatible, n.opts.NodeID)
+		}
 		return fmt.Errorf("cluster: announcing the node: %w", err)
 	}
 	n.wg.Add(1)
@@ -316,7 +327,11 @@ func (n *Node) Close() error {
 	n.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL)
 	defer cancel()
-	if err := n.leases.Delete(ctx, n.nodeKey()); err != nil && n.nc.IsConnected() {
+	// Only if it is still this node's: a node that took the id keeps it.
+	if n.lostID {
+		return nil
+	}
+	if err := n.leases.Delete(ctx, n.nodeKey(), jetstream.LastRevision(n.beatRev)); err != nil && n.nc.IsConnected() && !isRevisionMismatch(err) {
 		n.log.Warn("cluster: removing the node's heartbeat", "err", err)
 	}
 	return nil

@@ -262,3 +262,58 @@ func TestLead_FailureIsNotRetriedInAHotLoop(t *testing.T) {
 		t.Fatalf("in %v the node failed to open the society %d times, at most %d at the lease's pace", time.Since(start), log.n.Load(), most)
 	}
 }
+
+// A node whose heartbeat expired while it was cut off, and whose id a new
+// node took meanwhile, does not renew the new node's heartbeat as its own
+// when its connection is back: it says so and takes no work, and the new
+// node serves its id alone.
+func TestNodeBackFindsItsIDTaken(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	px := newProxy(t, url)
+	name := newClusterName()
+
+	lead := join(t, url, name, "lead", cluster.Options{Config: echo()})
+	waitFor(t, ctx, "lead to lead", func() bool { return lead.Leader() == "lead" })
+
+	log := &logged{}
+	ncA, err := nats.Connect(px.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ncA.Close()
+	optsA := cluster.Options{Cluster: name, NodeID: "a", LeaseTTL: time.Second, Config: echo()}
+	optsA.Config.Logger = slog.New(log)
+	a, err := cluster.Join(ctx, ncA, withDefaults(optsA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+
+	px.setCut(true)
+	waitFor(t, ctx, "a to log the lost connection", func() bool { return log.has("lost its connection") })
+	// Join waits out the old heartbeat, then takes the id.
+	a2 := join(t, url, name, "a", cluster.Options{Config: echo()})
+
+	px.setCut(false)
+	waitFor(t, ctx, "a to be back or to find its id taken", func() bool {
+		return log.has("the node is back") || log.has("another node")
+	})
+	if log.has("the node is back") {
+		t.Fatalf("a node whose id another node took meanwhile took work again as that id: %q", log.msgs)
+	}
+	// Closing, a leaves a2's heartbeat alone.
+	a.Close()
+	js, err := jetstream.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, name+"_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(ctx, "node.a"); err != nil {
+		t.Fatalf("a2's heartbeat after the node it replaced closed: %v", err)
+	}
+	a2.Close()
+}

@@ -34,8 +34,9 @@ func (n *Node) nodeKey() string { return "node." + n.opts.NodeID }
 func (n *Node) claimID(ctx context.Context) error {
 	key := n.nodeKey()
 	for {
-		_, err := n.leases.Create(ctx, key, []byte(n.opts.NodeID))
+		rev, err := n.leases.Create(ctx, key, []byte(n.beatValue))
 		if err == nil {
+			n.beatRev = rev
 			return nil
 		}
 		if !errors.Is(err, jetstream.ErrKeyExists) {
@@ -70,10 +71,48 @@ func (n *Node) claimID(ctx context.Context) error {
 	}
 }
 
-// heartbeat renews the node's heartbeat.
-func (n *Node) heartbeat(ctx context.Context) error {
-	_, err := n.leases.PutString(ctx, n.nodeKey(), n.opts.NodeID)
-	return err
+// heartbeat renews the node's heartbeat, expecting it at the revision
+// the node last wrote. It reports lost when another node has the id: the
+// heartbeat expired (the node was cut off for a lease time) and a node
+// joined with its id meanwhile. A heartbeat that expired with no node
+// taking the id is created again.
+func (n *Node) heartbeat(ctx context.Context) (lost bool, err error) {
+	key, value := n.nodeKey(), []byte(n.beatValue)
+	rev, err := n.leases.Update(ctx, key, value, n.beatRev)
+	if err == nil {
+		n.beatRev = rev
+		return false, nil
+	}
+	if !isRevisionMismatch(err) {
+		return false, err
+	}
+	// Not at the revision last written: expired, written by this node
+	// in a renewal whose answer was lost, or another node's.
+	e, err := n.leases.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		rev, err = n.leases.Create(ctx, key, value)
+	case err != nil:
+		return false, err
+	case string(e.Value()) != n.beatValue:
+		return true, nil
+	default:
+		rev, err = n.leases.Update(ctx, key, value, e.Revision())
+	}
+	if isRevisionMismatch(err) {
+		return true, nil // taken meanwhile
+	}
+	if err != nil {
+		return false, err
+	}
+	n.beatRev = rev
+	return false, nil
+}
+
+// isRevisionMismatch reports whether err is a key-value write refused
+// because the key was not at the revision the write expected.
+func isRevisionMismatch(err error) bool {
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch)
 }
 
 // step bounds one call of the lease loop to the NATS server.
@@ -109,7 +148,15 @@ func (n *Node) leaseLoop() {
 		n.log.Info("cluster: no longer leading", "why", why)
 	}
 	for {
-		n.beat()
+		if n.beat() {
+			// Another node has the id: this one takes no work and
+			// does not lead.
+			if done != nil {
+				resign("another node took this node's id")
+			}
+			n.workSub.Unsubscribe()
+			return
+		}
 		ctx, cancel := n.step()
 		if done == nil {
 			r, err := n.leases.Create(ctx, leaderKey, []byte(n.opts.NodeID))
@@ -169,11 +216,18 @@ func (n *Node) startLeading() (stop context.CancelFunc, done chan struct{}) {
 
 // beat renews the node's heartbeat, and logs when the node loses its
 // connection to NATS (it then takes no work: the leader sees no
-// heartbeat) and when it is back.
-func (n *Node) beat() {
+// heartbeat) and when it is back. It reports lostID when another node has
+// taken the node's id.
+func (n *Node) beat() (lostID bool) {
 	ctx, cancel := n.step()
-	err := n.heartbeat(ctx)
+	lost, err := n.heartbeat(ctx)
 	cancel()
+	if lost {
+		n.lostID = true
+		n.log.Error("cluster: another node took this node's id while its heartbeat had expired (it was cut off from NATS for a lease time): this node takes no work and does not lead from now on; close it, and restart it if it should serve",
+			"node", n.opts.NodeID)
+		return true
+	}
 	n.mu.Lock()
 	was := n.offline
 	n.offline = err != nil
@@ -185,6 +239,7 @@ func (n *Node) beat() {
 		n.log.Info("cluster: the node is back: it takes work again")
 		n.follow.restart()
 	}
+	return false
 }
 
 func (n *Node) setLeader(id string) {

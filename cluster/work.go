@@ -336,6 +336,7 @@ func (n *Node) serveWork() error {
 	if err != nil {
 		return err
 	}
+	n.workSub = sub
 	n.subs = append(n.subs, sub)
 	return nil
 }
