@@ -154,7 +154,7 @@ func TestLeaderLosesItsConnection(t *testing.T) {
 	}
 
 	px.setCut(false)
-	waitFor(t, ctx, "a to be back", func() bool { return log.has("is back") })
+	waitFor(t, ctx, "a to be back", func() bool { return log.has("the node is back") })
 	// a has the messages to user it missed, and takes calls again.
 	if _, err := a.WaitForUserMessage(ctx, func(m as.Message) bool { return m.Text() == "during" }); err != nil {
 		t.Fatal(err)
