@@ -152,6 +152,12 @@ func (s *Store) GetArtifact(ctx context.Context, id string) (store.Artifact, []b
 	}
 	contentPath := filepath.Join(dir, name)
 	data, err := os.ReadFile(contentPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		// The content is durable before the sidecar is written: a sidecar
+		// without it is damage, not an artifact in progress.
+		return store.Artifact{}, nil, fmt.Errorf("%w %s: the content of artifact %q is missing, though its metadata (%s) says it has %d bytes",
+			ErrCorrupt, contentPath, id, metaPath, meta.Bytes)
+	}
 	if err != nil {
 		return store.Artifact{}, nil, fmt.Errorf("filestore: artifact %q: reading its content: %w", id, err)
 	}

@@ -1332,3 +1332,25 @@ func TestUnstorable_SpawnKey(t *testing.T) {
 		t.Fatalf("Apply of a spawn key that is not UTF-8 succeeded; reopened, the store holds %q for %q", st.Agents[0].SpawnKey, c.Agents[0].SpawnKey)
 	}
 }
+
+// TestArtifactContentMissing: the content is durable before the sidecar
+// that commits the artifact, so a sidecar whose content file is gone is
+// damage, reported with an error wrapping ErrCorrupt that names the file,
+// as altered content is, and not as an unknown artifact.
+func TestArtifactContentMissing(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	defer closeStore(t, s)
+	ctx := context.Background()
+	if err := s.PutArtifact(ctx, store.Artifact{ID: "a-1", Name: "r.txt", Size: 5}, []byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, artifactsName, artifactName("a-1"))
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	_, data, err := s.GetArtifact(ctx, "a-1")
+	if !errors.Is(err, ErrCorrupt) || errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), path) {
+		t.Errorf("GetArtifact with its content file gone = %q, %v; want an error wrapping ErrCorrupt naming %s", data, err, path)
+	}
+}
