@@ -340,7 +340,7 @@ func (s *Store) openEvents() error {
 	for len(firsts) > 0 {
 		first := firsts[len(firsts)-1]
 		name := filepath.Join(dir, segmentName(first))
-		if newest, err = s.recoverSegment(name); err != nil {
+		if newest, err = s.recoverSegment(name, first); err != nil {
 			return err
 		}
 		if newest >= first {
@@ -363,8 +363,9 @@ func (s *Store) openEvents() error {
 }
 
 // recoverSegment returns the Seq of the last whole line of the segment
-// file name, 0 if it has none, and cuts off a torn line after it.
-func (s *Store) recoverSegment(name string) (uint64, error) {
+// file name, whose first event is first, 0 if it has none, and cuts off a
+// torn line after it.
+func (s *Store) recoverSegment(name string, first uint64) (uint64, error) {
 	data, err := os.ReadFile(name)
 	if err != nil {
 		return 0, fmt.Errorf("filestore: %w", err)
@@ -375,8 +376,8 @@ func (s *Store) recoverSegment(name string) (uint64, error) {
 		if i < 0 {
 			break
 		}
-		var e eventLine
-		if json.Unmarshal(data[off:off+i], &e) != nil {
+		e, ok := parseEventLine(data[off:off+i], first, last, good > 0)
+		if !ok {
 			// Only the last write can be torn: a whole event after this
 			// line was written after it was whole, so it was damaged
 			// since, and cutting here would drop acknowledged events.
@@ -385,7 +386,7 @@ func (s *Store) recoverSegment(name string) (uint64, error) {
 				if j < 0 {
 					break
 				}
-				if json.Unmarshal(rest[:j], &e) == nil {
+				if e, ok := parseEventLine(rest[:j], first, last, good > 0); ok {
 					return 0, fmt.Errorf("%w %s: the event line at offset %d is damaged, but whole events follow it (event %d at offset %d)",
 						ErrCorrupt, name, off, e.Seq, len(data)-len(rest))
 				}
@@ -402,6 +403,19 @@ func (s *Store) recoverSegment(name string) (uint64, error) {
 		}
 	}
 	return last, nil
+}
+
+// parseEventLine decodes line, a line of the segment whose first event is
+// first, and reports whether it is a whole event: one that parses, with
+// data, numbered at least first and, if after is set, above prev. A
+// damaged line may still parse (an altered key loses the seq); it is
+// damage all the same.
+func parseEventLine(line []byte, first, prev uint64, after bool) (eventLine, bool) {
+	var e eventLine
+	if json.Unmarshal(line, &e) != nil || len(e.Data) == 0 || e.Seq < first || after && e.Seq <= prev {
+		return e, false
+	}
+	return e, true
 }
 
 // closeEvents closes the newest segment. Called by Close.

@@ -1,0 +1,76 @@
+package filestore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestEventLog_LineThatDecodesWrong: a damaged line of the newest segment
+// may still parse as JSON, with its seq lost (a key altered) or changed.
+// Such a line is damage like one that does not parse: as the last line it
+// is cut, and the acknowledged events before it stay (the segment is not
+// removed as if it were empty); with whole events after it, the log
+// reports ErrCorrupt and leaves the file as it is.
+func TestEventLog_LineThatDecodesWrong(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		line    int // the line damaged, from 0
+		from    string
+		to      string
+		corrupt bool
+	}{
+		{"last line, seq key altered", 19, `"seq"`, `"seX"`, false},
+		{"last line, seq out of order", 19, `"seq":20`, `"seq":2 `, false},
+		{"middle line, seq key altered", 4, `"seq"`, `"seX"`, true},
+		{"middle line, seq out of order", 4, `"seq":5`, `"seq":9`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := open(t, dir, Options{})
+			if err := s.AppendEvents(ctx, eventBatch(1, 20)); err != nil {
+				t.Fatal(err)
+			}
+			closeStore(t, s)
+
+			seg := filepath.Join(dir, eventsName, segmentName(1))
+			data, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := bytes.SplitAfter(data, []byte("\n"))
+			if !bytes.Contains(lines[tc.line], []byte(tc.from)) {
+				t.Fatalf("line %d is %q", tc.line, lines[tc.line])
+			}
+			lines[tc.line] = bytes.Replace(lines[tc.line], []byte(tc.from), []byte(tc.to), 1)
+			damaged := bytes.Join(lines, nil)
+			if err := os.WriteFile(seg, damaged, 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			s = open(t, dir, Options{})
+			defer closeStore(t, s)
+			first, last, err := s.EventBounds(ctx)
+			if tc.corrupt {
+				if !errors.Is(err, ErrCorrupt) {
+					t.Errorf("EventBounds with line %d damaged = %d, %d, %v; want an error wrapping ErrCorrupt", tc.line, first, last, err)
+				}
+				if got, err := os.ReadFile(seg); err != nil || !bytes.Equal(got, damaged) {
+					t.Errorf("the damaged segment was changed: %d bytes now, %d before (%v)", len(got), len(damaged), err)
+				}
+				return
+			}
+			if err != nil || first != 1 || last != 19 {
+				t.Errorf("EventBounds with the last of 20 lines damaged = %d, %d, %v; want 1, 19 (events 1..19 were acknowledged)", first, last, err)
+			}
+			got, err := s.ReadEvents(ctx, 0, 100)
+			if err != nil || len(got) != 19 || got[18].Seq != 19 {
+				t.Errorf("ReadEvents = %d events, %v; want events 1..19", len(got), err)
+			}
+		})
+	}
+}
