@@ -230,6 +230,7 @@ func (s *Store) readSegment(sg segment, from uint64, limit int) ([]store.Event, 
 	defer f.Close()
 	var out []store.Event
 	r := bufio.NewReader(f)
+	var off, prev uint64 // the line's offset; the Seq of the line before
 	for len(out) < limit {
 		line, err := r.ReadBytes('\n')
 		if err == io.EOF {
@@ -238,13 +239,15 @@ func (s *Store) readSegment(sg segment, from uint64, limit int) ([]store.Event, 
 		if err != nil {
 			return nil, fmt.Errorf("filestore: reading %s: %w", name, err)
 		}
-		var e eventLine
-		if err := json.Unmarshal(line, &e); err != nil {
-			return nil, fmt.Errorf("filestore: %s: %w: %v", name, ErrCorrupt, err)
+		e, ok := parseEventLine(line, sg.first, prev, off > 0)
+		if !ok {
+			return nil, fmt.Errorf("%w %s: the event line at offset %d is damaged (after event %d)", ErrCorrupt, name, off, prev)
 		}
 		if e.Seq > sg.last {
 			break // written after the segment was listed
 		}
+		off += uint64(len(line))
+		prev = e.Seq
 		if e.Seq >= from {
 			out = append(out, store.Event{Seq: e.Seq, Data: e.Data})
 		}

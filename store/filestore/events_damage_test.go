@@ -74,3 +74,44 @@ func TestEventLog_LineThatDecodesWrong(t *testing.T) {
 		})
 	}
 }
+
+// TestEventLog_ReadDamagedOlderSegment: a line of an older segment (which
+// Open does not check) damaged so that it still parses, with its seq or
+// data lost, is reported by ReadEvents with an error wrapping ErrCorrupt,
+// not returned as an event without data nor silently skipped.
+func TestEventLog_ReadDamagedOlderSegment(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct{ name, from, to string }{
+		{"seq key altered", `"seq"`, `"seX"`},
+		{"data key altered", `"data"`, `"dXta"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			s := open(t, dir, Options{})
+			if err := s.AppendEvents(ctx, eventBatch(1, eventsPerSegment+5)); err != nil {
+				t.Fatal(err)
+			}
+			closeStore(t, s)
+			seg := filepath.Join(dir, eventsName, segmentName(1))
+			data, err := os.ReadFile(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines := bytes.SplitAfter(data, []byte("\n"))
+			lines[10] = bytes.Replace(lines[10], []byte(tc.from), []byte(tc.to), 1)
+			if err := os.WriteFile(seg, bytes.Join(lines, nil), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s = open(t, dir, Options{})
+			defer closeStore(t, s)
+			got, err := s.ReadEvents(ctx, 1, 20)
+			if !errors.Is(err, ErrCorrupt) {
+				var seqs []uint64
+				for _, e := range got {
+					seqs = append(seqs, e.Seq)
+				}
+				t.Errorf("ReadEvents over a damaged line 11 = %v (event 11's data %q), %v; want an error wrapping ErrCorrupt", seqs, got[min(10, len(got)-1)].Data, err)
+			}
+		})
+	}
+}
