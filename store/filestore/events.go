@@ -85,6 +85,11 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 
 // appendEvents is AppendEvents, called by withEvents.
 func (s *Store) appendEvents(l *eventLog, events []store.Event) error {
+	for i, e := range events[min(1, len(events)):] {
+		if e.Seq <= events[i].Seq {
+			return fmt.Errorf("filestore: event %d comes after event %d in the batch: events are appended in ascending Seq order", e.Seq, events[i].Seq)
+		}
+	}
 	for len(events) > 0 {
 		e := events[0]
 		n := len(l.segments)

@@ -115,3 +115,30 @@ func TestEventLog_ReadDamagedOlderSegment(t *testing.T) {
 		})
 	}
 }
+
+// TestEventLog_BatchOutOfOrderRefused: a batch whose Seqs do not ascend is
+// refused whole, before anything is written: kept, its events would be
+// read back out of order, and taken for damage when the log is opened.
+func TestEventLog_BatchOutOfOrderRefused(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	defer closeStore(t, s)
+	if err := s.AppendEvents(ctx, eventBatch(1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	bad := append(eventBatch(5, 6), eventBatch(4, 4)...)
+	if err := s.AppendEvents(ctx, bad); err == nil {
+		t.Errorf("AppendEvents of events 5, 6, 4 succeeded; want an error")
+	}
+	if first, last, err := s.EventBounds(ctx); err != nil || first != 1 || last != 3 {
+		t.Errorf("EventBounds after the refused batch = %d, %d, %v; want 1, 3", first, last, err)
+	}
+	if err := s.AppendEvents(ctx, eventBatch(4, 6)); err != nil {
+		t.Fatalf("appending 4..6 after the refused batch: %v", err)
+	}
+	got, err := s.ReadEvents(ctx, 0, 10)
+	if err != nil || len(got) != 6 || got[5].Seq != 6 {
+		t.Errorf("ReadEvents = %v, %v; want events 1..6", got, err)
+	}
+}
