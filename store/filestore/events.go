@@ -29,6 +29,10 @@ import (
 // is synced when the next one starts and at Close, so a machine crash may
 // lose the newest segment's unsynced events. Event writes never wait for
 // the journal or hold it up.
+// syncEvents syncs a segment after an append under SyncEveryRecord; tests
+// replace it to make a sync fail.
+var syncEvents = datasync
+
 const (
 	eventsName       = "events"
 	eventsPerSegment = 1024
@@ -42,6 +46,7 @@ type eventLog struct {
 	opened   bool
 	segments []segment // oldest first
 	file     *os.File  // the newest segment, opened for appending; nil if none
+	size     int64     // bytes in file, as far as appends are acknowledged
 	line     []byte    // reused to build lines
 }
 
@@ -105,7 +110,12 @@ func (s *Store) appendEvents(l *eventLog, events []store.Event) error {
 			if err != nil {
 				return fmt.Errorf("filestore: %w", err)
 			}
-			l.file = f
+			fi, err := f.Stat()
+			if err != nil {
+				f.Close()
+				return fmt.Errorf("filestore: %w", err)
+			}
+			l.file, l.size = f, fi.Size()
 		}
 		cur := &l.segments[len(l.segments)-1]
 		batch := events[:min(int(eventsPerSegment-cur.len()), len(events))]
@@ -118,15 +128,24 @@ func (s *Store) appendEvents(l *eventLog, events []store.Event) error {
 		}
 		_, err := l.file.Write(l.line)
 		if err == nil && s.opts.Sync == SyncEveryRecord {
-			err = datasync(l.file)
+			err = syncEvents(l.file)
 		}
 		if err != nil {
-			// What was written of the batch may be half a line: open the
-			// log again on the next call, which cuts it off.
+			// What was written of the batch may be half a line, or whole
+			// lines a failed sync did not make durable: cut the batch
+			// off, so that the log (and EventBounds, by which a society
+			// learns what was kept) does not hold events it did not
+			// acknowledge, and open the log again on the next call,
+			// which cuts a torn line off if this cut failed.
+			err = fmt.Errorf("filestore: writing events: %w", err)
+			if terr := l.file.Truncate(l.size); terr != nil {
+				err = fmt.Errorf("%w; cutting the batch off: %w", err, terr)
+			}
 			l.file.Close()
 			l.file, l.segments, l.opened = nil, nil, false
-			return fmt.Errorf("filestore: writing events: %w", err)
+			return err
 		}
+		l.size += int64(len(l.line))
 		cur.last = batch[len(batch)-1].Seq
 		events = events[len(batch):]
 	}
@@ -160,7 +179,7 @@ func (s *Store) newSegment(first uint64) error {
 	if l.file != nil {
 		l.file.Close()
 	}
-	l.file = f
+	l.file, l.size = f, 0
 	l.segments = append(l.segments, segment{first, first - 1})
 	return nil
 }

@@ -142,3 +142,36 @@ func TestEventLog_BatchOutOfOrderRefused(t *testing.T) {
 		t.Errorf("ReadEvents = %v, %v; want events 1..6", got, err)
 	}
 }
+
+// TestEventLog_FailedSyncKeepsNothing: under SyncEveryRecord an append
+// whose sync fails returns an error, and its events must not stay in the
+// log: a society learns from EventBounds what the store kept and does not
+// write those events again, though after a failed sync they may never
+// reach the disk. The batch is cut off, and written again by the retry.
+func TestEventLog_FailedSyncKeepsNothing(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	if err := s.AppendEvents(ctx, eventBatch(1, 3)); err != nil {
+		t.Fatal(err)
+	}
+	syncEvents = func(*os.File) error { return errors.New("injected sync failure") }
+	err := s.AppendEvents(ctx, eventBatch(4, 5))
+	syncEvents = datasync
+	if err == nil {
+		t.Fatal("AppendEvents with a failing sync succeeded")
+	}
+	if first, last, err := s.EventBounds(ctx); err != nil || first != 1 || last != 3 {
+		t.Errorf("EventBounds after a failed sync of events 4, 5 = %d, %d, %v; want 1, 3 (4 and 5 were not made durable)", first, last, err)
+	}
+	if err := s.AppendEvents(ctx, eventBatch(4, 5)); err != nil {
+		t.Fatalf("appending 4, 5 again: %v", err)
+	}
+	closeStore(t, s)
+	s = open(t, dir, Options{})
+	defer closeStore(t, s)
+	got, err := s.ReadEvents(ctx, 0, 10)
+	if err != nil || len(got) != 5 || got[4].Seq != 5 {
+		t.Errorf("ReadEvents after reopening = %v, %v; want events 1..5", got, err)
+	}
+}
