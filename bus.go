@@ -394,7 +394,7 @@ func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
 		case r == nil:
 			return unknownRequest(id)
 		case r.to != by || r.from != m.To:
-			return &Error{Code: ErrWrongResponder, Message: "request " + id + " was sent by " + r.from + " to " + r.to + "; only " + r.to + " answers it, to " + r.from}
+			return wrongResponder(id, r.from, r.to, by)
 		case r.status != StatusPending:
 			return &Error{Code: ErrRequestClosed, Message: "request " + id + " is already " + string(r.status)}
 		}

@@ -103,16 +103,32 @@ func (s *Society) received(ctx context.Context, m Message) Message {
 // payload that does not fit its status.
 func (x *Actor) Respond(ctx context.Context, requestID string, p CollaborationResponsePayload) (Message, error) {
 	x.s.mu.Lock()
-	var requester string
+	var requester, asked string
 	if r := x.s.requests[requestID]; r != nil {
-		requester = r.from
+		requester, asked = r.from, r.to
 	}
 	x.s.mu.Unlock()
-	if requester == "" {
+	switch {
+	case requester == "":
 		return Message{}, x.s.refuse("send_message", x.ID(), unknownRequest(requestID))
+	case asked != x.ID():
+		// Before Send, whose refusal of the requester's answer to itself
+		// would name nothing it did.
+		return Message{}, x.s.refuse("send_message", x.ID(), wrongResponder(requestID, requester, asked, x.ID()))
 	}
 	p.RequestID = requestID
 	return x.Send(ctx, Outgoing{To: requester, Type: CollaborationResponse, Payload: p})
+}
+
+// wrongResponder is the refusal of by's answer to request id, which
+// requester sent to asked, not to by.
+func wrongResponder(id, requester, asked, by string) *Error {
+	msg := "request " + id + " was sent by " + requester + " to " + asked + "; only " + asked + " answers it, to " + requester
+	if by == requester {
+		msg = "request " + id + " is one you made, to " + asked + ": its outcome comes to you as a collaboration_response from " + asked +
+			"; you do not answer it yourself (to change or drop the work, message " + asked + ")"
+	}
+	return &Error{Code: ErrWrongResponder, Message: msg}
 }
 
 // unknownRequest is the refusal of an answer to request id, which the

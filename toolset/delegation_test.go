@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -170,5 +171,46 @@ func TestDelegateTaskRefusesATimeoutTooLong(t *testing.T) {
 				t.Errorf("call %d by %s: result %s lacks %s", i+1, w.ID(), r, part)
 			}
 		}
+	}
+}
+
+// TestDelegatorCannotSettleItsOwnTask: the delegator that calls
+// complete_task or fail_task on a task it delegated is told that only the
+// assignee settles it (wrong_responder), where it was told that "an agent
+// cannot send a message to itself", which names nothing it did; the task
+// stays pending for the assignee.
+func TestDelegatorCannotSettleItsOwnTask(t *testing.T) {
+	ctx := context.Background()
+	model := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) { return say(""), nil })
+	s := newSociety(t, as.Config{Model: model})
+	root, _ := s.Actor(as.RootID)
+	role, _, _ := root.WithTask("t").CreateRole(ctx, as.RoleSpec{Name: "w"})
+	a, _, err := root.WithTask("t").SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := s.Actor(a.ID)
+	tools := map[string]as.Tool{}
+	for _, tl := range toolset.Delegation() {
+		tools[tl.Name] = tl
+	}
+	out, err := tools["delegate_task"].Handler(ctx, w, json.RawMessage(`{"assignee":"root","description":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := out.(map[string]any)["task_id"].(string)
+	for _, c := range []struct{ name, args string }{
+		{"complete_task", `{"task_id":"` + id + `","result":{"done":true}}`},
+		{"fail_task", `{"task_id":"` + id + `","error_message":"never mind"}`},
+	} {
+		_, err := tools[c.name].Handler(ctx, w, json.RawMessage(c.args))
+		var e *as.Error
+		if !errors.As(err, &e) || !errors.Is(err, as.ErrWrongResponder) || !strings.Contains(e.Message, "one you made") || !strings.Contains(e.Message, "collaboration_response") {
+			t.Errorf("%s by the delegator: %v; want wrong_responder saying the request is one it made", c.name, err)
+		}
+	}
+	// The assignee still settles it.
+	if _, err := tools["complete_task"].Handler(ctx, root.WithTask("t"), json.RawMessage(`{"task_id":"`+id+`","result":{"ok":1}}`)); err != nil {
+		t.Errorf("complete_task by the assignee after the delegator's attempts: %v", err)
 	}
 }
