@@ -23,7 +23,9 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,6 +44,10 @@ import (
 // closeTimeout bounds how long /quit waits for agents to finish the turns
 // they are in before it cancels them.
 const closeTimeout = 10 * time.Second
+
+// maxLine is the longest line of input the command line reads; a longer
+// line is refused whole.
+const maxLine = 64 << 10
 
 const help = `commands:
   any text        submit a new requirement
@@ -96,16 +102,27 @@ func run(ctx context.Context, in io.Reader, out io.Writer, model llm.Model) erro
 	defer close(done)
 	go func() {
 		defer close(lines)
-		sc := bufio.NewScanner(in)
-		for sc.Scan() {
-			select {
-			case lines <- sc.Text():
-			case <-done:
+		r := bufio.NewReader(in)
+		for {
+			line, err := readLine(r)
+			if errors.Is(err, errLineTooLong) {
+				w.Printf("line too long: a line holds at most %d bytes; it was ignored\n", maxLine)
+				continue
+			}
+			if line != "" || err == nil {
+				select {
+				case lines <- line:
+				case <-done:
+					return
+				}
+			}
+			if err == io.EOF {
 				return
 			}
-		}
-		if err := sc.Err(); err != nil {
-			w.Printf("reading input: %v\n", err)
+			if err != nil {
+				w.Printf("reading input: %v\n", err)
+				return
+			}
 		}
 	}()
 
@@ -126,6 +143,36 @@ func run(ctx context.Context, in io.Reader, out io.Writer, model llm.Model) erro
 	}
 	w.Printf("bye\n")
 	return nil
+}
+
+// errLineTooLong is what readLine returns for a line over maxLine bytes.
+var errLineTooLong = errors.New("line too long")
+
+// readLine returns the next line of r without its line ending. A line over
+// maxLine bytes is read to its end and dropped, with errLineTooLong, so
+// that input without line breaks cannot fill memory. At the end of r it
+// returns the last line, if it had no line ending, with io.EOF.
+func readLine(r *bufio.Reader) (string, error) {
+	var line []byte
+	tooLong := false
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if !tooLong && len(line)+len(chunk) > maxLine+len("\r\n") {
+			tooLong, line = true, nil
+		}
+		if !tooLong {
+			line = append(line, chunk...)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if tooLong && (err == nil || err == io.EOF) {
+			return "", errLineTooLong
+		}
+		line = bytes.TrimSuffix(line, []byte("\n"))
+		line = bytes.TrimSuffix(line, []byte("\r"))
+		return string(line), err
+	}
 }
 
 // command carries out one line of input and reports whether it was /quit.

@@ -166,3 +166,19 @@ func TestCancel(t *testing.T) {
 		t.Fatal("run did not return after its context ended")
 	}
 }
+
+// TestHugeLine refuses a line longer than the command line reads and goes
+// on with the next one, rather than ending the session.
+func TestHugeLine(t *testing.T) {
+	out := &output{}
+	in := strings.NewReader(strings.Repeat("x", maxLine+10) + "\r\n/help")
+	if err := run(context.Background(), in, out, demo.Model()); err != nil {
+		t.Fatal(err)
+	}
+	_, at := out.waitFor(t, 0, `/quit +close the society and exit\n`)
+	_, at = out.waitFor(t, at, `line too long`)
+	out.waitFor(t, at, `/quit +close the society and exit\n(?s:.*)bye\n$`)
+	if strings.Contains(out.String(), "submitted as") {
+		t.Errorf("the huge line was submitted:\n%s", out.String())
+	}
+}
