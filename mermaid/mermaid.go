@@ -62,7 +62,8 @@ func ids(agents []as.Agent) []string {
 // a dotted edge from the agent that created it, and, when org has contacts,
 // a dotted edge from an agent to each contact it gained other than by
 // birth (its parent, its children), labelled by how it did: preset,
-// introduction, first_message. Terminated agents are drawn dashed.
+// introduction, first_message. Terminated agents are drawn dashed. Ids
+// and role names longer than 64 characters are cut.
 func WriteFlowchart(w io.Writer, org Org) error {
 	b := bufio.NewWriter(w)
 	node := map[string]string{as.RootID: "root", as.UserID: "user"}
@@ -89,12 +90,12 @@ func WriteFlowchart(w io.Writer, org Org) error {
 		b.WriteString("  user([\"user\"])\n")
 	}
 	for _, r := range org.Roles {
-		fmt.Fprintf(b, "  %s{{\"%s\"}}:::role\n", node["role\x00"+r.ID], Escape("role: "+r.Name))
+		fmt.Fprintf(b, "  %s{{\"%s\"}}:::role\n", node["role\x00"+r.ID], Escape("role: "+name(r.Name)))
 	}
 	for _, a := range org.Agents {
-		label := Escape(a.ID)
-		if name := roleName[a.RoleID]; name != "" {
-			label += "<br>" + Escape(name)
+		label := Escape(name(a.ID))
+		if role := roleName[a.RoleID]; role != "" {
+			label += "<br>" + Escape(name(role))
 		}
 		class := ""
 		if a.Status == as.StatusTerminated {
@@ -143,6 +144,7 @@ const LabelLength = 48
 // it did, labelled with the message type and the start of its text; the
 // participants are named by id and role, in the order they appear.
 // Answers (collaboration and introduction responses) are drawn dotted.
+// Ids and role names longer than 64 characters are cut.
 //
 // events is an event log, as Society.Events returns it; it is read to the
 // end. Events the log no longer keeps are marked with a note; any other
@@ -192,9 +194,9 @@ func WriteSequence(w io.Writer, events iter.Seq2[as.Event, error], task string) 
 		}
 	}
 	for _, id := range order {
-		label := id
+		label := name(id)
 		if role := roleOf[id]; role != "" {
-			label += " (" + role + ")"
+			label += " (" + name(role) + ")"
 		}
 		fmt.Fprintf(b, "  participant %s as %s\n", node[id], Escape(label))
 	}
@@ -254,6 +256,15 @@ func textOf(m *as.Message) string {
 
 // oneLine returns s with its runs of white space made one space.
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// nameLength is how many characters of an id or a role's name a diagram
+// shows: a name is a label's first line, not its text, and Mermaid refuses
+// to draw a diagram longer than its maxTextSize (50,000 characters).
+const nameLength = 64
+
+// name returns an id or a role's name as a diagram shows it: on one line,
+// cut to nameLength characters.
+func name(s string) string { return clip(oneLine(s), nameLength) }
 
 // clip shortens s to n runes, marking the cut.
 func clip(s string, n int) string {

@@ -178,3 +178,32 @@ func TestQuickstart(t *testing.T) {
 	got := regexp.MustCompile(`artifact:[a-z0-9-]+`).ReplaceAllString(b.String(), "artifact:ID")
 	golden(t, "quickstart-sequence.golden", []byte(got))
 }
+
+// TestLongNames draws a role whose name is longer than Mermaid renders (a
+// diagram over its maxTextSize, 50,000 characters, shows only an error):
+// names are cut, in the flowchart and in the sequence diagram.
+func TestLongNames(t *testing.T) {
+	long := strings.Repeat("<", 60000)
+	o := mermaid.Org{
+		Roles:  []as.Role{{ID: "role-1", Name: long, CreatedBy: as.RootID}},
+		Agents: []as.Agent{{ID: "agent-1" + long, RoleID: "role-1", ParentID: as.RootID}},
+	}
+	var b bytes.Buffer
+	if err := mermaid.WriteFlowchart(&b, o); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() > 2000 || !strings.Contains(b.String(), `r1{{"role: #60;#60;`) || !strings.Contains(b.String(), `a1["agent-1#60;`) {
+		t.Errorf("the flowchart is %d bytes:\n%.1000s", b.Len(), b.String())
+	}
+	events := []as.Event{
+		{Seq: 1, Kind: as.EventAgentSpawned, Agent: as.RootID, Target: "agent-1", Name: long},
+		{Seq: 2, Kind: as.EventMessageAccepted, Message: &as.Message{From: as.RootID, To: "agent-1", TaskID: "T", Type: as.General, Payload: as.Text("hi")}},
+	}
+	b.Reset()
+	if err := mermaid.WriteSequence(&b, seq(events, nil), "T"); err != nil {
+		t.Fatal(err)
+	}
+	if b.Len() > 2000 || !strings.Contains(b.String(), "participant p2 as agent-1 (#60;#60;") {
+		t.Errorf("the sequence diagram is %d bytes:\n%.1000s", b.Len(), b.String())
+	}
+}
