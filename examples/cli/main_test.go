@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	as "agentsociety"
 	"agentsociety/internal/demo"
+	"agentsociety/internal/script"
 	"agentsociety/llm"
+	"agentsociety/llm/llmtest"
 )
 
 // output is what run writes, readable while run is writing it.
@@ -180,5 +183,61 @@ func TestHugeLine(t *testing.T) {
 	out.waitFor(t, at, `/quit +close the society and exit\n(?s:.*)bye\n$`)
 	if strings.Contains(out.String(), "submitted as") {
 		t.Errorf("the huge line was submitted:\n%s", out.String())
+	}
+}
+
+// TestOrgHostileRoleName shows /org with a role whose name holds a
+// terminal escape and a line break: the tree shows them as visible
+// symbols, so a model cannot clear the screen or forge a line of the tree.
+func TestOrgHostileRoleName(t *testing.T) {
+	const hostile = "x\x1b[2J\n└─ agent-9 (admin)\u2028\u202e"
+	model := llmtest.New(
+		llmtest.Rule{Agent: as.RootID, AfterTool: "create_role", Reply: func(req *llm.Request) (*llm.Response, error) {
+			role, err := script.LastResult(req)
+			if err != nil {
+				return nil, err
+			}
+			return script.Call("spawn_agent", map[string]any{
+				"roleId":    role.Str("roleId"),
+				"taskBrief": as.TaskBrief{Objective: "o", Constraints: []string{}, Inputs: "i", Outputs: "o", CompletionCriteria: "c", Priority: "high"},
+				"end_turn":  true,
+			}), nil
+		}},
+		llmtest.Rule{Agent: as.RootID, Times: 1, Response: llmtest.Call("create_role", map[string]any{"name": hostile, "rolePrompt": "work"})},
+		llmtest.Rule{Response: llmtest.Say("ok")},
+	)
+	in, typing := io.Pipe()
+	defer typing.Close()
+	out := &output{}
+	done := make(chan error, 1)
+	go func() { done <- run(context.Background(), in, out, model) }()
+	say := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(typing, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, at := out.waitFor(t, 0, `/quit +close the society and exit\n`)
+	say("build it")
+	_, at = out.waitFor(t, at, `submitted as task-\S+\n`)
+	// Wait for the agent, then look at the tree.
+	deadline := time.Now().Add(10 * time.Second) // a hang guard only
+	for {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent never showed in /org:\n%s", out.String())
+		}
+		say("/org")
+		m, next := out.waitFor(t, at, `(?m)^root\n((?:.+\n)*)\n`)
+		at = next
+		if strings.Contains(m[1], "agent-") {
+			if strings.ContainsAny(m[1], "\x1b\u2028\u202e") || strings.Count(m[1], "\n") != 1 {
+				t.Errorf("/org shows the role name raw:\n%q", m[1])
+			}
+			break
+		}
+	}
+	say("/quit")
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
