@@ -200,11 +200,13 @@ func WriteSequence(w io.Writer, events iter.Seq2[as.Event, error], task string) 
 		}
 		fmt.Fprintf(b, "  participant %s as %s\n", node[id], Escape(label))
 	}
+	if len(order) == 0 && len(arrows) > 0 {
+		// Only notes: they need a participant to stand over.
+		b.WriteString("  participant p1 as event log\n")
+	}
 	for _, a := range arrows {
 		if a.note != "" {
-			if len(order) > 0 {
-				fmt.Fprintf(b, "  Note over %s: %s\n", node[order[0]], Escape(a.note))
-			}
+			fmt.Fprintf(b, "  Note over p1: %s\n", Escape(a.note))
 			continue
 		}
 		line := "->>"

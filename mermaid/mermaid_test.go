@@ -207,3 +207,22 @@ func TestLongNames(t *testing.T) {
 		t.Errorf("the sequence diagram is %d bytes:\n%.1000s", b.Len(), b.String())
 	}
 }
+
+// TestWriteSequence_OnlyMissed draws a task whose messages the log no
+// longer keeps: the diagram says so, rather than being empty as for a task
+// that sent none.
+func TestWriteSequence_OnlyMissed(t *testing.T) {
+	var b bytes.Buffer
+	if err := mermaid.WriteSequence(&b, seq(nil, &as.MissedEventsError{From: 1, Oldest: 50}), "T"); err != nil {
+		t.Fatal(err)
+	}
+	want := "sequenceDiagram\n  participant p1 as event log\n  Note over p1: events 1 to 49 are no longer kept\n"
+	if b.String() != want {
+		t.Errorf("got:\n%s\nwant:\n%s", b.String(), want)
+	}
+	// A task with no events at all is an empty diagram.
+	b.Reset()
+	if err := mermaid.WriteSequence(&b, seq(nil, nil), "T"); err != nil || b.String() != "sequenceDiagram\n" {
+		t.Errorf("no events: got %q, %v", b.String(), err)
+	}
+}
