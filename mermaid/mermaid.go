@@ -225,13 +225,20 @@ func WriteSequence(w io.Writer, events iter.Seq2[as.Event, error], task string) 
 // control characters become spaces. Other characters stay, except those
 // that are not visible (format characters such as bidirectional overrides,
 // line and paragraph separators), which become spaces.
+//
+// A colon stays only before a space ("role: lead"): Mermaid drops the last
+// ';' of a line that says style or classDef and later a colon, non-space
+// characters and '#', taking it for a style statement with a colour, and
+// that would break the line's last entity code.
 func Escape(s string) string {
 	var b strings.Builder
-	for _, r := range s {
+	for i, r := range s {
 		switch {
 		case r >= utf8.RuneSelf && unicode.IsGraphic(r) && !unicode.IsSpace(r):
 			b.WriteRune(r)
-		case r == ' ' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("-_.,:/@()+=*!?'", r):
+		case r == ':' && strings.HasPrefix(s[i+1:], " "):
+			b.WriteRune(r)
+		case r == ' ' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("-_.,/@()+=*!?'", r):
 			b.WriteRune(r)
 		case r < utf8.RuneSelf && unicode.IsPrint(r):
 			b.WriteString("#" + strconv.Itoa(int(r)) + ";")

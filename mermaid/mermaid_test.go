@@ -175,7 +175,7 @@ func TestQuickstart(t *testing.T) {
 	if err := mermaid.WriteSequence(&b, s.Events(ctx, 1), task); err != nil {
 		t.Fatal(err)
 	}
-	got := regexp.MustCompile(`artifact:[a-z0-9-]+`).ReplaceAllString(b.String(), "artifact:ID")
+	got := regexp.MustCompile(`artifact#58;[a-z0-9-]+`).ReplaceAllString(b.String(), "artifact#58;ID")
 	golden(t, "quickstart-sequence.golden", []byte(got))
 }
 
@@ -224,5 +224,46 @@ func TestWriteSequence_OnlyMissed(t *testing.T) {
 	b.Reset()
 	if err := mermaid.WriteSequence(&b, seq(nil, nil), "T"); err != nil || b.String() != "sequenceDiagram\n" {
 		t.Errorf("no events: got %q, %v", b.String(), err)
+	}
+}
+
+// mermaidStyleFix is what Mermaid's encodeEntities (mermaidAPI.ts) does to
+// a diagram before it decodes entity codes: on a line that says style or
+// classDef, then a colon, non-space characters and '#', it drops the last
+// ';', for the colour codes of style statements. On a label, that breaks
+// the label's last entity code, which then shows raw (#59 for ';').
+var mermaidStyleFix = []*regexp.Regexp{regexp.MustCompile(`style.*:\S*#.*;`), regexp.MustCompile(`classDef.*:\S*#.*;`)}
+
+// TestEscape_StyleLines draws labels that say style or classDef and a
+// colour, as CSS does: Mermaid's rewriting of style lines must find none
+// of them, so that their entity codes stay whole.
+func TestEscape_StyleLines(t *testing.T) {
+	texts := []string{`set style:color:#fff; now`, `style:"x"`, `a classDef b:c#d;`, "style:", "ends with style:"}
+	for _, text := range texts {
+		var b bytes.Buffer
+		o := mermaid.Org{
+			Roles:  []as.Role{{ID: "role-1", Name: text, CreatedBy: as.RootID}},
+			Agents: []as.Agent{{ID: text, RoleID: "role-1", ParentID: as.RootID}},
+		}
+		if err := mermaid.WriteFlowchart(&b, o); err != nil {
+			t.Fatal(err)
+		}
+		events := []as.Event{
+			{Seq: 1, Kind: as.EventAgentSpawned, Agent: as.RootID, Target: "agent-1", Name: text},
+			{Seq: 2, Kind: as.EventMessageAccepted, Message: &as.Message{From: as.RootID, To: "agent-1", TaskID: "T", Type: as.General, Payload: as.Text(text)}},
+		}
+		if err := mermaid.WriteSequence(&b, seq(events, nil), "T"); err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(b.String(), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "classDef ") {
+				continue // the diagram's own
+			}
+			for _, rx := range mermaidStyleFix {
+				if rx.MatchString(line) {
+					t.Errorf("Mermaid would read this line as a style statement and break its last entity code:\n%s", line)
+				}
+			}
+		}
 	}
 }
