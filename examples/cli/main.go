@@ -213,6 +213,9 @@ func visible(s string) string {
 
 // command carries out one line of input and reports whether it was /quit.
 func command(ctx context.Context, w *show.SyncWriter, s *as.Society, line string) (quit bool) {
+	if strings.HasPrefix(line, "/") {
+		line = strings.Join(strings.Fields(line), " ") // "/org   mermaid" is /org mermaid
+	}
 	switch {
 	case line == "":
 	case line == "/quit":
@@ -228,10 +231,19 @@ func command(ctx context.Context, w *show.SyncWriter, s *as.Society, line string
 	case line == "/help":
 		w.Printf("%s\n", help)
 	case strings.HasPrefix(line, "/"):
-		cmd, _, _ := strings.Cut(line, " ")
-		w.Printf("unknown command %s (try /help)\n", cmd)
+		switch cmd, _, _ := strings.Cut(line, " "); cmd {
+		case "/org":
+			w.Printf("usage: /org or /org mermaid\n")
+		case "/help", "/quit":
+			w.Printf("usage: %s, with nothing after it\n", cmd)
+		default:
+			w.Printf("unknown command %s (try /help)\n", cmd)
+		}
 	case strings.HasPrefix(line, "@"):
-		to, text, _ := strings.Cut(line[1:], " ")
+		to, text := line[1:], ""
+		if i := strings.IndexFunc(to, unicode.IsSpace); i >= 0 {
+			to, text = to[:i], to[i:]
+		}
 		if to == "" || strings.TrimSpace(text) == "" {
 			w.Printf("usage: @agentId text\n")
 			break

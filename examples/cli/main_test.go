@@ -241,3 +241,19 @@ func TestOrgHostileRoleName(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCommandArguments answers a known command given the wrong arguments
+// with its usage, not as an unknown command, and takes any white space
+// between @agentId and its text.
+func TestCommandArguments(t *testing.T) {
+	out := &output{}
+	in := strings.NewReader("/org tree\n/quit now\n/org   mermaid\n@nobody\thi\n")
+	if err := run(context.Background(), in, out, demo.Model()); err != nil {
+		t.Fatal(err)
+	}
+	_, at := out.waitFor(t, 0, `/quit +close the society and exit\n`)
+	_, at = out.waitFor(t, at, `usage: /org or /org mermaid\n`)
+	_, at = out.waitFor(t, at, `usage: /quit, with nothing after it\n`)
+	_, at = out.waitFor(t, at, `flowchart TD\n`)
+	out.waitFor(t, at, `error: agent_not_found: no agent "nobody"\n(?s:.*)bye\n$`)
+}
