@@ -176,41 +176,6 @@ func readLine(r *bufio.Reader) (string, error) {
 	}
 }
 
-// writeOrg writes the organisation of s to w as a tree, like
-// show.WriteOrg, with role names (which models choose) made visible: a
-// control character, a line break or a bidirectional override in one
-// would let a model clear the terminal or forge a line of the tree.
-func writeOrg(w io.Writer, s *as.Society) {
-	io.WriteString(w, as.RootID+"\n")
-	show.WriteTree(w, s, func(a as.Agent) string {
-		role, _ := s.Role(a.RoleID)
-		line := a.ID + " (" + role.Name + ")"
-		if a.ParentID == as.RootID && a.TaskID != "" {
-			line += " " + a.TaskID
-		}
-		return visible(line)
-	})
-}
-
-// visible returns s with each character a terminal would not print as
-// itself shown instead: a C0 control character as its control picture
-// (␛ for ESC, ␊ for a line feed), any other (DEL, C1 controls, format
-// characters, line and paragraph separators) as <U+XXXX>.
-func visible(s string) string {
-	var b strings.Builder
-	for _, r := range s {
-		switch {
-		case r < 0x20:
-			b.WriteRune(0x2400 + r)
-		case !unicode.IsGraphic(r):
-			fmt.Fprintf(&b, "<U+%04X>", r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
 // command carries out one line of input and reports whether it was /quit.
 func command(ctx context.Context, w *show.SyncWriter, s *as.Society, line string) (quit bool) {
 	if strings.HasPrefix(line, "/") {
@@ -222,7 +187,7 @@ func command(ctx context.Context, w *show.SyncWriter, s *as.Society, line string
 		return true
 	case line == "/org":
 		var b strings.Builder
-		writeOrg(&b, s)
+		show.WriteOrg(&b, s)
 		w.Printf("%s\n", b.String())
 	case line == "/org mermaid":
 		var b strings.Builder

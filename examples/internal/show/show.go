@@ -13,6 +13,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"unicode"
 
 	as "agentsociety"
 	"agentsociety/llm"
@@ -158,7 +159,10 @@ func Clip(s string, n int) string {
 }
 
 // WriteOrg writes the organisation of s to w as a tree under root: each
-// agent with its role name, and the task of each of root's children.
+// agent with its role name, and the task of each of root's children. Role
+// names, which models choose, are made visible (see Visible): a control
+// character, a line break or a bidirectional override in one would let a
+// model clear the terminal or forge a line of the tree.
 func WriteOrg(w io.Writer, s *as.Society) error {
 	if _, err := io.WriteString(w, as.RootID+"\n"); err != nil {
 		return err
@@ -169,8 +173,27 @@ func WriteOrg(w io.Writer, s *as.Society) error {
 		if a.ParentID == as.RootID && a.TaskID != "" {
 			line += " " + a.TaskID
 		}
-		return line
+		return Visible(line)
 	})
+}
+
+// Visible returns s with each character a terminal would not print as
+// itself shown instead: a C0 control character as its control picture
+// (␛ for ESC, ␊ for a line feed), any other (DEL, C1 controls, format
+// characters, line and paragraph separators) as <U+XXXX>.
+func Visible(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r < 0x20:
+			b.WriteRune(0x2400 + r)
+		case !unicode.IsGraphic(r):
+			fmt.Fprintf(&b, "<U+%04X>", r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // WriteTree writes the agents of s to w as a tree under root, one line
