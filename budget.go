@@ -87,23 +87,24 @@ const StatusBudgetExhausted = "budget_exhausted"
 
 // check refuses a budget with a negative field.
 func (b Budget) check() *Error {
-	var bad []string
-	if b.InputTokens < 0 {
-		bad = append(bad, "InputTokens")
-	}
-	if b.OutputTokens < 0 {
-		bad = append(bad, "OutputTokens")
-	}
-	if b.ModelCalls < 0 {
-		bad = append(bad, "ModelCalls")
-	}
-	if b.Spawns < 0 {
-		bad = append(bad, "Spawns")
-	}
-	if bad != nil {
-		return &Error{Code: ErrInvalidArgument, Message: "a budget cannot be negative: " + strings.Join(bad, ", "), MissingFields: bad}
+	if bad := b.negative(); bad != nil {
+		return &Error{Code: ErrInvalidArgument, Message: "a budget cannot be negative: " + strings.Join(bad, ", ")}
 	}
 	return nil
+}
+
+// negative returns the JSON names of b's negative fields, in their order.
+func (b Budget) negative() []string {
+	var bad []string
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{{"input_tokens", b.InputTokens}, {"output_tokens", b.OutputTokens}, {"model_calls", b.ModelCalls}, {"spawns", b.Spawns}} {
+		if f.v < 0 {
+			bad = append(bad, f.name)
+		}
+	}
+	return bad
 }
 
 // ledger is the budget and spending of a task, or of an agent and its

@@ -396,23 +396,17 @@ func toolSpawn(ctx context.Context, x *Actor, args json.RawMessage) (any, error)
 }
 
 // checkBudgetArg refuses a budget argument with a negative field, naming
-// the fields as the model wrote them (Budget's own check names the Go
-// fields, for hosts, and lists them as missing, which they are not).
+// the fields as the model wrote them, under budget, and what to do.
 func checkBudgetArg(b *Budget) error {
 	if b == nil {
 		return nil
 	}
-	var bad []string
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{{"input_tokens", b.InputTokens}, {"output_tokens", b.OutputTokens}, {"model_calls", b.ModelCalls}, {"spawns", b.Spawns}} {
-		if f.v < 0 {
-			bad = append(bad, "budget."+f.name)
-		}
-	}
+	bad := b.negative()
 	if bad == nil {
 		return nil
+	}
+	for i := range bad {
+		bad[i] = "budget." + bad[i]
 	}
 	return &Error{Code: ErrInvalidArgument, Message: "spawn_agent: " + strings.Join(bad, ", ") + " must not be negative: give the child a share of what you have left, or leave a field out to set no limit of the child's own"}
 }
