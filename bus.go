@@ -259,17 +259,20 @@ func (s *Society) emitSend(p *pendingSend) {
 			e.Kind, e.Task, e.Agent, e.Detail, e.Trace = EventTaskSubmitted, m.TaskID, UserID, m.Text(), p.trace
 		})
 	}
+	if p.request == nil && p.answered == nil && p.trace == "" {
+		s.events.addMessage(entryAccepted, m, p.cause, 0)
+		return
+	}
 	request := ""
 	if r := p.request; r != nil {
 		request = r.id
 	} else if r := p.answered; r != nil {
 		request = r.id
 	}
-	// Made in place (see eventLog.add): this runs deep in a drainer's stack.
 	accepted := func(e *Event) {
 		e.Kind, e.Task, e.Agent, e.Turn, e.Target, e.Message, e.Request, e.Trace = EventMessageAccepted, m.TaskID, m.From, p.cause, m.To, m, request, p.trace
 	}
-	s.events.addAt(m.SentAt, accepted)
+	s.events.addAt(m.SentAt.UnixNano(), accepted)
 	switch {
 	case p.request != nil:
 		s.events.add(func(e *Event) { accepted(e); e.Kind = EventRequestOpened })

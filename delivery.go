@@ -137,26 +137,27 @@ func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 }
 
 // emitDelivered adds to the event log that a starts handling m, and
-// returns the time it started. The events of a delivery are made in
-// functions of their own, not in deliver's frame: an Event is large, and
-// every drainer's stack would grow for it.
-//
-//go:noinline
-func (s *Society) emitDelivered(a *agent, m *Message) time.Time {
+// returns the time it started, in Unix nanoseconds.
+func (s *Society) emitDelivered(a *agent, m *Message) int64 {
 	if s.events.off {
-		return time.Time{}
+		return 0
 	}
-	return s.events.add(func(e *Event) {
-		e.Kind, e.Task, e.Agent, e.Turn, e.Message = EventMessageDelivered, m.TaskID, a.info.ID, m.ID, m
-	})
+	if a.info.ID != m.To { // not the short form's
+		return s.events.add(func(e *Event) {
+			e.Kind, e.Task, e.Agent, e.Turn, e.Message = EventMessageDelivered, m.TaskID, a.info.ID, m.ID, m
+		}).UnixNano()
+	}
+	return s.events.addMessage(entryDelivered, m, "", 0)
 }
 
 // emitHandled adds to the event log that a finished handling m, which it
-// started at start, with err.
-//
-//go:noinline
-func (s *Society) emitHandled(a *agent, m *Message, start time.Time, err error) {
+// started at start (Unix nanoseconds), with err.
+func (s *Society) emitHandled(a *agent, m *Message, start int64, err error) {
 	if s.events.off {
+		return
+	}
+	if err == nil && a.info.ID == m.To {
+		s.events.addMessage(entryHandled, m, "", start)
 		return
 	}
 	var code Code
@@ -165,7 +166,7 @@ func (s *Society) emitHandled(a *agent, m *Message, start time.Time, err error) 
 		code, detail = toolError(err).Code, err.Error()
 	}
 	s.events.add(func(e *Event) {
-		e.Kind, e.Task, e.Agent, e.Turn, e.Duration, e.Code, e.Detail = EventMessageHandled, m.TaskID, a.info.ID, m.ID, e.Time.Sub(start), code, detail
+		e.Kind, e.Task, e.Agent, e.Turn, e.Duration, e.Code, e.Detail = EventMessageHandled, m.TaskID, a.info.ID, m.ID, time.Duration(e.Time.UnixNano()-start), code, detail
 	})
 }
 

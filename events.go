@@ -96,7 +96,11 @@ type Event struct {
 	// Seq numbers the events of a society from 1, with no gaps, in the
 	// order they happened; a society reopened on a store that keeps its
 	// events goes on from the last.
-	Seq  uint64    `json:"seq"`
+	Seq uint64 `json:"seq"`
+	// Time is when the event happened, never before the previous
+	// event's: the wall clock's time, which the society reads through the
+	// monotonic clock (cheaper to read) between readings of the wall
+	// clock a second apart. It carries no monotonic clock reading.
 	Time time.Time `json:"time"`
 	Kind EventKind `json:"kind"`
 	// Task is the task the event belongs to, if any.
@@ -206,12 +210,15 @@ const DefaultEventRetention = 10_000
 // eventLog.mu. Nothing under eventLog.mu calls out.
 type eventLog struct {
 	mu   sync.Mutex
-	ring [][]Event // blocks of ringBlock events; event seq is at *slot(seq)
+	ring [][]entry // blocks of ringBlock entries; event seq is at *slot(seq)
 	held uint64    // the events the ring holds: it grows to keep, block by block
 	base uint64    // the seq of the first event the ring held
 	keep uint64    // the retention, read without the lock
 	next uint64    // the seq of the next event
-	last time.Time // the time of the last event: times follow seqs
+	// clock is the events' clock; last is the time of the last event, in
+	// Unix nanoseconds: times follow seqs.
+	clock clock
+	last  int64
 	// saved is the last seq the writer has taken for the store; unsaved
 	// events after it.
 	saved uint64
@@ -244,7 +251,7 @@ type eventLog struct {
 // newEventLog returns a log keeping retention events, writing them to st if
 // st is not nil, numbering from next.
 func newEventLog(retention int, st store.EventLog, next uint64, log *slog.Logger) *eventLog {
-	l := &eventLog{base: next, next: next, saved: next - 1, wake: make(chan struct{}), store: st, log: log}
+	l := &eventLog{base: next, next: next, saved: next - 1, wake: make(chan struct{}), store: st, log: log, clock: newClock()}
 	if retention < 0 {
 		l.off = true
 		return l
@@ -256,45 +263,133 @@ func newEventLog(retention int, st store.EventLog, next uint64, log *slog.Logger
 	return l
 }
 
-// add adds an event to the log, numbered and stamped with the time, which
-// fill then makes in its slot of the ring, and returns the time (zero when
-// events are off). fill runs under l.mu, must only set fields, and may read
-// Seq and Time. The event is made in place rather than passed: an
-// Event is large, and events are made deep in a drainer's stack, which
-// would grow for it.
-func (l *eventLog) add(fill func(e *Event)) time.Time { return l.addAt(time.Time{}, fill) }
+// entry is an event as the ring keeps it. The garbage collector scans the
+// whole ring at each of its cycles, and the three events of every message
+// (accepted, delivered, handled) are most of it: they are kept in a short
+// form, the message and what is not in it, with three pointers where an
+// Event has seventeen. Every other event is kept whole.
+type entry struct {
+	seq   uint64
+	at    int64 // the event's time, in Unix nanoseconds
+	dur   time.Duration
+	msg   *Message
+	turn  string
+	whole *Event
+	kind  entryKind
+}
 
-// addAt is add with the event's time taken before, at: the caller holds
-// s.mu, which need not wait for the clock. An event's time is never before
-// the previous event's.
-func (l *eventLog) addAt(at time.Time, fill func(e *Event)) time.Time {
+// An entryKind says which event an entry holds.
+type entryKind uint8
+
+const (
+	entryWhole     entryKind = iota // the event is whole
+	entryAccepted                   // message_accepted of msg, sent in turn, neither opening nor answering a request
+	entryDelivered                  // message_delivered of msg
+	entryHandled                    // message_handled of msg, after dur, without an error
+)
+
+// event returns the event x holds.
+func (x *entry) event() Event {
+	if x.kind == entryWhole {
+		return *x.whole
+	}
+	m := x.msg
+	e := Event{Seq: x.seq, Time: time.Unix(0, x.at), Task: m.TaskID}
+	switch x.kind {
+	case entryAccepted:
+		e.Kind, e.Agent, e.Turn, e.Target, e.Message = EventMessageAccepted, m.From, x.turn, m.To, m
+	case entryDelivered:
+		e.Kind, e.Agent, e.Turn, e.Message = EventMessageDelivered, m.To, m.ID, m
+	case entryHandled:
+		e.Kind, e.Agent, e.Turn, e.Duration = EventMessageHandled, m.To, m.ID, x.dur
+	}
+	return e
+}
+
+// add adds the event fill makes to the log, numbered and stamped with the
+// time, and returns the time (zero when events are off). fill runs under
+// l.mu, must only set fields, and may read Seq and Time.
+func (l *eventLog) add(fill func(e *Event)) time.Time { return l.addAt(0, fill) }
+
+// addAt is add with the event's time given, in Unix nanoseconds, unless at
+// is 0. An event's time is never before the previous event's.
+func (l *eventLog) addAt(at int64, fill func(e *Event)) time.Time {
 	if l.off {
 		return time.Time{}
 	}
-	now := at
-	if now.IsZero() {
-		now = time.Now()
+	var mono time.Duration
+	if at == 0 {
+		mono = l.clock.mono()
 	}
+	e := new(Event)
 	l.mu.Lock()
-	if l.shut {
+	x := l.push(entry{kind: entryWhole, whole: e}, mono, at)
+	if x == nil {
 		l.mu.Unlock()
 		return time.Time{}
 	}
-	seq := l.next
+	e.Seq, e.Time = x.seq, time.Unix(0, x.at)
+	fill(e)
+	l.unlockAndWake()
+	return e.Time
+}
+
+// addMessage adds event kind of message m in the ring's short form:
+// entryAccepted at m's time, sent in turn; entryDelivered now;
+// entryHandled now, after its delivery at since, the time addMessage
+// returned for it. It returns the event's time, or 0 when events are off.
+func (l *eventLog) addMessage(kind entryKind, m *Message, turn string, since int64) int64 {
+	if l.off {
+		return 0
+	}
+	var mono time.Duration
+	at := int64(0)
+	if kind == entryAccepted {
+		at = m.SentAt.UnixNano()
+	} else {
+		mono = l.clock.mono()
+	}
+	l.mu.Lock()
+	x := l.push(entry{kind: kind, msg: m, turn: turn}, mono, at)
+	if x == nil {
+		l.mu.Unlock()
+		return 0
+	}
+	if kind == entryHandled {
+		x.dur = time.Duration(x.at - since)
+	}
+	at = x.at
+	l.unlockAndWake()
+	return at
+}
+
+// push puts x in the ring, numbered, at time at, or the time of the
+// monotonic clock's reading mono when at is 0, and returns where it is, or
+// nil if the log takes no more events. Called with l.mu held.
+func (l *eventLog) push(x entry, mono time.Duration, at int64) *entry {
+	if l.shut {
+		return nil
+	}
+	x.seq = l.next
 	l.next++
 	if l.held < l.keep {
 		if l.held%ringBlock == 0 {
-			l.ring = append(l.ring, make([]Event, min(ringBlock, l.keep-l.held)))
+			l.ring = append(l.ring, make([]entry, min(ringBlock, l.keep-l.held)))
 		}
 		l.held++
 	}
-	e := l.slot(seq)
-	if now.Before(l.last) { // read before the lock: another add may have stamped a later time
-		now = l.last
+	if at == 0 {
+		at = l.clock.wall(mono)
 	}
-	l.last = now
-	*e = Event{Seq: seq, Time: now}
-	fill(e)
+	x.at = max(at, l.last)
+	l.last = x.at
+	e := l.slot(x.seq)
+	*e = x
+	return e
+}
+
+// unlockAndWake releases l.mu, and wakes the readers waiting for an event.
+func (l *eventLog) unlockAndWake() {
 	var wake chan struct{}
 	if l.watched {
 		wake = l.wake
@@ -304,7 +399,44 @@ func (l *eventLog) addAt(at time.Time, fill func(e *Event)) time.Time {
 	if wake != nil {
 		close(wake)
 	}
-	return now
+}
+
+// clock tells the events' times: the wall clock, read through the
+// monotonic clock, which costs half as much to read, from a reading of the
+// wall clock at most clockAnchor old. Its zero value is not usable: make it
+// with newClock.
+type clock struct {
+	start time.Time // holds the monotonic clock's reading that mono counts from
+	// anchorWall is the wall clock's time, in Unix nanoseconds, when the
+	// monotonic clock read anchorMono. Guarded by the eventLog's mu.
+	anchorWall int64
+	anchorMono time.Duration
+}
+
+// clockAnchor is how long the clock goes on from one reading of the wall
+// clock: long enough that reading it costs nothing, short enough that
+// a change of the wall clock shows in the events' times at once.
+const clockAnchor = time.Second
+
+func newClock() clock {
+	now := time.Now()
+	return clock{start: now, anchorWall: now.UnixNano()}
+}
+
+// mono reads the monotonic clock. It needs no lock.
+func (c *clock) mono() time.Duration { return time.Since(c.start) }
+
+// wall returns the wall clock's time, in Unix nanoseconds, at the
+// monotonic clock's reading mono, reading the wall clock again when the
+// last reading is older than clockAnchor. Called with the eventLog's mu
+// held.
+func (c *clock) wall(mono time.Duration) int64 {
+	if d := mono - c.anchorMono; d >= 0 && d < clockAnchor {
+		return c.anchorWall + int64(d)
+	}
+	now := time.Now()
+	c.anchorWall, c.anchorMono = now.UnixNano(), now.Sub(c.start)
+	return c.anchorWall
 }
 
 // ringBlock is how many events a block of the ring holds: the ring grows
@@ -312,7 +444,7 @@ func (l *eventLog) addAt(at time.Time, fill func(e *Event)) time.Time {
 const ringBlock = 256
 
 // slot returns where in the ring event seq is. Called with l.mu held.
-func (l *eventLog) slot(seq uint64) *Event {
+func (l *eventLog) slot(seq uint64) *entry {
 	i := (seq - l.base) % l.keep
 	return &l.ring[i/ringBlock][i%ringBlock]
 }
@@ -350,7 +482,7 @@ func (l *eventLog) fromRing(from uint64, buf []Event) ([]Event, uint64, chan str
 		from = oldest
 	}
 	for seq := from; seq < l.next && len(buf) < cap(buf); seq++ {
-		buf = append(buf, *l.slot(seq))
+		buf = append(buf, l.slot(seq).event())
 	}
 	return buf, oldest, l.wake
 }
@@ -574,7 +706,7 @@ func (l *eventLog) unsaved(n int, last bool) (batch []store.Event, lost uint64, 
 	}
 	evs := make([]Event, 0, min(uint64(n), l.next-l.saved-1))
 	for seq := l.saved + 1; seq < l.next && len(evs) < n; seq++ {
-		evs = append(evs, *l.slot(seq))
+		evs = append(evs, l.slot(seq).event())
 	}
 	l.saved += uint64(len(evs))
 	l.saving = evs
