@@ -93,7 +93,7 @@ type idleTask struct {
 	set  bool
 }
 
-// deliver hands m to a's behaviour and records that its handling ended,
+// deliver hands m, addressed to a, to a's behaviour and records that its handling ended,
 // with the history of a model-driven agent's turn, so that after a crash the
 // message is handled again from the history before it. The user endpoint
 // records the end of its messages itself, when the host has them (see
@@ -101,7 +101,7 @@ type idleTask struct {
 func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 	ctx := s.runCtx
 	s.logMessage(ctx, "message delivered", m)
-	start := s.emitDelivered(a, m)
+	start := s.emitDelivered(m)
 	report := reportStatus(m) == StatusStalled // the watchdog's report of a stall
 	s.mu.Lock()
 	if done.set {
@@ -121,7 +121,7 @@ func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 		return // Close cut the turn short: the message is handled again on reopening
 	}
 	s.handled(ctx, a, m.ID)
-	s.emitHandled(a, m, start, err)
+	s.emitHandled(m, start, err)
 	if err != nil && !errors.Is(err, errTold) { // the budget's running out was reported, once
 		s.reportFailure(a, *m, err)
 	}
@@ -136,37 +136,26 @@ func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 	}
 }
 
-// emitDelivered adds to the event log that a starts handling m, and
-// returns the time it started, in Unix nanoseconds.
-func (s *Society) emitDelivered(a *agent, m *Message) int64 {
-	if s.events.off {
-		return 0
-	}
-	if a.info.ID != m.To { // not the short form's
-		return s.events.add(func(e *Event) {
-			e.Kind, e.Task, e.Agent, e.Turn, e.Message = EventMessageDelivered, m.TaskID, a.info.ID, m.ID, m
-		}).UnixNano()
-	}
+// emitDelivered adds to the event log that a starts handling m, which is
+// addressed to a, and returns the time it started, in Unix nanoseconds.
+func (s *Society) emitDelivered(m *Message) int64 {
 	return s.events.addMessage(entryDelivered, m, "", 0)
 }
 
-// emitHandled adds to the event log that a finished handling m, which it
-// started at start (Unix nanoseconds), with err.
-func (s *Society) emitHandled(a *agent, m *Message, start int64, err error) {
+// emitHandled adds to the event log that the agent m is addressed to
+// finished handling it, which it started at start (Unix nanoseconds), with
+// err.
+func (s *Society) emitHandled(m *Message, start int64, err error) {
 	if s.events.off {
 		return
 	}
-	if err == nil && a.info.ID == m.To {
+	if err == nil {
 		s.events.addMessage(entryHandled, m, "", start)
 		return
 	}
-	var code Code
-	var detail string
-	if err != nil {
-		code, detail = toolError(err).Code, err.Error()
-	}
+	code, detail := toolError(err).Code, err.Error()
 	s.events.add(func(e *Event) {
-		e.Kind, e.Task, e.Agent, e.Turn, e.Duration, e.Code, e.Detail = EventMessageHandled, m.TaskID, a.info.ID, m.ID, time.Duration(e.Time.UnixNano()-start), code, detail
+		e.Kind, e.Task, e.Agent, e.Turn, e.Duration, e.Code, e.Detail = EventMessageHandled, m.TaskID, m.To, m.ID, time.Duration(e.Time.UnixNano()-start), code, detail
 	})
 }
 
