@@ -93,11 +93,11 @@ type idleTask struct {
 	set  bool
 }
 
-// deliver hands m, addressed to a, to a's behaviour and records that its handling ended,
-// with the history of a model-driven agent's turn, so that after a crash the
-// message is handled again from the history before it. The user endpoint
-// records the end of its messages itself, when the host has them (see
-// userEndpoint).
+// deliver hands m, addressed to a, to a's behaviour and records that its
+// handling ended, with the history of a model-driven agent's turn, so that
+// after a crash the message is handled again from the history before it.
+// The user endpoint records the end of its messages itself, when the host
+// has them (see userEndpoint).
 func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 	ctx := s.runCtx
 	s.logMessage(ctx, "message delivered", m)
