@@ -109,31 +109,65 @@ func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 		done.set = false
 	}
 	s.touch(m, report)
-	status, handoff := a.info.Status, s.handoffs[a.info.ID]
+	status, handoff := a.info.Status, s.handoffs[a.info.ID] == m.ID
 	s.mu.Unlock()
 	var err error
 	if status == StatusTerminated {
 		s.dropped(ctx, slog.LevelInfo, a, m.ID, "message dropped: the agent was terminated")
 	} else {
-		err = s.handle(ctx, a, *m)
+		err = s.handle(ctx, a, *m, start)
 	}
+	if s.ended(a, m, start, handoff, err) && a != s.user.self {
+		*done = idleTask{m.TaskID, true}
+	}
+}
+
+// errGoexit is the error a handling ends with when the behaviour, or the
+// model or a tool it calls, calls runtime.Goexit, as t.FailNow does in a
+// test helper.
+var errGoexit = errors.New("runtime.Goexit was called (t.FailNow and t.SkipNow call it)")
+
+// goexited ends the delivery of m to a, started at start, whose behaviour
+// called runtime.Goexit. The drainer's goroutine ends whatever its deferred
+// calls do, so the handling ends here, failed with errGoexit as a panic's
+// fails, and a new drainer takes up the rest of a's queue.
+func (s *Society) goexited(a *agent, m *Message, start time.Time) {
+	s.mu.Lock()
+	handoff := s.handoffs[a.info.ID] == m.ID
+	s.mu.Unlock()
+	if s.ended(a, m, start, handoff, errGoexit) && a != s.user.self {
+		s.mu.Lock()
+		s.idler(m.TaskID)
+		s.mu.Unlock()
+	}
+	// This goroutine is counted in s.wg until its deferred calls end, so
+	// Close cannot be past its Wait; once the society is closed, the new
+	// drainer stops at once and leaves the queue as it is.
+	s.wg.Add(1)
+	s.startDrainer(a)
+}
+
+// ended records that the handling of m by a, started at start, ended with
+// err, reports a failure to a's parent, and finishes a's termination if m
+// was its handoff. It reports false if Close cut the handling short: then
+// nothing is recorded, and the message is handled again on reopening.
+func (s *Society) ended(a *agent, m *Message, start time.Time, handoff bool, err error) bool {
+	ctx := s.runCtx
 	if ctx.Err() != nil || s.closed.Load() && errors.Is(err, ErrClosed) {
-		return // Close cut the turn short: the message is handled again on reopening
+		return false
 	}
 	s.handled(ctx, a, m.ID)
 	s.emitHandled(m, start, err)
 	if err != nil && !errors.Is(err, errTold) { // the budget's running out was reported, once
 		s.reportFailure(a, *m, err)
 	}
-	if m.ID == handoff {
+	if handoff {
 		if err := s.finishTermination(ctx, a); err != nil && !errors.Is(err, ErrClosed) {
 			s.log.LogAttrs(ctx, slog.LevelError, "recording a termination failed; the agents stay terminating until the society is opened again",
 				slog.String("agent", a.info.ID), slog.String("err", err.Error()))
 		}
 	}
-	if a != s.user.self {
-		*done = idleTask{m.TaskID, true}
-	}
+	return true
 }
 
 // emitDelivered adds to the event log that a starts handling m, which is
@@ -193,8 +227,10 @@ func (s *Society) dropped(ctx context.Context, level slog.Level, a *agent, id, w
 	s.log.LogAttrs(ctx, level, why, slog.String("msg", id), slog.String("agent", a.info.ID))
 }
 
-// handle runs a's behaviour on m, turning a panic into an error.
-func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
+// handle runs a's behaviour on m, whose delivery started at start, turning
+// a panic into an error. A behaviour that calls runtime.Goexit ends its
+// goroutine: goexited ends the delivery instead, and drains on in another.
+func (s *Society) handle(ctx context.Context, a *agent, m Message, start time.Time) (err error) {
 	b := a.behavior
 	if b == nil {
 		b = s.cfg.DefaultBehavior
@@ -207,14 +243,19 @@ func (s *Society) handle(ctx context.Context, a *agent, m Message) (err error) {
 		s.dropped(ctx, slog.LevelWarn, a, m.ID, "message dropped: the agent has no behaviour")
 		return nil
 	}
+	returned := false
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
+		} else if !returned { // runtime.Goexit
+			s.goexited(a, &m, start)
 		}
 	}()
 	d := &delivery{turn: turn{msgID: m.ID}}
 	d.actor = Actor{s: s, a: a, taskID: m.TaskID, turn: &d.turn}
-	return b.HandleMessage(ctx, &d.actor, m)
+	err = b.HandleMessage(ctx, &d.actor, m)
+	returned = true
+	return err
 }
 
 // delivery is a behaviour's handle with its turn, allocated together.
