@@ -86,8 +86,8 @@ func (o *fsOrgs) get(tb testing.TB, n int) *fsOrg {
 // buildOrg fills dir with n idle agents under fsParents parents, through
 // the public API, on a store under SyncBatched (the directory's contents do
 // not depend on the policy, and n fsyncs would make the fill slow), and
-// closes it: the store compacts on Close, so dir holds snapshots and an
-// empty journal.
+// closes it: the store compacts on Close, so dir holds snapshots and a
+// journal with no record they lack.
 func buildOrg(tb testing.TB, dir string, n int) *fsOrg {
 	tb.Helper()
 	ctx := context.Background()
@@ -341,7 +341,7 @@ func fsStore(sync filestore.SyncMode) func(b *testing.B) store.Store {
 // finished, except the last two messages, which stay pending, so that
 // the reopened state shows the replay reached the journal's end. Close
 // always compacts (it rewrites the snapshots and replaces journal.log by
-// a new, empty file renamed over it), so before Close the journal is
+// a new file renamed over it), so before Close the journal is
 // hard-linked aside: the rename leaves the linked file as it was. Each op
 // links that file into a fresh directory and opens it; the Close after
 // it (untimed) replaces the link, never the file.

@@ -95,6 +95,14 @@
 // So a turn costs the journal what the turn added; compaction folds the
 // appends into histories.json.
 //
+// A journal that a compaction started begins with a marker: a record
+// {"lsn": N} with no change, N the last record the snapshots include
+// (which they hold, so replay skips it). So the journal says where it
+// starts even when no record follows, and a directory whose snapshots are
+// all gone is found missing records 1 to N, not taken for a new one.
+// Journals written before the marker have none until their next
+// compaction, which Close makes.
+//
 // # Guarantees
 //
 // Apply appends one record to the journal with one write, then applies the
@@ -128,12 +136,15 @@
 //
 // A snapshot whose checksum does not match, or that does not parse, and a
 // journal whose records do not follow the snapshots (a gap in the record
-// numbers, a snapshot deleted), are errors wrapping ErrCorrupt that name
-// the file: Open never silently starts empty or drops what it cannot read.
+// numbers, a snapshot deleted, or all of them), are errors wrapping
+// ErrCorrupt that name the file: Open never silently starts empty or drops
+// what it cannot read. A directory without snapshots opens empty only if
+// its journal is empty too, or starts at record 1 and so holds every
+// record.
 //
 // Compaction writes the state into fresh snapshots (a temporary file,
 // fsync, rename, fsync of the directory) and then starts a new journal
-// holding only the records applied meanwhile. It runs in the background once
+// holding the marker and the records applied meanwhile. It runs in the background once
 // the journal holds Options.CompactAfter records or Options.CompactAfterBytes
 // bytes, and at least as many bytes as the last snapshots, so that its cost
 // per Apply stays constant however large the organisation grows (again at

@@ -26,9 +26,9 @@ var ErrClosed = errors.New("filestore: store is closed")
 // is damaged in a way no crash explains: a snapshot whose checksum does not
 // match its content, or that does not parse; a journal record that is
 // damaged although intact records follow it (bit rot, not a torn write);
-// a journal that lacks records the snapshots need. The error names the
-// file and, in the journal, the byte offset of the damaged record; Open
-// leaves the file as it found it. [Store.GetArtifact] wraps it too, for an
+// a journal that lacks records the snapshots need, or that only snapshots
+// now missing held. The error names the file and, in the journal, the byte
+// offset of the damaged record; Open leaves the file as it found it. [Store.GetArtifact] wraps it too, for an
 // artifact whose content or metadata is damaged.
 var ErrCorrupt = errors.New("filestore: corrupt file")
 
@@ -272,7 +272,7 @@ func (s *Store) recover() error {
 		return fmt.Errorf("filestore: removing temporary files: %w", err)
 	}
 
-	seqs := make([]uint64, len(parts))
+	seqs, have := make([]uint64, len(parts)), make([]bool, len(parts))
 	s.haveSnap = true
 	for i, p := range parts {
 		path := filepath.Join(s.dir, p.name)
@@ -289,6 +289,7 @@ func (s *Store) recover() error {
 			}
 			seqs[i] = file.header().JournalSeq
 		}
+		have[i] = ok
 		s.haveSnap = s.haveSnap && ok
 		s.snapBytes += n
 	}
@@ -299,7 +300,7 @@ func (s *Store) recover() error {
 	if err != nil {
 		return fmt.Errorf("filestore: %w", err)
 	}
-	size, last, records, err := replay(s.journal, jpath, s.mem, seqs, s.log)
+	size, last, records, err := replay(s.journal, jpath, s.mem, seqs, have, s.log)
 	if err != nil {
 		return err
 	}
@@ -624,7 +625,7 @@ func (s *Store) compactNow() (err error) {
 		defer s.mu.Unlock()
 		return s.err
 	}
-	if s.records == 0 && s.size == 0 && s.haveSnap {
+	if s.records == 0 && s.size == markerSize(s.lsn) && s.haveSnap { // as the last compaction left it
 		s.mu.Unlock()
 		return nil
 	}
@@ -662,23 +663,24 @@ func (s *Store) compactNow() (err error) {
 	if s.err != nil {
 		return s.err
 	}
-	nf, err := s.restartJournal(off)
+	nf, err := s.restartJournal(off, lsn)
 	if err != nil {
 		return err
 	}
 	s.journal.Close()
 	s.journal = nf
-	s.size -= off
+	s.size += markerSize(lsn) - off
 	s.records = int64(s.lsn - lsn)
 	s.synced = max(s.synced, s.lsn)
 	return nil
 }
 
-// restartJournal replaces the journal with a copy of its bytes from off on,
-// synced, and returns the new file open for appending. s.mu is held, and
-// s.syncMu with no sync in progress. If it fails before the rename, the old
-// journal stays in use; if the rename may not be durable, the store fails.
-func (s *Store) restartJournal(off int64) (_ *os.File, err error) {
+// restartJournal replaces the journal with lsn's marker (see appendMarker)
+// followed by a copy of its bytes from off on, synced, and returns the new
+// file open for appending. s.mu is held, and s.syncMu with no sync in
+// progress. If it fails before the rename, the old journal stays in use; if
+// the rename may not be durable, the store fails.
+func (s *Store) restartJournal(off int64, lsn uint64) (_ *os.File, err error) {
 	jpath := filepath.Join(s.dir, journalName)
 	tmp, err := os.CreateTemp(s.dir, journalName+".*"+tmpSuffix)
 	if err != nil {
@@ -696,6 +698,9 @@ func (s *Store) restartJournal(off int64) (_ *os.File, err error) {
 		}
 	}()
 	if err := tmp.Chmod(fileMode); err != nil {
+		return nil, err
+	}
+	if _, err := tmp.Write(appendMarker(nil, lsn)); err != nil {
 		return nil, err
 	}
 	if _, err := io.Copy(tmp, io.NewSectionReader(s.journal, off, s.size-off)); err != nil {
@@ -723,11 +728,13 @@ func (s *Store) restartJournal(off int64) (_ *os.File, err error) {
 	return nf, nil
 }
 
-// Close compacts the store (writes fresh snapshots and empties the
-// journal), syncs it, stops its goroutines and releases the directory. It
-// waits for calls in progress; later calls fail with ErrClosed. Closing a
-// closed store does nothing. If compaction fails, the journal still holds
-// everything and Close returns the error after releasing the directory.
+// Close compacts the store (writes fresh snapshots and restarts the
+// journal with only their marker; nothing to do if nothing was applied
+// since the last compaction), syncs it, stops its goroutines and releases
+// the directory. It waits for calls in progress; later calls fail with
+// ErrClosed. Closing a closed store does nothing. If compaction fails, the
+// journal still holds everything and Close returns the error after
+// releasing the directory.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io/fs"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -506,9 +507,19 @@ func TestCompaction(t *testing.T) {
 	closeStore(t, c)
 
 	closeStore(t, s)
-	if fi, err := os.Stat(filepath.Join(dir, journalName)); err != nil || fi.Size() != 0 {
-		t.Errorf("after Close the journal is %v bytes (%v), want empty", fi.Size(), err)
+	checkMarkerOnly(t, dir, uint64(len(all)))
+	// A store closed as the last compaction left it is not compacted again.
+	before, err := os.Stat(filepath.Join(dir, orgName))
+	if err != nil {
+		t.Fatal(err)
 	}
+	s = open(t, dir, Options{})
+	checkState(t, s, memoryState(t, all))
+	closeStore(t, s)
+	if after, err := os.Stat(filepath.Join(dir, orgName)); err != nil || !os.SameFile(before, after) {
+		t.Errorf("closing a store with nothing applied since its compaction wrote %s again (%v)", orgName, err)
+	}
+	checkMarkerOnly(t, dir, uint64(len(all)))
 	s = open(t, dir, Options{})
 	defer closeStore(t, s)
 	checkState(t, s, memoryState(t, all))
@@ -568,6 +579,20 @@ func frames(t testing.TB, data []byte) []int64 {
 	return offs
 }
 
+// checkMarkerOnly checks that the journal in dir holds what a compaction
+// leaves when no record follows it: the marker of the last record the
+// snapshots include, lsn (see appendMarker), and nothing else.
+func checkMarkerOnly(t testing.TB, dir string, lsn uint64) {
+	t.Helper()
+	journal, err := os.ReadFile(filepath.Join(dir, journalName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := appendMarker(nil, lsn); !bytes.Equal(journal, want) {
+		t.Errorf("the journal holds %q, want only the marker %q", journal, want)
+	}
+}
+
 // tornDir makes a store directory from the files of src with the journal
 // replaced by journal.
 func tornDir(t testing.TB, src string, journal []byte) string {
@@ -608,8 +633,8 @@ func TestTornTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	offs := frames(t, journal)
-	if len(offs) != 11 {
-		t.Fatalf("journal holds %d records, want 11", len(offs))
+	if len(offs) != 12 {
+		t.Fatalf("journal holds %d records, want 12: the compaction's marker and 11", len(offs))
 	}
 	start := offs[len(offs)-1]
 	want := memoryState(t, append(slices.Clone(first), more...))
@@ -687,6 +712,99 @@ func TestMissingRecords(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestAllSnapshotsMissing checks that a directory whose every snapshot is
+// gone, after a compaction emptied the journal into them, is an error
+// wrapping ErrCorrupt, not an empty store: its records are lost, and
+// opening it empty would present the loss as a fresh start. A directory
+// that never held a record, or whose journal still holds every record,
+// opens as before.
+func TestAllSnapshotsMissing(t *testing.T) {
+	snapshots := []string{orgName, pendingName, statesName, historiesName}
+	removeSnapshots := func(t *testing.T, dir string) {
+		t.Helper()
+		for _, name := range snapshots {
+			if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+	}
+	g := newGen(11)
+	cs := g.changes(10)
+
+	t.Run("compacted", func(t *testing.T) {
+		for _, how := range []string{"closed", "compacted while open"} {
+			dir := t.TempDir()
+			s := open(t, dir, Options{})
+			apply(t, s, cs...)
+			if how == "closed" {
+				closeStore(t, s)
+			} else {
+				if err := s.compactNow(); err != nil {
+					t.Fatal(err)
+				}
+				c := crashCopy(t, s)
+				closeStore(t, s)
+				dir = c
+			}
+			removeSnapshots(t, dir)
+			c, err := Open(dir, Options{Logger: quiet})
+			if err == nil {
+				closeStore(t, c)
+			}
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), filepath.Join(dir, journalName)) || !strings.Contains(err.Error(), orgName+" is missing") {
+				t.Errorf("%s, every snapshot removed: Open: %v, want an error wrapping ErrCorrupt naming the journal and the missing snapshots", how, err)
+			}
+		}
+	})
+	t.Run("compacted by an earlier version", func(t *testing.T) {
+		// Its compactions left the journal empty, without a marker: the
+		// next Close writes one, with fresh snapshots.
+		dir := t.TempDir()
+		s := open(t, dir, Options{})
+		apply(t, s, cs...)
+		closeStore(t, s)
+		if err := os.Truncate(filepath.Join(dir, journalName), 0); err != nil {
+			t.Fatal(err)
+		}
+		s = open(t, dir, Options{})
+		checkState(t, s, memoryState(t, cs))
+		closeStore(t, s)
+		checkMarkerOnly(t, dir, uint64(len(cs)))
+		removeSnapshots(t, dir)
+		if c, err := Open(dir, Options{Logger: quiet}); !errors.Is(err, ErrCorrupt) {
+			if err == nil {
+				closeStore(t, c)
+			}
+			t.Errorf("every snapshot removed: Open: %v, want an error wrapping ErrCorrupt", err)
+		}
+	})
+	t.Run("never compacted", func(t *testing.T) {
+		// The journal holds every record: nothing is lost.
+		s := open(t, t.TempDir(), Options{CompactAfter: -1, CompactAfterBytes: -1})
+		apply(t, s, cs...)
+		dir := crashCopy(t, s)
+		closeStore(t, s)
+		removeSnapshots(t, dir)
+		s = open(t, dir, Options{})
+		checkState(t, s, memoryState(t, cs))
+		closeStore(t, s)
+	})
+	t.Run("new", func(t *testing.T) {
+		// Never used, opened and abandoned, opened and closed: empty.
+		dir := t.TempDir()
+		s := open(t, dir, Options{})
+		checkState(t, s, memoryState(t, nil))
+		abandon(s)
+		s = open(t, dir, Options{})
+		checkState(t, s, memoryState(t, nil))
+		closeStore(t, s)
+		removeSnapshots(t, dir)
+		s = open(t, dir, Options{})
+		checkState(t, s, memoryState(t, nil))
+		closeStore(t, s)
+	})
 }
 
 // TestBadSnapshot checks that a snapshot that does not parse is an error
@@ -914,9 +1032,7 @@ func TestHistoryAppends(t *testing.T) {
 	closeStore(t, c)
 
 	closeStore(t, s) // compacts
-	if fi, err := os.Stat(filepath.Join(dir, journalName)); err != nil || fi.Size() != 0 {
-		t.Fatalf("the journal after Close: %v, %v; want it empty", fi, err)
-	}
+	checkMarkerOnly(t, dir, s.lsn)
 	s = open(t, dir, Options{})
 	defer closeStore(t, s)
 	checkState(t, s, want) // from histories.json

@@ -51,6 +51,28 @@ func appendFrame(dst []byte, lsn uint64, body []byte) []byte {
 	return dst
 }
 
+// appendMarker appends to dst the journal's marker for lsn: a record
+// numbered lsn that holds no change. A compaction starts the new journal
+// with it, numbered as the last record the snapshots include, so that the
+// journal says where it starts even when no record follows: without its
+// snapshots, such a journal is missing records 1 to lsn, and Open refuses
+// it instead of opening an empty store. Nothing is appended for lsn 0,
+// before any record: there is nothing to lose.
+func appendMarker(dst []byte, lsn uint64) []byte {
+	if lsn == 0 {
+		return dst
+	}
+	return appendFrame(dst, lsn, []byte("{}"))
+}
+
+// markerSize is the size of appendMarker's marker for lsn.
+func markerSize(lsn uint64) int64 {
+	if lsn == 0 {
+		return 0
+	}
+	return int64(frameHeader + len(`{"lsn":}`) + len(strconv.FormatUint(lsn, 10)))
+}
+
 // corruptError is a record Open cannot read: the journal is cut before it
 // if it is the torn tail, and Open fails if it is not.
 type corruptError struct {
@@ -182,14 +204,14 @@ func findIntact(f io.ReaderAt, from, size int64, after uint64) (off int64, lsn u
 }
 
 // replay applies the journal f to mem, skipping for each part of the state
-// the records its snapshot includes: seqs[i] for parts[i]. A torn tail is
-// cut off f and logged; a damaged record that intact ones follow is an
-// error wrapping ErrCorrupt. A failed replay leaves f as it is. Errors name
-// the file, path.
+// the records its snapshot includes: seqs[i] for parts[i], 0 where
+// have[i] says there is no snapshot. A torn tail is cut off f and logged; a
+// damaged record that intact ones follow is an error wrapping ErrCorrupt. A
+// failed replay leaves f as it is. Errors name the file, path.
 //
 // It returns the journal's size after any cut, the last sequence number it
 // holds (0 if none), and how many records it holds past the snapshots.
-func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog.Logger) (size int64, last uint64, records int64, err error) {
+func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, have []bool, log *slog.Logger) (size int64, last uint64, records int64, err error) {
 	fail := func(err error) (int64, uint64, int64, error) {
 		return 0, 0, 0, fmt.Errorf("filestore: %s: %w", path, err)
 	}
@@ -243,7 +265,7 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog
 			continue
 		}
 		if want := max(last, base) + 1; rec.LSN != want {
-			return 0, 0, 0, fmt.Errorf("%w %s: the record at offset %d is number %d where number %d should follow (%s): records are missing (is a snapshot missing or older than the journal?)", ErrCorrupt, path, off, rec.LSN, want, describeSeqs(seqs))
+			return 0, 0, 0, fmt.Errorf("%w %s: the record at offset %d is number %d where number %d should follow (%s): records are missing (is a snapshot missing or older than the journal?)", ErrCorrupt, path, off, rec.LSN, want, describeSeqs(seqs, have))
 		}
 		var c store.Change
 		for i, p := range parts {
@@ -263,7 +285,7 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog
 	// before it writes them, so the journal holds every record an older
 	// snapshot lacks; if it does not, something else removed them.
 	if base < top && last < top {
-		return 0, 0, 0, fmt.Errorf("%w %s: the journal ends at record %d, but %s: records are missing (is a snapshot missing or older than the journal?)", ErrCorrupt, path, last, describeSeqs(seqs))
+		return 0, 0, 0, fmt.Errorf("%w %s: the journal ends at record %d, but %s: records are missing (is a snapshot missing or older than the journal?)", ErrCorrupt, path, last, describeSeqs(seqs, have))
 	}
 	// Only now that Open will not fail is the torn tail cut off.
 	if torn != nil {
@@ -280,12 +302,17 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, log *slog
 	return jr.off, last, records, nil
 }
 
-// describeSeqs says which record each snapshot includes.
-func describeSeqs(seqs []uint64) string {
+// describeSeqs says which record each snapshot includes, or that it is
+// missing.
+func describeSeqs(seqs []uint64, have []bool) string {
 	var b strings.Builder
 	for i, p := range parts {
 		if i > 0 {
 			b.WriteString(", ")
+		}
+		if !have[i] {
+			fmt.Fprintf(&b, "%s is missing", p.name)
+			continue
 		}
 		fmt.Fprintf(&b, "%s is at record %d", p.name, seqs[i])
 	}
