@@ -145,6 +145,9 @@ type Node struct {
 	beatValue string // the node's id and this node's token of its own
 	beatRev   uint64 // the revision this node last wrote
 	lostID    bool   // another node took the id: this one no longer beats
+	// closeErr is the error of closing the society the node led as it
+	// closed; written by the lease loop as it ends, read by Close.
+	closeErr error
 
 	mu      sync.Mutex
 	leader  string // the leader as last seen, "" when none
@@ -311,8 +314,10 @@ func (n *Node) ID() string { return n.opts.NodeID }
 
 // Close leaves the cluster: the node stops serving work, and if it leads,
 // closes the society and gives up its lease so that another node takes
-// over at once. Calls waiting on the node return [as.ErrClosed]. Close is
-// idempotent.
+// over at once. Calls waiting on the node return [as.ErrClosed]. If the
+// society's Close failed (see [as.Society.Close]; it is given the lease
+// time), its last records may not be written: Close returns that error,
+// wrapped. Closing a closed node does nothing and returns nil.
 func (n *Node) Close() error {
 	n.mu.Lock()
 	if n.closed {
@@ -329,12 +334,12 @@ func (n *Node) Close() error {
 	defer cancel()
 	// Only if it is still this node's: a node that took the id keeps it.
 	if n.lostID {
-		return nil
+		return n.closeErr
 	}
 	if err := n.leases.Delete(ctx, n.nodeKey(), jetstream.LastRevision(n.beatRev)); err != nil && n.nc.IsConnected() && !isRevisionMismatch(err) {
 		n.log.Warn("cluster: removing the node's heartbeat", "err", err)
 	}
-	return nil
+	return n.closeErr
 }
 
 func (n *Node) unsubscribe() {

@@ -131,11 +131,14 @@ func (n *Node) leaseLoop() {
 	wake := n.watchLeader()
 
 	var (
-		rev  uint64             // the lease's revision, while leading
-		stop context.CancelFunc // ends the leadership
-		done chan struct{}      // closed once lead has returned
+		rev     uint64             // the lease's revision, while leading
+		stop    context.CancelFunc // ends the leadership
+		done    chan struct{}      // closed once lead has returned
+		leadErr *error             // lead's error, once done is closed
 	)
-	resign := func(why string) {
+	// resign ends the leadership and returns the error of its society's
+	// closing.
+	resign := func(why string) error {
 		stop()
 		<-done
 		done = nil
@@ -146,13 +149,21 @@ func (n *Node) leaseLoop() {
 			n.setLeader("")
 		}
 		n.log.Info("cluster: no longer leading", "why", why)
+		return *leadErr
+	}
+	// stepDown ends the leadership for why, other than the node's Close:
+	// an error closing the society is logged, as no caller awaits it.
+	stepDown := func(why string) {
+		if err := resign(why); err != nil {
+			n.log.Warn("cluster: closing the society", "err", err)
+		}
 	}
 	for {
 		if n.beat() {
 			// Another node has the id: this one takes no work and
 			// does not lead.
 			if done != nil {
-				resign("another node took this node's id")
+				stepDown("another node took this node's id")
 			}
 			n.workSub.Unsubscribe()
 			return
@@ -164,7 +175,7 @@ func (n *Node) leaseLoop() {
 				rev = r
 				n.setLeader(n.opts.NodeID)
 				n.log.Info("cluster: took the leader's lease")
-				stop, done = n.startLeading()
+				stop, done, leadErr = n.startLeading()
 			} else if !errors.Is(err, jetstream.ErrKeyExists) && n.ctx.Err() == nil {
 				n.log.Debug("cluster: taking the leader's lease", "err", err)
 			}
@@ -175,7 +186,7 @@ func (n *Node) leaseLoop() {
 			} else if n.ctx.Err() == nil {
 				n.log.Error("cluster: renewing the leader's lease failed: this node stops leading", "err", err)
 				cancel()
-				resign("the lease was not renewed")
+				stepDown("the lease was not renewed")
 				continue
 			}
 		}
@@ -183,11 +194,11 @@ func (n *Node) leaseLoop() {
 		select {
 		case <-n.ctx.Done():
 			if done != nil {
-				resign("the node is closing")
+				n.closeErr = resign("the node is closing") // for Close, once it has waited for this goroutine
 			}
 			return
 		case <-done:
-			resign("the society stopped")
+			stepDown("the society stopped")
 			// Not at once: a society that cannot open would be claimed
 			// again as fast as the server answers.
 			select {
@@ -201,17 +212,19 @@ func (n *Node) leaseLoop() {
 	}
 }
 
-// startLeading starts lead, and returns the function that stops it and
-// the channel closed once it has returned.
-func (n *Node) startLeading() (stop context.CancelFunc, done chan struct{}) {
+// startLeading starts lead, and returns the function that stops it, the
+// channel closed once it has returned, and where its error is then.
+func (n *Node) startLeading() (stop context.CancelFunc, done chan struct{}, err *error) {
 	ctx, stop := context.WithCancel(n.ctx)
 	done = make(chan struct{})
+	err = new(error)
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
-		n.lead(ctx, done)
+		defer close(done)
+		*err = n.lead(ctx)
 	}()
-	return stop, done
+	return stop, done, err
 }
 
 // beat renews the node's heartbeat, and logs when the node loses its
@@ -291,14 +304,15 @@ var testHookServe atomic.Pointer[func(context.Context)]
 // lead runs the society while ctx lasts: it opens the store on the
 // cluster's bucket, claiming it (which fences the previous leader), opens
 // the society on it (which delivers again the pending messages and re-arms
-// the timeouts), and serves the forwarded user calls. It returns, closing
-// done, when ctx ends or the store is fenced.
-func (n *Node) lead(ctx context.Context, done chan<- struct{}) {
-	defer close(done)
+// the timeouts), and serves the forwarded user calls. It returns when ctx
+// ends or the store is fenced, with the error of closing the society, if
+// any: then the society's last records may not be written. A society that
+// could not be opened is logged, not returned: it has nothing to close.
+func (n *Node) lead(ctx context.Context) error {
 	st, err := natsstore.New(ctx, n.storeOptions())
 	if err != nil {
 		n.log.Error("cluster: opening the cluster's store to lead", "err", err)
-		return
+		return nil
 	}
 	defer st.Close()
 	cfg := n.societyConfig()
@@ -309,7 +323,7 @@ func (n *Node) lead(ctx context.Context, done chan<- struct{}) {
 	s, err := as.New(ctx, cfg)
 	if err != nil {
 		n.log.Error("cluster: opening the society to lead", "err", err)
-		return
+		return nil
 	}
 	var (
 		calls   sync.WaitGroup
@@ -378,8 +392,9 @@ func (n *Node) lead(ctx context.Context, done chan<- struct{}) {
 	calls.Wait()
 	cctx, cancel := context.WithTimeout(context.Background(), n.opts.LeaseTTL)
 	defer cancel()
+	var closeErr error
 	if err := s.Close(cctx); err != nil {
-		n.log.Warn("cluster: closing the society", "err", err)
+		closeErr = fmt.Errorf("cluster: closing the society: %w", err)
 	}
 	if drained != nil {
 		select {
@@ -388,6 +403,7 @@ func (n *Node) lead(ctx context.Context, done chan<- struct{}) {
 			sub.Unsubscribe() // a connection that went down meanwhile
 		}
 	}
+	return closeErr
 }
 
 // notLeading answers the user call m as the server answers a request that
