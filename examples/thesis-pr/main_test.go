@@ -5,13 +5,13 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	as "agentsociety"
+	"agentsociety/examples/internal/exampletest"
 	"agentsociety/examples/internal/show"
 	"agentsociety/internal/script"
 	"agentsociety/llm"
@@ -472,22 +472,9 @@ func toolResultHas(reqs []llm.Request, strs ...string) bool {
 	return false
 }
 
-// TestRunModelUnreachable runs the program on a model that refuses every
-// call, as a real one does with a wrong key or no network: the program
-// stops with the failure root reported to user, long before its deadline,
-// rather than waiting out the deadline (10 minutes on a real model).
+// TestRunModelUnreachable checks that the program stops at once with the
+// model's failure when the model refuses every call, rather than waiting
+// out its deadline (10 minutes on a real model).
 func TestRunModelUnreachable(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // hang guard only
-	defer cancel()
-	refused := llm.ModelFunc(func(ctx context.Context, req *llm.Request) (*llm.Response, error) {
-		return nil, fmt.Errorf("%w: incorrect API key provided", llm.ErrAuth)
-	})
-	var out bytes.Buffer
-	err := run(ctx, &out, refused)
-	if ctx.Err() != nil {
-		t.Fatalf("run waited for its deadline: %v\n%s", err, out.String())
-	}
-	if err == nil || !strings.Contains(err.Error(), "incorrect API key") {
-		t.Fatalf("run returned %v, want the model's failure\n%s", err, out.String())
-	}
+	exampletest.ModelUnreachable(t, run)
 }
