@@ -115,7 +115,7 @@ func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 	if status == StatusTerminated {
 		s.dropped(ctx, slog.LevelInfo, a, m.ID, "message dropped: the agent was terminated")
 	} else {
-		err = s.handle(ctx, a, *m, start)
+		err = s.handle(ctx, a, m, start)
 	}
 	if s.ended(a, m, start, handoff, err) && a != s.user.self {
 		*done = idleTask{m.TaskID, true}
@@ -131,7 +131,7 @@ var errGoexit = errors.New("runtime.Goexit was called (t.FailNow and t.SkipNow c
 // called runtime.Goexit. The drainer's goroutine ends whatever its deferred
 // calls do, so the handling ends here, failed with errGoexit as a panic's
 // fails, and a new drainer takes up the rest of a's queue.
-func (s *Society) goexited(a *agent, m *Message, start time.Time) {
+func (s *Society) goexited(a *agent, m *Message, start int64) {
 	s.mu.Lock()
 	handoff := s.handoffs[a.info.ID] == m.ID
 	s.mu.Unlock()
@@ -151,7 +151,7 @@ func (s *Society) goexited(a *agent, m *Message, start time.Time) {
 // err, reports a failure to a's parent, and finishes a's termination if m
 // was its handoff. It reports false if Close cut the handling short: then
 // nothing is recorded, and the message is handled again on reopening.
-func (s *Society) ended(a *agent, m *Message, start time.Time, handoff bool, err error) bool {
+func (s *Society) ended(a *agent, m *Message, start int64, handoff bool, err error) bool {
 	ctx := s.runCtx
 	if ctx.Err() != nil || s.closed.Load() && errors.Is(err, ErrClosed) {
 		return false
@@ -230,7 +230,7 @@ func (s *Society) dropped(ctx context.Context, level slog.Level, a *agent, id, w
 // handle runs a's behaviour on m, whose delivery started at start, turning
 // a panic into an error. A behaviour that calls runtime.Goexit ends its
 // goroutine: goexited ends the delivery instead, and drains on in another.
-func (s *Society) handle(ctx context.Context, a *agent, m Message, start time.Time) (err error) {
+func (s *Society) handle(ctx context.Context, a *agent, m *Message, start int64) (err error) {
 	b := a.behavior
 	if b == nil {
 		b = s.cfg.DefaultBehavior
@@ -248,12 +248,12 @@ func (s *Society) handle(ctx context.Context, a *agent, m Message, start time.Ti
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
 		} else if !returned { // runtime.Goexit
-			s.goexited(a, &m, start)
+			s.goexited(a, m, start)
 		}
 	}()
 	d := &delivery{turn: turn{msgID: m.ID}}
 	d.actor = Actor{s: s, a: a, taskID: m.TaskID, turn: &d.turn}
-	err = b.HandleMessage(ctx, &d.actor, m)
+	err = b.HandleMessage(ctx, &d.actor, *m)
 	returned = true
 	return err
 }
