@@ -106,6 +106,18 @@ func (l *language) summary(text string) string { return l.Strings.Summary + "\n"
 // dropped returns the marker saying that n messages were trimmed.
 func (l *language) dropped(n int) string { return expand(l.Strings.Dropped, "n", itoa(n)) }
 
+// taskLead returns the line that ends each message root reads on task:
+// it names the task's lead, of role role, or says it has none when lead is
+// "". The task id is shown as a role name is: on one line, without the
+// brackets that close the line.
+func (l *language) taskLead(task, lead, role string) string {
+	task = l.shownRole(task)
+	if lead == "" {
+		return expand(l.Strings.TaskNoLead, "task", task)
+	}
+	return expand(l.Strings.TaskLead, "task", task, "id", lead, "role", l.shownRole(role))
+}
+
 // failureReport returns the text of the report that handling message m
 // failed with err.
 func (l *language) failureReport(m Message, err error) string {

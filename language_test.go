@@ -41,6 +41,7 @@ type framing struct {
 	dropped *regexp.Regexp               // the marker of trimmed messages
 	elided  string                       // an elided tool result
 	handoff string                       // the text of the handoff message
+	noLead  func(task string) string     // the last line of root's messages on a task without a lead
 }
 
 var framings = map[as.Language]framing{
@@ -52,6 +53,7 @@ var framings = map[as.Language]framing{
 		dropped: regexp.MustCompile(`^【较早的 [0-9]+ 条消息已省略】$`),
 		elided:  `{"elided":"此结果已从上下文中省略以节省空间；需要时请再次调用工具"}`,
 		handoff: as.HandoffText,
+		noLead:  func(task string) string { return "【任务 " + task + "：尚无负责人】" },
 	},
 	as.English: {
 		user:    "[Message from user]",
@@ -61,6 +63,7 @@ var framings = map[as.Language]framing{
 		dropped: regexp.MustCompile(`^\[[0-9]+ earlier messages left out\]$`),
 		elided:  `{"elided":"this result was left out of the context to save space; call the tool again if you need it"}`,
 		handoff: "[Termination notice] You are about to be terminated.",
+		noLead:  func(task string) string { return "[Task " + task + ": no lead yet]" },
 	},
 }
 
@@ -76,8 +79,8 @@ const (
 
 // langRun is what a scripted society in one language did.
 type langRun struct {
-	reqs         []llm.Request
-	lead, worker string
+	reqs               []llm.Request
+	task, lead, worker string
 }
 
 // runLanguageScenario drives a small scripted society in lang through what
@@ -158,7 +161,8 @@ func runLanguageScenario(t *testing.T, lang as.Language) langRun {
 		t.Fatal(err)
 	}
 	set(&ref, art.Ref())
-	if _, err := s.SubmitRequirement(ctx, langRequirement); err != nil {
+	task, err := s.SubmitRequirement(ctx, langRequirement)
+	if err != nil {
 		t.Fatal(err)
 	}
 	lastOf := func(id string, what string) bool {
@@ -183,7 +187,7 @@ func runLanguageScenario(t *testing.T, lang as.Language) langRun {
 		a, ok := s.Agent(worker)
 		return ok && a.Status == as.StatusTerminated
 	})
-	return langRun{reqs: model.Requests(), lead: lead, worker: worker}
+	return langRun{reqs: model.Requests(), task: task, lead: lead, worker: worker}
 }
 
 // contents returns every text of reqs that a society writes or passes on:
@@ -213,8 +217,8 @@ func checkFraming(t *testing.T, lang as.Language, run langRun) {
 			t.Errorf("%s: no request holds %s", lang, what)
 		}
 	}
-	if first := run.reqs[0]; first.Agent != as.RootID || first.Messages[0].Content != f.user+"\n"+langRequirement {
-		t.Errorf("%s: root's first request opens with %q, want %q", lang, first.Messages[0].Content, f.user+"\n"+langRequirement)
+	if first, want := run.reqs[0], f.user+"\n"+langRequirement+"\n"+f.noLead(run.task); first.Agent != as.RootID || first.Messages[0].Content != want {
+		t.Errorf("%s: root's first request opens with %q, want %q", lang, first.Messages[0].Content, want)
 	}
 	has("the lead's brief from root, framed", func(s string) bool {
 		return strings.HasPrefix(s, f.source("root", as.RootID)+"\nmessage_type: task_assignment\n") && strings.HasSuffix(s, "\n"+f.hint(as.RootID))

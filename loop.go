@@ -81,6 +81,9 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 	} else {
 		content = s.Format(m)
 	}
+	if a.info.ID == RootID && m.TaskID != "" {
+		content += "\n" + s.taskLeadLine(m.TaskID)
+	}
 	mem.assigned = nil
 	if assignment {
 		mem.brief = content // the brief as view pins it
@@ -323,9 +326,29 @@ func (s *Society) cachedSystemPrompt(a *agent, mem *mind) (string, error) {
 	return system, nil
 }
 
-// systemPrompt assembles a's system prompt from its current state.
+// taskLeadLine returns the line that ends each message root reads on
+// task, naming the task's lead: root's system prompt does not list its
+// children, one per task ever submitted.
+func (s *Society) taskLeadLine(task string) string {
+	s.mu.Lock()
+	id, role := s.rootKids[task], ""
+	if lead := s.agents[id]; lead != nil {
+		role = lead.roleName()
+	} else {
+		id = ""
+	}
+	s.mu.Unlock()
+	return s.lang.taskLead(task, id, role)
+}
+
+// systemPrompt assembles a's system prompt from its current state. Root's
+// leaves out its children, one per task ever submitted: each message it
+// reads names the lead of its task instead (see taskLeadLine).
 func (s *Society) systemPrompt(a *agent) (string, error) {
 	contacts := s.contacts.List(a.info.ID)
+	if a.info.ID == RootID {
+		contacts = slices.DeleteFunc(contacts, func(c Contact) bool { return c.Source == SourceChild })
+	}
 	// Role names are agents' words: shown as a source line shows them.
 	l := s.lang
 	f := prompts.Facts{ID: a.info.ID, Role: l.shownRole(a.roleName()), TaskID: a.info.TaskID,

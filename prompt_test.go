@@ -3,6 +3,7 @@ package agentsociety_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -138,6 +139,68 @@ func TestPromptDoesNotGrowWithTheOrganisation(t *testing.T) {
 			}
 			if n := strings.Count(large.System, orgWords[lang].services); n != 1 {
 				t.Errorf("the role's Interface Spec is shown %d times, want once:\n%s", n, large.System)
+			}
+		})
+	}
+}
+
+// TestRootPromptDoesNotGrowWithTasks: root's system prompt is the same
+// after twenty tasks, each with its lead, as after the first: it does not
+// list its children, one per task ever submitted. Each message root reads
+// ends instead with a line naming the lead of its task, or saying it has
+// none yet.
+func TestRootPromptDoesNotGrowWithTasks(t *testing.T) {
+	for _, c := range []struct {
+		lang         as.Language
+		noLead, lead string // the last lines, with %s for the task and the lead
+	}{
+		{as.English, "[Task %s: no lead yet]", "[Task %s: its lead is %s (lead)]"},
+		{as.Chinese, "【任务 %s：尚无负责人】", "【任务 %s：负责人是 lead（%s）】"},
+	} {
+		t.Run(string(c.lang), func(t *testing.T) {
+			ctx := context.Background()
+			var pc promptCapture
+			s := newSociety(t, as.Config{Language: c.lang, Model: pc.model()})
+			var first *llm.Request
+			var leads []string
+			var tasks []string
+			for i := range 20 {
+				task, err := s.SubmitRequirement(ctx, fmt.Sprint("requirement ", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "root's turn on "+task, func() bool {
+					r := pc.get(as.RootID)
+					return r != nil && strings.Contains(r.Messages[len(r.Messages)-1].Content, fmt.Sprint("requirement ", i))
+				})
+				r := pc.get(as.RootID)
+				if got, want := r.Messages[len(r.Messages)-1].Content, "\n"+fmt.Sprintf(c.noLead, task); !strings.HasSuffix(got, want) {
+					t.Fatalf("root's message on a new task reads %q, want it to end with %q", got, want)
+				}
+				if first == nil {
+					first = r
+				}
+				tasks = append(tasks, task)
+				leads = append(leads, rootSpawn(t, s, task, "lead", "lead the task", nil).ID)
+			}
+			if _, err := s.SendTextToAgent(ctx, as.RootID, "how is the first one going?", tasks[0]); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "root's turn on the user's question", func() bool {
+				r := pc.get(as.RootID)
+				return strings.Contains(r.Messages[len(r.Messages)-1].Content, "how is the first one going?")
+			})
+			r := pc.get(as.RootID)
+			if r.System != first.System {
+				t.Errorf("root's system prompt changed after 20 tasks and their leads:\n--- first ---\n%s\n--- now ---\n%s", first.System, r.System)
+			}
+			for _, id := range leads {
+				if strings.Contains(r.System, id) {
+					t.Errorf("root's system prompt names lead %s:\n%s", id, r.System)
+				}
+			}
+			if got, want := r.Messages[len(r.Messages)-1].Content, "\n"+fmt.Sprintf(c.lead, tasks[0], leads[0]); !strings.HasSuffix(got, want) {
+				t.Errorf("root's message on the first task reads %q, want it to end with %q", got, want)
 			}
 		})
 	}

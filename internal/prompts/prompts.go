@@ -102,6 +102,14 @@ type Strings struct {
 	// request without a timeout that has waited long: {from}, {to},
 	// {request}, {after}.
 	StuckRequest string `json:"stuck_request"`
+	// TaskLead ends each message root reads on a task that has a lead:
+	// {task}, {id}, {role}. Root's system prompt does not list its leads,
+	// one per task ever submitted, which would grow for the life of the
+	// society: this line tells it the one the message is about.
+	TaskLead string `json:"task_lead"`
+	// TaskNoLead ends each message root reads on a task without a lead:
+	// {task}.
+	TaskNoLead string `json:"task_no_lead"`
 	// Tools are the built-in tools' texts, by tool name. A host's
 	// strings.json replaces a tool's entry whole.
 	Tools map[string]ToolText `json:"tools"`
@@ -145,6 +153,8 @@ func (s *Strings) placeholders() []struct {
 		{"stalled_agent", s.StalledAgent, []string{"id", "role", "queued"}},
 		{"stalled_child", s.StalledChild, []string{"id", "task", "after", "queued"}},
 		{"stuck_request", s.StuckRequest, []string{"from", "to", "request", "after"}},
+		{"task_lead", s.TaskLead, []string{"task", "id", "role"}},
+		{"task_no_lead", s.TaskNoLead, []string{"task"}},
 	}
 }
 
