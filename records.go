@@ -1,9 +1,9 @@
 package agentsociety
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"unicode/utf8"
 
 	"agentsociety/llm"
 	"agentsociety/store"
@@ -123,29 +123,109 @@ func (mem *mind) recorded() {
 	mem.saved, mem.drop, mem.newSummary = len(mem.msgs), 0, false
 }
 
-// encodeMessages returns each of msgs as stored, all in one buffer.
+// encodeMessages returns each of msgs as stored, all in one buffer: the
+// JSON of its savedMessage, as json.Encoder writes it with SetEscapeHTML
+// (false), written without reflection and without copying the arguments
+// of tool calls into strings first. Every turn of every model-driven agent
+// records its messages, and a turn of many tool calls (a fan-out) is on
+// the critical path of its children.
 func encodeMessages(msgs []llm.Message) []json.RawMessage {
-	var buf bytes.Buffer
-	buf.Grow(encodedSize(msgs))
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
+	b := make([]byte, 0, encodedSize(msgs))
 	ends := make([]int, len(msgs))
-	for i, m := range msgs {
-		saved := savedMessage{Role: m.Role, Content: m.Content, ToolCallID: m.ToolCallID}
-		for _, c := range m.ToolCalls {
-			saved.ToolCalls = append(saved.ToolCalls, savedCall{c.ID, c.Name, string(c.Arguments)})
-		}
-		_ = enc.Encode(saved)   // strings only: it always encodes
-		ends[i] = buf.Len() - 1 // before Encode's newline
+	for i := range msgs {
+		b = appendSavedMessage(b, &msgs[i])
+		ends[i] = len(b)
 	}
-	b := buf.Bytes()
 	out := make([]json.RawMessage, len(msgs))
 	start := 0
 	for i, end := range ends {
 		out[i] = b[start:end:end]
-		start = end + 1
+		start = end
 	}
 	return out
+}
+
+// appendSavedMessage appends m's savedMessage as JSON, field for field,
+// empty fields left out as omitempty leaves them.
+func appendSavedMessage(b []byte, m *llm.Message) []byte {
+	b = appendJSONText(append(b, `{"role":`...), string(m.Role))
+	if m.Content != "" {
+		b = appendJSONText(append(b, `,"content":`...), m.Content)
+	}
+	if len(m.ToolCalls) > 0 {
+		b = append(b, `,"tool_calls":[`...)
+		for i := range m.ToolCalls {
+			c := &m.ToolCalls[i]
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONText(append(b, `{"id":`...), c.ID)
+			b = appendJSONText(append(b, `,"name":`...), c.Name)
+			b = appendJSONText(append(b, `,"arguments":`...), c.Arguments)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	if m.ToolCallID != "" {
+		b = appendJSONText(append(b, `,"tool_call_id":`...), m.ToolCallID)
+	}
+	return append(b, '}')
+}
+
+// appendJSONText appends s as a JSON string, as json.Encoder escapes it
+// with SetEscapeHTML(false): quotes, backslashes and control characters
+// (\b, \f, \n, \r and \t by their short forms), U+2028 and U+2029, and
+// invalid UTF-8 as U+FFFD; <, > and & are left as they are.
+func appendJSONText[T string | json.RawMessage](b []byte, s T) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\b':
+				b = append(b, '\\', 'b')
+			case '\f':
+				b = append(b, '\\', 'f')
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		// A string of at most four bytes, on the stack, as encoding/json
+		// decodes bytes.
+		r, size := utf8.DecodeRuneInString(string(s[i:min(len(s), i+utf8.UTFMax)]))
+		if r == utf8.RuneError && size == 1 {
+			b = append(append(b, s[start:i]...), `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hex[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	return append(append(b, s[start:]...), '"')
 }
 
 // encodedSize is about the size of msgs encoded, so that encodeMessages
