@@ -28,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -302,10 +303,10 @@ func (m *Model) Generate(ctx context.Context, req *llm.Request) (*llm.Response, 
 	if c.reply != nil {
 		r, err := c.reply(work)
 		if err != nil {
-			return nil, fmt.Errorf("llmtest: %s: %w", c.label, err)
+			return nil, fmt.Errorf("llmtest: %s: %w", c.label(), err)
 		}
 		if r == nil {
-			return nil, fmt.Errorf("llmtest: %s returned neither a response nor an error", c.label)
+			return nil, fmt.Errorf("llmtest: %s returned neither a response nor an error", c.label())
 		}
 		resp = copyResponse(r)
 	}
@@ -314,12 +315,23 @@ func (m *Model) Generate(ctx context.Context, req *llm.Request) (*llm.Response, 
 }
 
 // choice is the reply chosen for a call: an error, a copied static
-// response, or a function to call for it.
+// response, or a function to call for it, with the rule that chose it
+// (nil for Fallback), which errors name.
 type choice struct {
-	label string
+	rule  *Rule
+	index int
 	err   error
 	resp  *llm.Response
 	reply func(*llm.Request) (*llm.Response, error)
+}
+
+// label names what chose c in errors: its rule, or Fallback. It is worked
+// out only for an error, not for every call.
+func (c *choice) label() string {
+	if c.rule == nil {
+		return "Fallback"
+	}
+	return c.rule.label(c.index)
 }
 
 // choose consumes and returns the reply for req. The caller holds m.script.
@@ -351,13 +363,13 @@ func (m *Model) choose(req *llm.Request) choice {
 		case r.Err != nil:
 			return choice{err: fmt.Errorf("llmtest: %s: %w", r.label(i), r.Err)}
 		case r.Reply != nil:
-			return choice{label: r.label(i), reply: r.Reply}
+			return choice{rule: r, index: i, reply: r.Reply}
 		default:
-			return choice{label: r.label(i), resp: copyResponse(r.Response)}
+			return choice{rule: r, index: i, resp: copyResponse(r.Response)}
 		}
 	}
 	if m.Fallback != nil {
-		return choice{label: "Fallback", reply: m.Fallback}
+		return choice{reply: m.Fallback}
 	}
 	return choice{err: noRule(req, usedUp)}
 }
@@ -417,8 +429,9 @@ func (m *Model) complete(req *llm.Request, resp *llm.Response) {
 		if resp.Message.ToolCalls[i].ID == "" {
 			m.mu.Lock()
 			m.lastID++
-			resp.Message.ToolCalls[i].ID = fmt.Sprintf("call_%d", m.lastID)
+			id := m.lastID
 			m.mu.Unlock()
+			resp.Message.ToolCalls[i].ID = "call_" + strconv.Itoa(id)
 		}
 	}
 	if resp.Usage == (llm.Usage{}) {
