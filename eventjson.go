@@ -95,16 +95,22 @@ func appendInt(b []byte, name string, n int64) []byte {
 }
 
 // appendString appends s as a JSON string, escaped as json.Marshal escapes
-// it: quotes, backslashes and control characters, <, > and & (so that the
-// JSON is safe in HTML), U+2028 and U+2029, and invalid UTF-8 as U+FFFD.
-func appendString(b []byte, s string) []byte {
+// it: see appendQuoted.
+func appendString(b []byte, s string) []byte { return appendQuoted(b, s, true) }
+
+// appendQuoted appends s as a JSON string, escaped as encoding/json escapes
+// it: quotes, backslashes and control characters (\b, \f, \n, \r and \t by
+// their short forms), U+2028 and U+2029, invalid UTF-8 as U+FFFD, and, if
+// html is set, <, > and & (json.Marshal's escaping, where json.Encoder with
+// SetEscapeHTML(false) leaves them).
+func appendQuoted[T string | json.RawMessage](b []byte, s T, html bool) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
 	start := 0
 	for i := 0; i < len(s); {
 		c := s[i]
 		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
+			if c >= 0x20 && c != '"' && c != '\\' && (!html || c != '<' && c != '>' && c != '&') {
 				i++
 				continue
 			}
@@ -129,7 +135,8 @@ func appendString(b []byte, s string) []byte {
 			start = i
 			continue
 		}
-		r, size := utf8.DecodeRuneInString(s[i:])
+		// At most four bytes, converted on the stack.
+		r, size := utf8.DecodeRuneInString(string(s[i:min(len(s), i+utf8.UTFMax)]))
 		if r == utf8.RuneError && size == 1 {
 			b = append(append(b, s[start:i]...), `\ufffd`...)
 			i += size

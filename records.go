@@ -3,7 +3,6 @@ package agentsociety
 import (
 	"encoding/json"
 	"fmt"
-	"unicode/utf8"
 
 	"agentsociety/llm"
 	"agentsociety/store"
@@ -148,9 +147,9 @@ func encodeMessages(msgs []llm.Message) []json.RawMessage {
 // appendSavedMessage appends m's savedMessage as JSON, field for field,
 // empty fields left out as omitempty leaves them.
 func appendSavedMessage(b []byte, m *llm.Message) []byte {
-	b = appendJSONText(append(b, `{"role":`...), string(m.Role))
+	b = appendQuoted(append(b, `{"role":`...), string(m.Role), false)
 	if m.Content != "" {
-		b = appendJSONText(append(b, `,"content":`...), m.Content)
+		b = appendQuoted(append(b, `,"content":`...), m.Content, false)
 	}
 	if len(m.ToolCalls) > 0 {
 		b = append(b, `,"tool_calls":[`...)
@@ -159,73 +158,17 @@ func appendSavedMessage(b []byte, m *llm.Message) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendJSONText(append(b, `{"id":`...), c.ID)
-			b = appendJSONText(append(b, `,"name":`...), c.Name)
-			b = appendJSONText(append(b, `,"arguments":`...), c.Arguments)
+			b = appendQuoted(append(b, `{"id":`...), c.ID, false)
+			b = appendQuoted(append(b, `,"name":`...), c.Name, false)
+			b = appendQuoted(append(b, `,"arguments":`...), c.Arguments, false)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
 	}
 	if m.ToolCallID != "" {
-		b = appendJSONText(append(b, `,"tool_call_id":`...), m.ToolCallID)
+		b = appendQuoted(append(b, `,"tool_call_id":`...), m.ToolCallID, false)
 	}
 	return append(b, '}')
-}
-
-// appendJSONText appends s as a JSON string, as json.Encoder escapes it
-// with SetEscapeHTML(false): quotes, backslashes and control characters
-// (\b, \f, \n, \r and \t by their short forms), U+2028 and U+2029, and
-// invalid UTF-8 as U+FFFD; <, > and & are left as they are.
-func appendJSONText[T string | json.RawMessage](b []byte, s T) []byte {
-	const hex = "0123456789abcdef"
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		// A string of at most four bytes, on the stack, as encoding/json
-		// decodes bytes.
-		r, size := utf8.DecodeRuneInString(string(s[i:min(len(s), i+utf8.UTFMax)]))
-		if r == utf8.RuneError && size == 1 {
-			b = append(append(b, s[start:i]...), `\ufffd`...)
-			i += size
-			start = i
-			continue
-		}
-		if r == '\u2028' || r == '\u2029' {
-			b = append(append(b, s[start:i]...), '\\', 'u', '2', '0', '2', hex[r&0xf])
-			i += size
-			start = i
-			continue
-		}
-		i += size
-	}
-	return append(append(b, s[start:]...), '"')
 }
 
 // encodedSize is about the size of msgs encoded, so that encodeMessages
