@@ -178,6 +178,11 @@ type changeJSON struct {
 	HistoryAppends []historyAppendJSON `json:"historyAppends,omitempty"`
 }
 
+// empty reports whether j holds no change.
+func (j *changeJSON) empty() bool {
+	return len(j.Roles)+len(j.Agents)+len(j.Contacts)+len(j.Requests)+len(j.Accepted)+len(j.Finished)+len(j.States)+len(j.Histories)+len(j.HistoryAppends) == 0
+}
+
 // recordJSON is a journal record's payload.
 type recordJSON struct {
 	LSN uint64 `json:"lsn"`

@@ -758,6 +758,28 @@ func TestAllSnapshotsMissing(t *testing.T) {
 			}
 		}
 	})
+	t.Run("one record, a snapshot missing", func(t *testing.T) {
+		// The marker is record 1: it must not pass for the record the
+		// missing snapshots held.
+		for _, gone := range [][]string{snapshots, {orgName}} {
+			dir := t.TempDir()
+			s := open(t, dir, Options{})
+			apply(t, s, cs[0])
+			closeStore(t, s)
+			for _, name := range gone {
+				if err := os.Remove(filepath.Join(dir, name)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := Open(dir, Options{Logger: quiet})
+			if err == nil {
+				closeStore(t, c)
+			}
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), orgName+" is missing") {
+				t.Errorf("one record, %v removed: Open: %v, want an error wrapping ErrCorrupt naming the missing snapshot", gone, err)
+			}
+		}
+	})
 	t.Run("compacted by an earlier version", func(t *testing.T) {
 		// Its compactions left the journal empty, without a marker: the
 		// next Close writes one, with fresh snapshots.

@@ -57,7 +57,10 @@ func appendFrame(dst []byte, lsn uint64, body []byte) []byte {
 // journal says where it starts even when no record follows: without its
 // snapshots, such a journal is missing records 1 to lsn, and Open refuses
 // it instead of opening an empty store. Nothing is appended for lsn 0,
-// before any record: there is nothing to lose.
+// before any record: there is nothing to lose. replay tells the marker by
+// its empty change, which Apply never records, and refuses a journal whose
+// marker is past what a snapshot holds: with a single record, the marker
+// would otherwise pass for record 1.
 func appendMarker(dst []byte, lsn uint64) []byte {
 	if lsn == 0 {
 		return dst
@@ -257,6 +260,16 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, have []bo
 		}
 		if err != nil {
 			return fail(err)
+		}
+		if rec.empty() {
+			// The marker a compaction starts the journal with (Apply
+			// records no empty change): every snapshot holds the
+			// records up to it.
+			if rec.LSN > base {
+				return 0, 0, 0, fmt.Errorf("%w %s: the journal starts after record %d, which every snapshot must hold, but %s: records are missing (is a snapshot missing or older than the journal?)", ErrCorrupt, path, rec.LSN, describeSeqs(seqs, have))
+			}
+			last = rec.LSN
+			continue
 		}
 		if rec.LSN <= base {
 			// Already in every snapshot: the journal was not restarted
