@@ -96,6 +96,17 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 	reached, words := false, ""
 	defer func() { s.noteTurn(m.TaskID, a.info.ID, !reached && words != "", words) }()
 	var failed repeatedFailures
+	// unanswered are the calls of the last reply that have no result yet:
+	// a tool that ends the turn's goroutine (runtime.Goexit) leaves them
+	// so, and a history with a call and no result is one models refuse.
+	// They are answered as failed, for the turn's history to be whole.
+	var unanswered []llm.ToolCall
+	defer func() {
+		for _, call := range unanswered {
+			failure := &Error{Code: ErrToolFailed, Message: "the tool " + call.Name + " failed"}
+			mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: encodeResult(nil, failure)})
+		}
+	}()
 	for step := 0; step < s.cfg.MaxSteps; step++ {
 		s.trimHistory(ctx, a.info.ID, mem)
 		system, err := s.cachedSystemPrompt(a, mem)
@@ -140,6 +151,7 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 		// the turn: the model need not be called again only to stop.
 		end, anyFailed := false, false
 		var stuck *Error
+		unanswered = reply.ToolCalls
 		for _, call := range reply.ToolCalls {
 			out, coded := s.runTool(ctx, self, call)
 			ok := coded == nil
@@ -156,6 +168,7 @@ func (b modelBehavior) HandleMessage(ctx context.Context, self *Actor, m Message
 				}
 			}
 			mem.msgs = append(mem.msgs, llm.Message{Role: llm.RoleTool, ToolCallID: call.ID, Content: out})
+			unanswered = unanswered[1:]
 			end = end || endsTurn(call.Arguments)
 			anyFailed = anyFailed || !ok
 			reached = reached || ok && !reachesNobody(call.Name)
