@@ -38,15 +38,17 @@ func (s *Society) enqueue(a *agent, m *Message) (start bool) {
 	return false
 }
 
-// startDrainer starts the drainer of a that enqueue counted. Called with
+// startDrainer starts the drainer of a that enqueue (or goexited) counted. Called with
 // s.mu released: starting a goroutine need not hold up every other change.
 func (s *Society) startDrainer(a *agent) {
 	go s.run(func() { s.drain(a) })
 }
 
 // goFunc runs f in a new goroutine that Close waits for. Every goroutine of
-// the society starts here or in armTimeout, and always with s.mu held and
-// s.closed false, so that it is counted before Close can wait.
+// the society starts here, in armTimeout, or in startDrainer; and it is
+// counted in s.wg before Close can wait: here and in armTimeout with s.mu
+// held and s.closed false, by enqueue likewise for startDrainer, or by
+// goexited while the drainer it replaces is still counted.
 func (s *Society) goFunc(f func()) {
 	s.wg.Add(1)
 	go s.run(f)
@@ -80,7 +82,9 @@ func (s *Society) drain(a *agent) {
 		if !ok {
 			return
 		}
-		s.deliver(a, m, &done)
+		if !s.deliver(a, m, &done) {
+			return // another drainer goes on (see goexited)
+		}
 	}
 	box.Stop()
 }
@@ -97,8 +101,9 @@ type idleTask struct {
 // handling ended, with the history of a model-driven agent's turn, so that
 // after a crash the message is handled again from the history before it.
 // The user endpoint records the end of its messages itself, when the host
-// has them (see userEndpoint).
-func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
+// has them (see userEndpoint). It reports false when the drainer is to stop
+// because another took its place (see goexited).
+func (s *Society) deliver(a *agent, m *Message, done *idleTask) bool {
 	ctx := s.runCtx
 	s.logMessage(ctx, "message delivered", m)
 	start := s.emitDelivered(m)
@@ -116,16 +121,26 @@ func (s *Society) deliver(a *agent, m *Message, done *idleTask) {
 		s.dropped(ctx, slog.LevelInfo, a, m.ID, "message dropped: the agent was terminated")
 	} else {
 		err = s.handle(ctx, a, m, start)
+		if err == errHandedOver {
+			return false
+		}
 	}
 	if s.ended(a, m, start, handoff, err) && a != s.user.self {
 		*done = idleTask{m.TaskID, true}
 	}
+	return true
 }
 
 // errGoexit is the error a handling ends with when the behaviour, or the
 // model or a tool it calls, calls runtime.Goexit, as t.FailNow does in a
 // test helper.
 var errGoexit = errors.New("runtime.Goexit was called (t.FailNow and t.SkipNow call it)")
+
+// errHandedOver is what handle returns when its behaviour stopped as if
+// it called runtime.Goexit, and yet handle returns: a panic(nil) that a
+// host's GODEBUG=panicnil=1 lets recover take for no panic. goexited ended
+// the delivery and started another drainer, so this one stops.
+var errHandedOver = errors.New("handed over to another drainer")
 
 // goexited ends the delivery of m to a, started at start, whose behaviour
 // called runtime.Goexit. The drainer's goroutine ends whatever its deferred
@@ -247,8 +262,9 @@ func (s *Society) handle(ctx context.Context, a *agent, m *Message, start int64)
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("panic: %v\n%s", r, debug.Stack())
-		} else if !returned { // runtime.Goexit
+		} else if !returned { // runtime.Goexit, or a panic(nil) under GODEBUG=panicnil=1
 			s.goexited(a, m, start)
+			err = errHandedOver
 		}
 	}()
 	d := &delivery{turn: turn{msgID: m.ID}}

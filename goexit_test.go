@@ -3,6 +3,8 @@ package agentsociety_test
 import (
 	"context"
 	"encoding/json"
+	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"sync"
@@ -114,5 +116,70 @@ func runGoexitCase(t *testing.T, cfg as.Config) {
 	}
 	if err := s.Close(ctx); err != nil {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+// TestPanicNilIsHandledOnce: under GODEBUG=panicnil=1 a behaviour's
+// panic(nil) looks to recover like no panic at all, as runtime.Goexit
+// does, but handle returns: the message is still handled once, by one
+// drainer. The test runs itself again with the setting.
+func TestPanicNilIsHandledOnce(t *testing.T) {
+	if os.Getenv("AGENTSOCIETY_PANICNIL") == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestPanicNilIsHandledOnce$", "-test.v")
+		cmd.Env = append(os.Environ(), "GODEBUG=panicnil=1", "AGENTSOCIETY_PANICNIL=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestPanicNilIsHandledOnce") {
+			t.Fatalf("the test under GODEBUG=panicnil=1: %v\n%s", err, out)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := as.New(ctx, as.Config{Logger: quiet, Root: as.BehaviorFunc(func(_ context.Context, _ *as.Actor, m as.Message) error {
+		if m.Text() == "first" {
+			panic(nil)
+		}
+		return nil
+	})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(ctx)
+	first, err := s.SendTextToAgent(ctx, as.RootID, "first", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := s.SendTextToAgent(ctx, as.RootID, "second", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	handled := map[string]int{}
+	for e, err := range s.WatchEvents(ctx, 1) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Kind == as.EventMessageHandled {
+			handled[e.Turn]++
+		}
+		if handled[second.ID] > 0 {
+			break
+		}
+	}
+	// Anything a second drainer did with the first message would follow
+	// its first end: wait for the society to be idle, then count again.
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	handled = map[string]int{}
+	for e, err := range s.Events(ctx, 1) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Kind == as.EventMessageHandled {
+			handled[e.Turn]++
+		}
+	}
+	if handled[first.ID] != 1 || handled[second.ID] != 1 {
+		t.Errorf("message_handled events: %d for the message that panicked, %d for the next; want 1 each", handled[first.ID], handled[second.ID])
 	}
 }
