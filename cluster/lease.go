@@ -198,6 +198,12 @@ func (n *Node) leaseLoop() {
 			}
 			return
 		case <-done:
+			if n.ctx.Err() != nil {
+				// The node is closing too: this select may pick either,
+				// and Close awaits the society's error all the same.
+				n.closeErr = resign("the node is closing")
+				return
+			}
 			stepDown("the society stopped")
 			// Not at once: a society that cannot open would be claimed
 			// again as fast as the server answers.
