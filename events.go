@@ -98,9 +98,11 @@ type Event struct {
 	// events goes on from the last.
 	Seq uint64 `json:"seq"`
 	// Time is when the event happened, never before the previous
-	// event's: the wall clock's time, which the society reads through the
-	// monotonic clock (cheaper to read) between readings of the wall
-	// clock a second apart. It carries no monotonic clock reading.
+	// event's: a message_accepted's is its message's SentAt, unless that
+	// is before the previous event's; the others are the wall clock's
+	// time, which the society reads through the monotonic clock (cheaper
+	// to read) between readings of the wall clock a second apart. It
+	// carries no monotonic clock reading.
 	Time time.Time `json:"time"`
 	Kind EventKind `json:"kind"`
 	// Task is the task the event belongs to, if any.
@@ -337,7 +339,8 @@ func (l *eventLog) addAt(at int64, fill func(e *Event)) time.Time {
 // addMessage adds event kind of message m in the ring's short form:
 // entryAccepted at m's time, sent in turn; entryDelivered now;
 // entryHandled now, after its delivery at since, the time addMessage
-// returned for it. It returns the event's time, or 0 when events are off.
+// returned for it. It returns the event's time, or 0 when the log takes no
+// event (events are off, or the society has closed).
 func (l *eventLog) addMessage(kind entryKind, m *Message, turn string, since int64) int64 {
 	if l.off {
 		return 0
