@@ -1,6 +1,7 @@
 package natsstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -122,37 +123,66 @@ func (s *Store) messages(ws []write, expectLast, fenceCheck bool, last uint64) [
 	}
 	ms := make([]*nats.Msg, len(ws))
 	for i, w := range ws {
-		m := nats.NewMsg(s.prefix + w.key)
-		m.Data = w.data
+		// Its headers made at their size, with their values' strings
+		// shared where they can be: a message is made for every write.
+		n := 0
 		if id != "" {
-			m.Header.Set(hdrBatchID, id)
-			m.Header.Set(hdrBatchSeq, strconv.Itoa(i+1))
+			n += 3
+		}
+		if w.del {
+			n += 2
+		}
+		if w.cas {
+			n++
+		}
+		if i == 0 {
+			if expectLast {
+				n++
+			}
+			if fenceCheck {
+				n += 2
+			}
+		}
+		m := &nats.Msg{Subject: s.prefix + w.key, Data: w.data, Header: make(nats.Header, n)}
+		if id != "" {
+			m.Header[hdrBatchID] = []string{id}
+			m.Header[hdrBatchSeq] = []string{strconv.Itoa(i + 1)}
 			if i == len(ws)-1 {
-				m.Header.Set(hdrBatchCommit, "1")
+				m.Header[hdrBatchCommit] = hdrOne
 			}
 		}
 		if w.del {
-			m.Header.Set(hdrKVOperation, "DEL")
-			m.Header.Set(jetstream.MsgTTLHeader, s.ttl)
+			m.Header[hdrKVOperation] = hdrDel
+			m.Header[jetstream.MsgTTLHeader] = s.ttlHeader
 		}
-		if w.cas {
-			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(w.expect, 10))
+		if i == 0 && fenceCheck {
+			m.Header[jetstream.ExpectedLastSubjSeqHeader] = s.claimedHeader
+			m.Header[hdrExpectedSubject] = s.fenceSubject
+		} else if w.cas {
+			m.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(w.expect, 10)}
 		}
 		if expectLast && i == 0 {
-			m.Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(last, 10))
-		}
-		if fenceCheck && i == 0 {
-			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(s.claimed, 10))
-			m.Header.Set(hdrExpectedSubject, s.prefix+keyFence)
+			m.Header[jetstream.ExpectedLastSeqHeader] = []string{strconv.FormatUint(last, 10)}
 		}
 		ms[i] = m
 	}
 	return ms
 }
 
+// Header values shared by every message that has them; never modified.
+var (
+	hdrOne = []string{"1"}
+	hdrDel = []string{"DEL"}
+)
+
 // readAck reads the server's answer to a write of n messages: the
 // sequence of the last, or the *rejection that refused them all.
 func readAck(data []byte, n int) (uint64, error) {
+	if n == 1 {
+		if seq, ok := quickAck(data); ok {
+			return seq, nil
+		}
+	}
 	var ack struct {
 		Error *rejection `json:"error"`
 		Seq   uint64     `json:"seq"`
@@ -168,4 +198,39 @@ func readAck(data []byte, n int) (uint64, error) {
 		return 0, fmt.Errorf("natsstore: the server committed %d messages of a batch of %d", ack.Count, n)
 	}
 	return ack.Seq, nil
+}
+
+// quickAck reads the sequence from the answer to a plain message that was
+// stored, {"stream":"<name>","seq":<n>} or with "domain" between, without
+// the cost of json.Unmarshal: most changes are one message. ok is false
+// for any other answer, which readAck reads in full.
+func quickAck(data []byte) (seq uint64, ok bool) {
+	rest, ok := bytes.CutPrefix(data, []byte(`{"stream":"`))
+	if !ok {
+		return 0, false
+	}
+	end := bytes.IndexByte(rest, '"')
+	if end < 0 {
+		return 0, false
+	}
+	rest = rest[end+1:]
+	if r, ok := bytes.CutPrefix(rest, []byte(`,"domain":"`)); ok {
+		if end = bytes.IndexByte(r, '"'); end < 0 {
+			return 0, false
+		}
+		rest = r[end+1:]
+	}
+	if rest, ok = bytes.CutPrefix(rest, []byte(`,"seq":`)); !ok {
+		return 0, false
+	}
+	if rest, ok = bytes.CutSuffix(rest, []byte("}")); !ok || len(rest) == 0 {
+		return 0, false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return 0, false // more fields, as "duplicate"
+		}
+	}
+	seq, err := strconv.ParseUint(string(rest), 10, 64)
+	return seq, err == nil
 }

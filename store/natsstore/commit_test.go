@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +17,9 @@ import (
 	"agentsociety/store"
 	"agentsociety/store/natsstore"
 	"agentsociety/store/natsstore/natstest"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // commitWriters and commitSteps size the group commit tests: each writer
@@ -332,5 +336,133 @@ func TestApply_ReplicatedRound(t *testing.T) {
 	}
 	if st, err = next.Load(ctx); err != nil || len(st.States) != 21 {
 		t.Fatalf("the new writer loads %d state keys (%v), want 21: none of the deposed store's round", len(st.States), err)
+	}
+}
+
+// A change the server refuses, in a flight followed by another already
+// in the air, is that change's failure alone: the changes sent after it,
+// in its flight and in the next, which expected the stream's last
+// sequence it would have left, are written all the same, and the store is
+// not fenced. The bucket's messages are limited to 1 KB, so that the
+// server itself refuses the change.
+func TestApply_RefusedChangeBeforeAFlightInTheAir(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Fence=%v", fence), func(t *testing.T) {
+			ctx := t.Context()
+			url := natstest.Server(t)
+			bucket := fmt.Sprintf("limited%v", fence)
+			nc, err := nats.Connect(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, MaxValueSize: 1024}); err != nil {
+				t.Fatal(err)
+			}
+			log := &records{}
+			s := open(t, url, natsstore.Options{Bucket: bucket, Fence: fence, Logger: slog.New(log)})
+			// retries counts the records of changes refused and tried
+			// again one by one: only the refused change's flight and the
+			// next should have any.
+			retries := func() int {
+				log.mu.Lock()
+				defer log.mu.Unlock()
+				return len(log.msgs)
+			}
+			if err := s.Apply(ctx, store.Change{Accepted: []store.Message{msg("m1"), msg("m2")}}); err != nil {
+				t.Fatal(err)
+			}
+			if n := retries(); n != 0 {
+				t.Errorf("the first Apply was refused and tried again: %q", log.msgs)
+			}
+			big := `"` + strings.Repeat("x", 2000) + `"`
+			errs, err := s.ApplyFlights(ctx, [][]store.Change{
+				{
+					{States: []store.StateEntry{state("s", "a", "1")}},
+					{States: []store.StateEntry{state("s", "big", big)}},
+					{States: []store.StateEntry{state("s", "b", "1")}},
+					{Finished: []string{"m1"}},
+				},
+				{
+					{States: []store.StateEntry{state("s", "c", "1")}},
+					{Finished: []string{"m2"}},
+					{Accepted: []store.Message{msg("m3")}},
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for g, es := range errs {
+				for i, err := range es {
+					if want := g == 0 && i == 1; (err != nil) != want || errors.Is(err, natsstore.ErrFenced) {
+						t.Errorf("flight %d, change %d: %v, want an error other than ErrFenced: %v", g, i, err, want)
+					}
+				}
+			}
+			select {
+			case <-s.Fenced():
+				t.Fatal("the store fenced itself over a change the server refused")
+			default:
+			}
+			retried := retries()
+			if err := s.Apply(ctx, store.Change{States: []store.StateEntry{state("s", "d", "1")}}); err != nil {
+				t.Fatalf("the next Apply: %v", err)
+			}
+			if n := retries(); n != retried {
+				t.Errorf("the next Apply was refused and tried again: %q", log.msgs[retried:])
+			}
+			st, err := s.Load(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			for _, e := range st.States {
+				keys = append(keys, e.Key)
+			}
+			if !slices.Equal(keys, []string{"a", "b", "c", "d"}) || len(st.Pending) != 1 || st.Pending[0].ID != "m3" {
+				t.Fatalf("state keys %v and pending %v, want a to d and m3", keys, st.Pending)
+			}
+		})
+	}
+}
+
+// A deposed store's flights in the air at once write nothing, whatever
+// the other store writes, and each of their changes fails with ErrFenced.
+func TestApply_DeposedFlightsWriteNothing(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	old := open(t, url, natsstore.Options{Bucket: "flights", Fence: true})
+	if err := old.Apply(ctx, store.Change{Accepted: []store.Message{msg("x")}}); err != nil {
+		t.Fatal(err)
+	}
+	next := open(t, url, natsstore.Options{Bucket: "flights", Fence: true})
+	errs, err := old.ApplyFlights(ctx, [][]store.Change{
+		{{States: []store.StateEntry{state("s", "a", "1")}}, {Finished: []string{"x"}}},
+		{{States: []store.StateEntry{state("s", "b", "1")}}},
+		{{States: []store.StateEntry{state("s", "c", "1")}}, {Accepted: []store.Message{msg("y")}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for g, es := range errs {
+		for i, err := range es {
+			if !errors.Is(err, natsstore.ErrFenced) {
+				t.Errorf("flight %d, change %d of the deposed store: %v, want ErrFenced", g, i, err)
+			}
+		}
+	}
+	if err := next.Apply(ctx, store.Change{States: []store.StateEntry{state("s", "after", "1")}}); err != nil {
+		t.Fatalf("the new writer: %v", err)
+	}
+	st, err := next.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(st.States) != 1 || st.States[0].Key != "after" || len(st.Pending) != 1 || st.Pending[0].ID != "x" {
+		t.Fatalf("states %v and pending %v, want only after and x: nothing of the deposed store's flights", st.States, st.Pending)
 	}
 }

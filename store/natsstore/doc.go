@@ -50,8 +50,9 @@
 // or with a record larger than one message of the server's takes (its
 // max_payload, 1 MB by default, less 1 KB for headers), is refused whole, except a change that only finishes messages, which is
 // written one message at a time (see [store.Store]). Applies made at once
-// go out together, each its own write with its own answer, so that they
-// wait for one round trip between them rather than one each. A history
+// go out together, each its own write with its own answer, and without
+// waiting for the answers to those sent before them: a change waits for
+// about one round trip, however many are in flight. A history
 // append costs the messages it adds and the messages it drops, never the
 // history's length. Deleted keys leave markers that expire after
 // Options.MarkerTTL.

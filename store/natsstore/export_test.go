@@ -2,12 +2,13 @@ package natsstore
 
 import (
 	"context"
+	"fmt"
 
 	"agentsociety/store"
 )
 
-// Rounds returns how many rounds of two changes or more the group commit
-// has sent.
+// Rounds returns how many flights or rounds of two changes or more the
+// group commit has sent.
 func (s *Store) Rounds() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -15,8 +16,8 @@ func (s *Store) Rounds() uint64 {
 }
 
 // ApplyAll applies cs as concurrent Applies would that all arrived while
-// a write was in flight: queued together, and written in rounds by one
-// commitQueue. It returns each change's error.
+// a write was in flight: queued together, and written in flights (or
+// rounds) by one goroutine. It returns each change's error.
 func (s *Store) ApplyAll(ctx context.Context, cs []store.Change) []error {
 	reqs := make([]*applyReq, len(cs))
 	s.mu.Lock()
@@ -27,7 +28,14 @@ func (s *Store) ApplyAll(ctx context.Context, cs []store.Change) []error {
 		s.queue = append(s.queue, reqs[i])
 	}
 	s.qmu.Unlock()
-	s.commitQueue()
+	if s.pipelined() {
+		for _, r := range reqs {
+			s.await(r) // unlocks
+			s.mu.Lock()
+		}
+	} else {
+		s.commitQueue()
+	}
 	errs := make([]error, len(cs))
 	for i, r := range reqs {
 		errs[i] = r.err
@@ -53,4 +61,43 @@ func (s *Store) ClaimBucket(ctx context.Context) (uint64, error) { return s.clai
 // ClaimEvents is claimEvents.
 func (s *Store) ClaimEvents(ctx context.Context, claimed uint64) error {
 	return s.claimEvents(ctx, claimed)
+}
+
+// ApplyFlights applies each group of cs as one flight, all of them sent
+// before the first is settled, and returns each change's error, by group.
+// It fails if a group did not go out as one flight.
+func (s *Store) ApplyFlights(ctx context.Context, groups [][]store.Change) ([][]error, error) {
+	s.mu.Lock()
+	var reqs [][]*applyReq
+	for _, cs := range groups {
+		rs := make([]*applyReq, len(cs))
+		s.qmu.Lock()
+		for i := range cs {
+			rs[i] = &applyReq{ctx: ctx, c: &cs[i]}
+			s.queue = append(s.queue, rs[i])
+		}
+		s.qmu.Unlock()
+		s.sendQueue()
+		for _, r := range rs {
+			if r.flight == nil || r.flight != rs[0].flight {
+				s.mu.Unlock()
+				return nil, fmt.Errorf("the group of %d changes did not go out as one flight", len(cs))
+			}
+		}
+		reqs = append(reqs, rs)
+	}
+	if n := len(s.flights); n != len(groups) {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%d flights in the air, want %d", n, len(groups))
+	}
+	errs := make([][]error, len(reqs))
+	for g, rs := range reqs {
+		for _, r := range rs {
+			s.await(r) // unlocks
+			s.mu.Lock()
+			errs[g] = append(errs[g], r.err)
+		}
+	}
+	s.mu.Unlock()
+	return errs, nil
 }

@@ -3,6 +3,7 @@ package natsstore
 import (
 	"context"
 	"fmt"
+	"strconv"
 )
 
 // keyFence is the key a store opened with Options.Fence writes to claim
@@ -33,6 +34,7 @@ func (s *Store) claimBucket(ctx context.Context) (uint64, error) {
 		return 0, fmt.Errorf("claiming the bucket: %w", err)
 	}
 	s.last, s.claimed, s.claimID = seq, seq, id
+	s.claimedHeader = []string{strconv.FormatUint(seq, 10)}
 	return seq, nil
 }
 

@@ -137,7 +137,9 @@ type Store struct {
 	eventSubj string
 	obs       jetstream.ObjectStore
 	prefix    string // the subject of every key starts with it: "$KV.<bucket>."
-	ttl       string // the Nats-TTL header of deletion markers
+	// Header values: the Nats-TTL of deletion markers, the fence key's
+	// subject, and (with Options.Fence) the revision of its claim.
+	ttlHeader, fenceSubject, claimedHeader []string
 
 	// closeMu is held for reading by every call in progress and for writing
 	// by Close, so that Close waits for them.
@@ -151,13 +153,28 @@ type Store struct {
 	// qmu guards queue, the Applies waiting to be written.
 	qmu   sync.Mutex
 	queue []*applyReq
-	// replies receives the answers to writes in flight (see pipeline),
-	// on subjects under inbox; made on first use. round numbers the
-	// rounds of two changes or more, so that an answer to an earlier one
-	// is told apart.
+	// replies receives the answers to the writes of flights (see
+	// launch), on subjects under inbox; made on first use. round counts
+	// the flights and rounds of two changes or more.
 	replies *nats.Subscription
 	inbox   string
 	round   uint64
+	// The flights in the air, oldest first, and by the keys they write;
+	// flightNo numbers them. sent is, with Options.Fence, the stream's
+	// last sequence once every flight is written. settling: a goroutine
+	// holds the settler's role. draining: no flight may be sent until
+	// every one in the air has settled. garbage: dropped history
+	// messages to delete once no flight is in the air (see collect).
+	flights  []*flight
+	flying   map[string]*flight
+	flightNo uint64
+	sent     uint64
+	settling bool
+	draining bool
+	garbage  []write
+	// early holds answers to flights that came while an earlier one was
+	// being settled; the settler's, not guarded by mu.
+	early map[answerKey][]byte
 	// indexed says whether revs and heads mirror the bucket, as far as
 	// this Store knows: they are rebuilt by a scan after an Apply whose
 	// outcome is unknown.
@@ -235,11 +252,14 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("natsstore: negative Timeout %v", opts.Timeout)
 	}
 	s := &Store{
-		opts:   opts,
-		log:    cmp.Or(opts.Logger, slog.Default()),
-		prefix: "$KV." + opts.Bucket + ".",
-		ttl:    opts.MarkerTTL.String(),
-		fenced: make(chan struct{}),
+		opts:         opts,
+		log:          cmp.Or(opts.Logger, slog.Default()),
+		prefix:       "$KV." + opts.Bucket + ".",
+		ttlHeader:    []string{opts.MarkerTTL.String()},
+		fenceSubject: []string{"$KV." + opts.Bucket + "." + keyFence},
+		fenced:       make(chan struct{}),
+		flying:       make(map[string]*flight),
+		early:        make(map[answerKey][]byte),
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -383,16 +403,25 @@ func (s *Store) Close() error {
 // and otherwise returns ctx bounded by Options.Timeout if it has no
 // deadline, and the function that ends the call.
 func (s *Store) begin(ctx context.Context) (context.Context, func(), error) {
-	if err := ctx.Err(); err != nil {
+	if err := s.enter(ctx); err != nil {
 		return nil, nil, err
+	}
+	ctx, cancel := s.bound(ctx)
+	return ctx, func() { cancel(); s.closeMu.RUnlock() }, nil
+}
+
+// enter starts a call as begin does, leaving ctx as it is: the call
+// bounds its waits itself. Its end is s.closeMu.RUnlock.
+func (s *Store) enter(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	s.closeMu.RLock()
 	if s.closed {
 		s.closeMu.RUnlock()
-		return nil, nil, ErrClosed
+		return ErrClosed
 	}
-	ctx, cancel := s.bound(ctx)
-	return ctx, func() { cancel(); s.closeMu.RUnlock() }, nil
+	return nil
 }
 
 // Load reads the whole bucket; see [store.Store]. It holds off this
@@ -406,27 +435,39 @@ func (s *Store) Load(ctx context.Context) (store.State, error) {
 	defer done()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.quiesce()
 	return s.scan(ctx)
 }
 
 // Apply records c as one atomic batch on the bucket's stream; see
 // [store.Store] and the package documentation. A change that needs more
 // writes than Options.MaxBatch is refused whole. Concurrent Applies are
-// written together (see commitQueue), each still atomic on its own.
+// written together, each still atomic on its own (see await and
+// commitQueue).
 func (s *Store) Apply(ctx context.Context, c store.Change) error {
-	ctx, done, err := s.begin(ctx)
-	if err != nil {
+	// Unbounded: a flight bounds its wait by its own deadline, and what
+	// else waits on the server bounds its ctx (prepare, applyOne,
+	// commitQueue).
+	if err := s.enter(ctx); err != nil {
 		return err
 	}
-	defer done()
+	defer s.closeMu.RUnlock()
 	if c.Empty() {
 		return nil
 	}
-	r := &applyReq{ctx: ctx, c: &c}
+	enc, err := encode(&c) // before taking the lock, which holds up every Apply
+	if err != nil {
+		return err
+	}
+	r := &applyReq{ctx: ctx, c: &c, enc: enc}
 	s.qmu.Lock()
 	s.queue = append(s.queue, r)
 	s.qmu.Unlock()
 	s.mu.Lock()
+	if s.pipelined() {
+		s.await(r) // unlocks
+		return r.err
+	}
 	defer s.mu.Unlock()
 	if !r.done {
 		s.commitQueue()
@@ -439,10 +480,12 @@ func (s *Store) Apply(ctx context.Context, c store.Change) error {
 // them. p, if not nil, is c's plan, made against the index as it is.
 // Called with s.mu held.
 func (s *Store) applyOne(ctx context.Context, c *store.Change, p *plan) error {
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	for try := 0; ; try++ {
 		if p == nil {
 			var err error
-			if p, err = s.prepare(ctx, c); err != nil {
+			if p, err = s.prepare(ctx, c, nil); err != nil {
 				return err
 			}
 		}
@@ -479,18 +522,26 @@ func (s *Store) applyOne(ctx context.Context, c *store.Change, p *plan) error {
 
 // prepare plans c against the bucket as this Store knows it, reading the
 // bucket first if the index does not mirror it, and the keys of the
-// messages c accepts that the index says are pending. Called with s.mu
-// held.
-func (s *Store) prepare(ctx context.Context, c *store.Change) (*plan, error) {
+// messages c accepts that the index says are pending. enc is the
+// encoding of c's records, or nil to make it here. Called with s.mu held.
+func (s *Store) prepare(ctx context.Context, c *store.Change, enc *encoding) (*plan, error) {
 	if !s.indexed {
+		ctx, cancel := s.bound(ctx)
+		defer cancel()
 		if _, err := s.scan(ctx); err != nil {
 			return nil, err
 		}
 	}
-	if err := s.confirmPending(ctx, c.Accepted); err != nil {
+	if enc == nil {
+		var err error
+		if enc, err = encode(c); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.confirmPending(ctx, enc.pending); err != nil {
 		return nil, err
 	}
-	return s.plan(c)
+	return s.plan(c, enc)
 }
 
 // writeHeaders is the room a write's headers take at most in a message.
@@ -868,19 +919,22 @@ func (s *Store) refresh(ctx context.Context, ws []write) error {
 	return nil
 }
 
-// confirmPending reads again from the bucket the keys of the messages in
-// accepted that the index says are pending, so that a message another
-// writer finished since is not refused. Called with s.mu held.
-func (s *Store) confirmPending(ctx context.Context, accepted []store.Message) error {
+// confirmPending reads again from the bucket the keys of pending
+// messages (those of the messages a change accepts) that the index says
+// are pending, so that a message another writer finished since is not
+// refused. Called with s.mu held.
+func (s *Store) confirmPending(ctx context.Context, keys []string) error {
 	var stale []write
-	for _, m := range accepted {
-		if key := pendingKey(m.ID); s.revs[key].live {
+	for _, key := range keys {
+		if s.revs[key].live {
 			stale = append(stale, write{key: key, cas: true})
 		}
 	}
 	if len(stale) == 0 {
 		return nil
 	}
+	ctx, cancel := s.bound(ctx)
+	defer cancel()
 	return s.refresh(ctx, stale)
 }
 
@@ -894,6 +948,7 @@ func (s *Store) createArtifactKey(ctx context.Context, key string, value []byte)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.quiesce() // publish expects the stream's last sequence to be s.last
 	_, err := s.publish(ctx, []write{{key: key, data: value, cas: true}})
 	if rej := (*rejection)(nil); errors.As(err, &rej) && rej.conflict() {
 		return jetstream.ErrKeyExists

@@ -3,6 +3,7 @@ package natsstore
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"agentsociety/store"
 )
@@ -23,9 +24,11 @@ type write struct {
 	// zero when it is new.
 	ordered bool
 	first   uint64
-	// headOf is the agent whose history head the write is, if it is one.
-	headOf string
-	skip   bool // left out: a later part of the change undid it
+	// headOf is the agent whose history head the write is, if it is one;
+	// msg the message whose end the write records, if it deletes a
+	// pending key for that.
+	headOf, msg string
+	skip        bool // left out: a later part of the change undid it
 }
 
 // A plan is the writes that record a change.
@@ -48,128 +51,128 @@ func (p *plan) put(w write) {
 	p.writes = append(p.writes, w)
 }
 
-// plan works out the writes that record c against what the index says
-// the bucket holds. It refuses, wrapping store.ErrExists, a change that
-// accepts a message that is pending or that it accepts twice. Called with
-// s.mu held.
-func (s *Store) plan(c *store.Change) (*plan, error) {
-	p := &plan{at: make(map[string]int)}
-	seen := make(map[string]bool, len(c.Accepted))
-	for _, m := range c.Accepted {
-		if s.revs[pendingKey(m.ID)].live {
-			return nil, fmt.Errorf("%w: message %q is pending", store.ErrExists, m.ID)
-		}
-		if seen[m.ID] {
-			return nil, fmt.Errorf("%w: message %q accepted twice in one change", store.ErrExists, m.ID)
-		}
-		seen[m.ID] = true
+// value adds the write of data, the JSON of a record, to key, whose
+// revision revs knows. An ordered record that replaces a live one gets
+// its First. Not inlined, as plan calls it from many places: plan runs
+// deep in a drainer's stack, which its frame would grow.
+//
+//go:noinline
+func (p *plan) value(revs map[string]rev, key string, data []byte, ordered bool) {
+	r := revs[key]
+	w := write{key: key, data: data, cas: true, expect: r.seq, ordered: ordered}
+	if ordered && r.live {
+		w.first = r.first
+		w.data = withFirst(data, r.first)
 	}
+	p.put(w)
+}
 
-	var err error
-	value := func(key string, v any, ordered bool) {
-		if err != nil {
-			return
-		}
-		var data []byte
-		if data, err = json.Marshal(v); err != nil {
-			err = fmt.Errorf("natsstore: encoding %q: %w", key, err)
-			return
-		}
-		r := s.revs[key]
-		w := write{key: key, data: data, cas: true, expect: r.seq, ordered: ordered}
-		if ordered && r.live {
-			w.first = r.first
-		}
-		p.put(w)
+// remove deletes key: it leaves out a write the change made, and
+// deletes what the bucket holds.
+//
+//go:noinline
+func (p *plan) remove(revs map[string]rev, key string) {
+	if i, ok := p.at[key]; ok {
+		p.writes[i].skip = true
 	}
-	// remove deletes key: it leaves out a write the change made, and
-	// deletes what the bucket holds.
-	remove := func(key string) {
+	if r := revs[key]; r.live {
+		w := write{key: key, del: true, cas: true, expect: r.seq}
 		if i, ok := p.at[key]; ok {
-			p.writes[i].skip = true
+			p.writes[i] = w
+		} else {
+			p.put(w)
 		}
-		if r := s.revs[key]; r.live {
-			w := write{key: key, del: true, cas: true, expect: r.seq}
-			if i, ok := p.at[key]; ok {
-				p.writes[i] = w
-			} else {
-				p.put(w)
-			}
-		}
+	}
+}
+
+// plan works out the writes that record c against what the index says
+// the bucket holds, with the JSON of c's records from enc. It refuses,
+// wrapping store.ErrExists, a change that accepts a message that is
+// pending or that it accepts twice. Called with s.mu held.
+func (s *Store) plan(c *store.Change, enc *encoding) (*plan, error) {
+	p := &plan{at: make(map[string]int, len(c.Accepted)+len(c.Finished)+len(c.States))}
+	if err := s.checkAccepted(c.Accepted, enc.pending); err != nil {
+		return nil, err
 	}
 
-	for _, r := range c.Roles {
-		rec := fromRole(r)
-		rec.First = s.first(roleKey(r.ID))
-		value(roleKey(r.ID), rec, true)
+	// By index: a copy of each record would grow plan's frame.
+	for i := range c.Roles {
+		p.value(s.revs, roleKey(c.Roles[i].ID), enc.roles[i], true)
 	}
-	for _, a := range c.Agents {
-		rec := fromAgent(a)
-		rec.First = s.first(agentKey(a.ID))
-		value(agentKey(a.ID), rec, true)
+	for i := range c.Agents {
+		p.value(s.revs, agentKey(c.Agents[i].ID), enc.agents[i], true)
 	}
-	for _, e := range c.Contacts {
-		rec := fromContact(e)
-		rec.First = s.first(contactKey(e.Owner, e.Contact.ID))
-		value(contactKey(e.Owner, e.Contact.ID), rec, true)
+	for i := range c.Contacts {
+		e := &c.Contacts[i]
+		p.value(s.revs, contactKey(e.Owner, e.Contact.ID), enc.contacts[i], true)
 	}
-	for _, r := range c.Requests {
-		rec := fromRequest(r)
-		rec.First = s.first(requestKey(r.ID))
-		value(requestKey(r.ID), rec, true)
+	for i := range c.Requests {
+		p.value(s.revs, requestKey(c.Requests[i].ID), enc.requests[i], true)
 	}
-	for _, e := range c.States {
+	for i := range c.States {
+		e := &c.States[i]
 		if len(e.Value) == 0 {
-			remove(stateKey(e.Scope, e.Key))
+			p.remove(s.revs, stateKey(e.Scope, e.Key))
 			continue
 		}
-		value(stateKey(e.Scope, e.Key), fromState(e), false)
+		p.value(s.revs, stateKey(e.Scope, e.Key), enc.states[i], false)
 	}
-	for _, m := range c.Accepted {
-		value(pendingKey(m.ID), fromMessage(m), false)
+	for i := range c.Accepted {
+		p.value(s.revs, enc.pending[i], enc.accepted[i], false)
 	}
 	for _, id := range c.Finished {
-		remove(pendingKey(id))
+		key := pendingKey(id)
+		p.remove(s.revs, key)
+		if i, ok := p.at[key]; ok && p.writes[i].del {
+			p.writes[i].msg = id
+		}
 	}
-	if err != nil {
-		return nil, err
-	}
-	s.planHistories(p, c)
-	for id, h := range p.heads {
-		value(headKey(id), h, false)
-		p.writes[p.at[headKey(id)]].headOf = id
-	}
-	if err != nil {
-		return nil, err
+	if len(c.Histories)+len(c.HistoryAppends) > 0 {
+		if err := s.planHistories(p, c); err != nil {
+			return nil, err
+		}
 	}
 
 	kept := p.writes[:0]
-	for _, w := range p.writes {
-		if !w.skip {
-			kept = append(kept, w)
+	for i := range p.writes {
+		if !p.writes[i].skip {
+			kept = append(kept, p.writes[i])
 		}
 	}
 	p.writes = kept
 	return p, nil
 }
 
-// first returns the revision that orders the record at key if the bucket
-// holds one, else zero.
-func (s *Store) first(key string) uint64 {
-	if r := s.revs[key]; r.live {
-		return r.first
+// checkAccepted refuses, wrapping store.ErrExists, messages of which one
+// is pending or accepted twice; keys are their pending keys.
+func (s *Store) checkAccepted(accepted []store.Message, keys []string) error {
+	var seen map[string]bool // past a few messages
+	if len(accepted) > 8 {
+		seen = make(map[string]bool, len(accepted))
 	}
-	return 0
+	for i := range accepted {
+		id := accepted[i].ID
+		if s.revs[keys[i]].live {
+			return fmt.Errorf("%w: message %q is pending", store.ErrExists, id)
+		}
+		twice := seen[id]
+		if seen != nil {
+			seen[id] = true
+		} else {
+			twice = slices.ContainsFunc(accepted[:i], func(o store.Message) bool { return o.ID == id })
+		}
+		if twice {
+			return fmt.Errorf("%w: message %q accepted twice in one change", store.ErrExists, id)
+		}
+	}
+	return nil
 }
 
 // planHistories adds to p the writes of c's histories: for each agent, the
 // messages the change leaves in its history and did not hold before, and
 // its new head; and the deletions of the messages it held and dropped.
 // Each message is its own key, so a turn costs what it adds.
-func (s *Store) planHistories(p *plan, c *store.Change) {
-	if len(c.Histories)+len(c.HistoryAppends) == 0 {
-		return
-	}
+func (s *Store) planHistories(p *plan, c *store.Change) error {
 	type work struct {
 		head  headRec
 		oldHi uint64            // messages below it were in the bucket before
@@ -229,4 +232,13 @@ func (s *Store) planHistories(p *plan, c *store.Change) {
 		}
 		p.heads[id] = w.head
 	}
+	for id, h := range p.heads {
+		data, err := json.Marshal(h)
+		if err != nil {
+			return fmt.Errorf("natsstore: encoding %q: %w", headKey(id), err)
+		}
+		p.value(s.revs, headKey(id), data, false)
+		p.writes[p.at[headKey(id)]].headOf = id
+	}
+	return nil
 }
