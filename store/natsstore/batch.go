@@ -115,58 +115,47 @@ func (s *Store) send(ctx context.Context, ws []write, expectLast bool) (uint64, 
 // atomic batch whose last message commits it. With expectLast, the first
 // expects the stream's last sequence to be last. With fenceCheck, the
 // first expects, instead of its key's revision, the fence key's to be the
-// one this store's claim wrote (see pipeline).
+// one this store's claim wrote (see the top of commit.go).
 func (s *Store) messages(ws []write, expectLast, fenceCheck bool, last uint64) []*nats.Msg {
 	id := ""
 	if len(ws) > 1 {
 		id = newID()
 	}
 	ms := make([]*nats.Msg, len(ws))
-	for i, w := range ws {
-		// Its headers made at their size, with their values' strings
-		// shared where they can be: a message is made for every write.
-		n := 0
-		if id != "" {
-			n += 3
-		}
-		if w.del {
-			n += 2
-		}
-		if w.cas {
-			n++
-		}
-		if i == 0 {
-			if expectLast {
-				n++
-			}
-			if fenceCheck {
-				n += 2
-			}
-		}
-		m := &nats.Msg{Subject: s.prefix + w.key, Data: w.data, Header: make(nats.Header, n)}
-		if id != "" {
-			m.Header[hdrBatchID] = []string{id}
-			m.Header[hdrBatchSeq] = []string{strconv.Itoa(i + 1)}
-			if i == len(ws)-1 {
-				m.Header[hdrBatchCommit] = hdrOne
-			}
-		}
-		if w.del {
-			m.Header[hdrKVOperation] = hdrDel
-			m.Header[jetstream.MsgTTLHeader] = s.ttlHeader
-		}
-		if i == 0 && fenceCheck {
-			m.Header[jetstream.ExpectedLastSubjSeqHeader] = s.claimedHeader
-			m.Header[hdrExpectedSubject] = s.fenceSubject
-		} else if w.cas {
-			m.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(w.expect, 10)}
-		}
-		if expectLast && i == 0 {
-			m.Header[jetstream.ExpectedLastSeqHeader] = []string{strconv.FormatUint(last, 10)}
-		}
-		ms[i] = m
+	for i := range ws {
+		ms[i] = &nats.Msg{Header: make(nats.Header, 4)}
+		s.message(ms[i], ws, i, id, expectLast, fenceCheck, last)
 	}
 	return ms
+}
+
+// message makes m the message of ws[i], of a batch id if ws has several
+// writes (see messages). m's Header is cleared and filled; its values
+// that vary are strings of their own, and the others shared.
+func (s *Store) message(m *nats.Msg, ws []write, i int, id string, expectLast, fenceCheck bool, last uint64) {
+	w := &ws[i]
+	m.Subject, m.Reply, m.Data = s.prefix+w.key, "", w.data
+	clear(m.Header)
+	if id != "" {
+		m.Header[hdrBatchID] = []string{id}
+		m.Header[hdrBatchSeq] = []string{strconv.Itoa(i + 1)}
+		if i == len(ws)-1 {
+			m.Header[hdrBatchCommit] = hdrOne
+		}
+	}
+	if w.del {
+		m.Header[hdrKVOperation] = hdrDel
+		m.Header[jetstream.MsgTTLHeader] = s.ttlHeader
+	}
+	if i == 0 && fenceCheck {
+		m.Header[jetstream.ExpectedLastSubjSeqHeader] = s.claimedHeader
+		m.Header[hdrExpectedSubject] = s.fenceSubject
+	} else if w.cas {
+		m.Header[jetstream.ExpectedLastSubjSeqHeader] = []string{strconv.FormatUint(w.expect, 10)}
+	}
+	if expectLast && i == 0 {
+		m.Header[jetstream.ExpectedLastSeqHeader] = []string{strconv.FormatUint(last, 10)}
+	}
 }
 
 // Header values shared by every message that has them; never modified.

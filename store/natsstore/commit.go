@@ -97,12 +97,7 @@ type flight struct {
 	// deadline bounds the wait for its answers: the flight is
 	// everyone's, so no one request's context ends it.
 	deadline time.Time
-	// The server's answers, by change, read by the settler: whether it
-	// came, and the sequence of the change's last write or why it was
-	// not written.
-	answered []bool
-	seqs     []uint64
-	errs     []error
+	acks     []ack // the server's answers, by change, read by the settler
 	got      int
 	waitErr  error // why the settler stopped waiting for answers
 
@@ -111,6 +106,14 @@ type flight struct {
 	stale, turned, settled bool
 	turn                   chan struct{} // closed to hand its requests the settler's role
 	done                   chan struct{} // closed once settled
+}
+
+// An ack is the server's answer to a change: whether it came, and the
+// sequence of the change's last write or why it was not written.
+type ack struct {
+	answered bool
+	seq      uint64
+	err      error
 }
 
 // pipelined reports whether s sends its changes in flights (see the top
@@ -363,7 +366,12 @@ func (s *Store) launch(round []planned) *flight {
 	s.flightNo++
 	f := &flight{no: s.flightNo, round: round, turn: make(chan struct{}), done: make(chan struct{})}
 	f.deadline = time.Now().Add(s.opts.Timeout)
-	f.answered, f.seqs, f.errs = make([]bool, len(round)), make([]uint64, len(round)), make([]error, len(round))
+	f.acks = make([]ack, len(round))
+	n := 0
+	for i := range round {
+		n += len(round[i].ws)
+	}
+	f.keys = make([]string, 0, n)
 	for _, pl := range round {
 		pl.r.flight = f
 		for _, w := range pl.ws {
@@ -393,11 +401,21 @@ func (s *Store) launch(round []planned) *flight {
 	}
 	prefix := s.inbox + "." + strconv.FormatUint(f.no, 10) + "."
 	last := s.sent
+	m := &s.scratch // the client copies a message out as it publishes it
+	if m.Header == nil {
+		m.Header = make(nats.Header, 4)
+	}
 send:
 	for i, pl := range round {
-		ms := s.messages(pl.ws, s.opts.Fence, s.opts.Fence, last)
-		ms[len(ms)-1].Reply = prefix + strconv.Itoa(i)
-		for _, m := range ms {
+		id := ""
+		if len(pl.ws) > 1 {
+			id = newID()
+		}
+		for j := range pl.ws {
+			s.message(m, pl.ws, j, id, s.opts.Fence, s.opts.Fence, last)
+			if j == len(pl.ws)-1 {
+				m.Reply = prefix + strconv.Itoa(i)
+			}
 			if s.nc.PublishMsg(m) != nil {
 				s.draining = true
 				break send
@@ -476,15 +494,16 @@ func (s *Store) readAnswer(f *flight) {
 		// An answer to a flight that gave up waiting for it.
 	case fno > f.no:
 		s.early[answerKey{fno, idx}] = m.Data
-	case idx >= 0 && idx < f.sent && !f.answered[idx]:
+	case idx >= 0 && idx < f.sent && !f.acks[idx].answered:
 		f.answer(idx, m.Data)
 	}
 }
 
 // answer records data, the server's answer to f's change i.
 func (f *flight) answer(i int, data []byte) {
-	f.seqs[i], f.errs[i] = readAck(data, len(f.round[i].ws))
-	f.answered[i] = true
+	a := &f.acks[i]
+	a.seq, a.err = readAck(data, len(f.round[i].ws))
+	a.answered = true
 	f.got++
 }
 
@@ -510,9 +529,9 @@ func (s *Store) settle(f *flight) {
 			broken = true
 			continue
 		}
-		err, seq := f.waitErr, f.seqs[i]
-		if f.answered[i] {
-			err = f.errs[i]
+		err, seq := f.waitErr, f.acks[i].seq
+		if f.acks[i].answered {
+			err = f.acks[i].err
 		}
 		var rej *rejection
 		switch {

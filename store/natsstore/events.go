@@ -127,9 +127,84 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 			}
 			return fmt.Errorf("natsstore: appending events %d to %d: %w", chunk[0].Seq, chunk[n-1].Seq, err)
 		}
+		s.indexEvents(ack.Sequence, chunk[0].Seq, chunk[n-1].Seq)
 		s.evStream, s.evNext = ack.Sequence, chunk[n-1].Seq+1
 	}
 	return nil
+}
+
+// readTrimPoint returns what trimPoint does, reading the stream.
+func (s *Store) readTrimPoint(ctx context.Context, first, last, before uint64) (uint64, error) {
+	keep, err := s.holding(ctx, first, last, before)
+	if err != nil || keep != 0 {
+		return keep, err
+	}
+	// before is past the newest event: keep the message holding it,
+	// which a claim's message may follow.
+	m, err := s.events.GetMsg(ctx, last)
+	if err != nil {
+		return 0, fmt.Errorf("natsstore: reading events: %w", err)
+	}
+	_, newest, err := eventRange(m.Header, m.Sequence)
+	if err != nil {
+		return 0, err
+	}
+	return s.holding(ctx, first, last, newest)
+}
+
+// An evSpan is a message of the event stream: its sequence, and the Seqs
+// of its first and last event (last is first-1 for a claim's message).
+type evSpan struct{ seq, first, last uint64 }
+
+// indexEvents adds to s.evIndex the message at seq that this store has
+// just appended, holding the events from first to last. The index holds
+// the stream's messages without a gap: it starts again at seq if the
+// message does not follow its last, and it is bounded, dropping its
+// oldest half when full. Called with s.emu held.
+func (s *Store) indexEvents(seq, first, last uint64) {
+	if n := len(s.evIndex); n > 0 && s.evIndex[n-1].seq != seq-1 {
+		s.evIndex = s.evIndex[:0]
+	}
+	if len(s.evIndex) == maxEvIndex {
+		s.evIndex = append(s.evIndex[:0], s.evIndex[maxEvIndex/2:]...)
+	}
+	s.evIndex = append(s.evIndex, evSpan{seq, first, last})
+}
+
+// maxEvIndex bounds the messages s.evIndex holds: a trim finds its place
+// there unless the events it keeps are spread over more messages.
+const maxEvIndex = 1 << 14
+
+// trimPoint returns, as holding and TrimEvents find it by reading the
+// stream, the sequence of the first message to keep when the events
+// before before are trimmed from the stream, whose messages run from
+// first to last: the first message whose last event is at least before,
+// or if there is none the one holding the newest event. ok is false when
+// s.evIndex does not tell: it does not end at last, or the place may be
+// before the messages it holds. Called with s.emu held.
+func (s *Store) trimPoint(first, last, before uint64) (keep uint64, ok bool) {
+	idx := s.evIndex
+	if !s.evKnown || len(idx) == 0 || idx[len(idx)-1].seq != last || s.evStream != last {
+		return 0, false
+	}
+	// The messages before the index hold events below its first (Seqs
+	// only grow): below before if before is not below that.
+	if idx[0].seq > first && before < idx[0].first {
+		return 0, false
+	}
+	newest := idx[len(idx)-1].last
+	if before > newest {
+		before = newest // keep the message holding the newest event
+		if idx[0].seq > first && before < idx[0].first {
+			return 0, false
+		}
+	}
+	for _, e := range idx {
+		if e.seq >= first && e.last >= before {
+			return e.seq, true
+		}
+	}
+	return 0, false
 }
 
 // eventMsg returns a message to the event stream for the events from
@@ -153,6 +228,7 @@ func (s *Store) learnEvents(ctx context.Context) error {
 		return fmt.Errorf("natsstore: %w", err)
 	}
 	s.evStream, s.evNext, s.evClaim = info.State.LastSeq, 0, ""
+	s.evIndex = s.evIndex[:0]
 	if info.State.Msgs > 0 {
 		m, err := s.events.GetMsg(ctx, info.State.LastSeq)
 		if err != nil {
@@ -210,6 +286,7 @@ func (s *Store) claimEvents(ctx context.Context, claimed uint64) error {
 			s.evKnown = false
 			return fmt.Errorf("claiming the event log: %w", err)
 		}
+		s.indexEvents(ack.Sequence, next, next-1)
 		s.evStream, s.evNext, s.evClaim = ack.Sequence, next, s.claimID
 		return nil
 	}
@@ -362,22 +439,11 @@ func (s *Store) TrimEvents(ctx context.Context, before uint64) error {
 	if st.Msgs == 0 {
 		return nil
 	}
-	keep, err := s.holding(ctx, st.FirstSeq, st.LastSeq, before)
-	if err != nil {
-		return err
-	}
-	if keep == 0 {
-		// before is past the newest event: keep the message holding it,
-		// which a claim's message may follow.
-		m, err := s.events.GetMsg(ctx, st.LastSeq)
-		if err != nil {
-			return fmt.Errorf("natsstore: reading events: %w", err)
-		}
-		_, last, err := eventRange(m.Header, m.Sequence)
-		if err != nil {
-			return err
-		}
-		if keep, err = s.holding(ctx, st.FirstSeq, st.LastSeq, last); err != nil {
+	s.emu.Lock()
+	keep, known := s.trimPoint(st.FirstSeq, st.LastSeq, before)
+	s.emu.Unlock()
+	if !known {
+		if keep, err = s.readTrimPoint(ctx, st.FirstSeq, st.LastSeq, before); err != nil {
 			return err
 		}
 	}
@@ -385,6 +451,13 @@ func (s *Store) TrimEvents(ctx context.Context, before uint64) error {
 		if err := s.events.Purge(ctx, jetstream.WithPurgeSequence(keep)); err != nil {
 			return fmt.Errorf("natsstore: trimming events: %w", err)
 		}
+		s.emu.Lock()
+		i := 0
+		for i < len(s.evIndex) && s.evIndex[i].seq < keep {
+			i++
+		}
+		s.evIndex = append(s.evIndex[:0], s.evIndex[i:]...)
+		s.emu.Unlock()
 	}
 	return nil
 }

@@ -101,3 +101,30 @@ func (s *Store) ApplyFlights(ctx context.Context, groups [][]store.Change) ([][]
 	s.mu.Unlock()
 	return errs, nil
 }
+
+// TrimPoints returns, for each before from 0 to the newest event's Seq
+// plus 2, where a trim would cut the event log as the store's index of
+// its appends says (0 where it cannot tell) and as reading the stream
+// does.
+func (s *Store) TrimPoints(ctx context.Context) (indexed, read []uint64, err error) {
+	info, err := s.events.Info(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	st := info.State
+	s.emu.Lock()
+	newest := s.evNext
+	s.emu.Unlock()
+	for before := uint64(0); before <= newest+1; before++ {
+		s.emu.Lock()
+		keep, _ := s.trimPoint(st.FirstSeq, st.LastSeq, before)
+		s.emu.Unlock()
+		indexed = append(indexed, keep)
+		keep, err = s.readTrimPoint(ctx, st.FirstSeq, st.LastSeq, before)
+		if err != nil {
+			return nil, nil, err
+		}
+		read = append(read, keep)
+	}
+	return indexed, read, nil
+}

@@ -353,3 +353,67 @@ func TestGetArtifact_ReplicatedReadsItsOwnWrites(t *testing.T) {
 		}
 	}
 }
+
+// A trim finds where to cut the event log in the store's index of what it
+// appended, where that tells, as it would reading the stream: after the
+// claims of two stores, with appends of one event, of several, and of
+// more than one message holds, and after a trim.
+func TestTrimEvents_IndexAsTheStream(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	seq := uint64(0)
+	events := func(n, size int) []store.Event {
+		var evs []store.Event
+		for range n {
+			seq++
+			evs = append(evs, store.Event{Seq: seq, Data: json.RawMessage(`"` + strings.Repeat("x", size) + `"`)})
+		}
+		return evs
+	}
+	check := func(name string, s *natsstore.Store, wantIndexed bool) {
+		t.Helper()
+		indexed, read, err := s.TrimPoints(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		known := 0
+		for before := range indexed {
+			switch {
+			case indexed[before] == 0:
+			case indexed[before] != read[before]:
+				t.Errorf("%s: trimming before %d, the index cuts at %d, the stream at %d", name, before, indexed[before], read[before])
+			default:
+				known++
+			}
+		}
+		if wantIndexed && known == 0 {
+			t.Errorf("%s: the index told none of the trims %v", name, read)
+		}
+	}
+	first := open(t, url, natsstore.Options{Bucket: "trims", Fence: true})
+	for _, evs := range [][]store.Event{events(1, 10), events(3, 10), events(3, 100<<10), events(1, 10)} {
+		if err := first.AppendEvents(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("one store", first, true)
+	if err := first.TrimEvents(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	check("after a trim", first, true)
+	second := open(t, url, natsstore.Options{Bucket: "trims", Fence: true})
+	check("the next store, before it appends", second, false)
+	for _, evs := range [][]store.Event{events(2, 10), events(1, 10)} {
+		if err := second.AppendEvents(ctx, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("the next store", second, true)
+	if err := second.TrimEvents(ctx, seq+5); err != nil {
+		t.Fatal(err)
+	}
+	check("after a trim past the newest event", second, true)
+	if first, last, err := second.EventBounds(ctx); err != nil || first > seq || last != seq {
+		t.Fatalf("EventBounds = %d, %d, %v; want the newest event, %d, kept", first, last, err, seq)
+	}
+}

@@ -172,6 +172,8 @@ type Store struct {
 	settling bool
 	draining bool
 	garbage  []write
+	// scratch is the message launch fills for each write it publishes.
+	scratch nats.Msg
 	// early holds answers to flights that came while an earlier one was
 	// being settled; the settler's, not guarded by mu.
 	early map[answerKey][]byte
@@ -191,6 +193,11 @@ type Store struct {
 	evNext   uint64
 	evStream uint64
 	evClaim  string // the claim the stream's last message names ("" for none)
+	// evIndex is, if evKnown, the messages of the stream from the first
+	// this store appended since it learnt the log to its last, evStream:
+	// their sequences and the Seqs of their events, so that a trim finds
+	// where to cut without reading them back (see trimPoint).
+	evIndex []evSpan
 
 	// last is, with Options.Fence, the sequence of the stream's last
 	// message as this store's last write left it. Guarded by mu.

@@ -34,20 +34,46 @@ type write struct {
 // A plan is the writes that record a change.
 type plan struct {
 	writes  []write
-	at      map[string]int     // index in writes, by key
+	at      map[string]int     // index in writes, by key, once they are many (see put)
 	garbage []write            // deletions of dropped history messages
 	heads   map[string]headRec // the new heads of the histories the change touches
+}
+
+// planIndexed is how many writes a plan holds before it indexes them by
+// key (p.at): below, a search is cheaper than a map.
+const planIndexed = 16
+
+// index returns the place in p.writes of the write to key, if any.
+func (p *plan) index(key string) (int, bool) {
+	if p.at != nil {
+		i, ok := p.at[key]
+		return i, ok
+	}
+	for i := range p.writes {
+		if p.writes[i].key == key {
+			return i, true
+		}
+	}
+	return 0, false
 }
 
 // put adds w to p, replacing an earlier write of the same key in its
 // place, so that records new in the change are ordered by their first
 // write.
 func (p *plan) put(w write) {
-	if i, ok := p.at[w.key]; ok {
+	if i, ok := p.index(w.key); ok {
 		p.writes[i] = w
 		return
 	}
-	p.at[w.key] = len(p.writes)
+	if p.at == nil && len(p.writes) == planIndexed {
+		p.at = make(map[string]int, 2*planIndexed)
+		for i := range p.writes {
+			p.at[p.writes[i].key] = i
+		}
+	}
+	if p.at != nil {
+		p.at[w.key] = len(p.writes)
+	}
 	p.writes = append(p.writes, w)
 }
 
@@ -72,12 +98,12 @@ func (p *plan) value(revs map[string]rev, key string, data []byte, ordered bool)
 //
 //go:noinline
 func (p *plan) remove(revs map[string]rev, key string) {
-	if i, ok := p.at[key]; ok {
+	if i, ok := p.index(key); ok {
 		p.writes[i].skip = true
 	}
 	if r := revs[key]; r.live {
 		w := write{key: key, del: true, cas: true, expect: r.seq}
-		if i, ok := p.at[key]; ok {
+		if i, ok := p.index(key); ok {
 			p.writes[i] = w
 		} else {
 			p.put(w)
@@ -90,7 +116,8 @@ func (p *plan) remove(revs map[string]rev, key string) {
 // wrapping store.ErrExists, a change that accepts a message that is
 // pending or that it accepts twice. Called with s.mu held.
 func (s *Store) plan(c *store.Change, enc *encoding) (*plan, error) {
-	p := &plan{at: make(map[string]int, len(c.Accepted)+len(c.Finished)+len(c.States))}
+	n := len(c.Roles) + len(c.Agents) + len(c.Contacts) + len(c.Requests) + len(c.States) + len(c.Accepted) + len(c.Finished)
+	p := &plan{writes: make([]write, 0, n)}
 	if err := s.checkAccepted(c.Accepted, enc.pending); err != nil {
 		return nil, err
 	}
@@ -123,7 +150,7 @@ func (s *Store) plan(c *store.Change, enc *encoding) (*plan, error) {
 	for _, id := range c.Finished {
 		key := pendingKey(id)
 		p.remove(s.revs, key)
-		if i, ok := p.at[key]; ok && p.writes[i].del {
+		if i, ok := p.index(key); ok && p.writes[i].del {
 			p.writes[i].msg = id
 		}
 	}
@@ -238,7 +265,8 @@ func (s *Store) planHistories(p *plan, c *store.Change) error {
 			return fmt.Errorf("natsstore: encoding %q: %w", headKey(id), err)
 		}
 		p.value(s.revs, headKey(id), data, false)
-		p.writes[p.at[headKey(id)]].headOf = id
+		i, _ := p.index(headKey(id))
+		p.writes[i].headOf = id
 	}
 	return nil
 }
