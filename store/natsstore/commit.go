@@ -81,11 +81,22 @@ func (r *applyReq) finish(err error) {
 // planned is a request with the writes of its change, or of one part of
 // it (see gather).
 type planned struct {
-	r    *applyReq
-	c    *store.Change // what the writes record: r's change, or the part
+	r *applyReq
+	// c is what the writes record: r's change, or, for a part that
+	// records one message's end, nil and the message is msg (see change).
+	c    *store.Change
+	msg  string
 	p    *plan
 	ws   []write // the batch
 	rest []write // dropped history messages left for later (see batchOf)
+}
+
+// change returns what pl's writes record.
+func (pl *planned) change() *store.Change {
+	if pl.c == nil {
+		return &store.Change{Finished: []string{pl.msg}}
+	}
+	return pl.c
 }
 
 // A flight is changes sent together and not yet settled.
@@ -104,7 +115,7 @@ type flight struct {
 	// Guarded by s.mu. stale: sent expecting the writes of a change
 	// that a flight before it had refused. turned: turn is closed.
 	stale, turned, settled bool
-	turn                   chan struct{} // closed to hand its requests the settler's role
+	turn                   chan struct{} // closed to hand its requests the settler's role; made by the first to wait
 	done                   chan struct{} // closed once settled
 }
 
@@ -142,6 +153,9 @@ func (s *Store) await(r *applyReq) {
 		if f != nil {
 			done = f.done
 			if !f.turned {
+				if f.turn == nil {
+					f.turn = make(chan struct{})
+				}
 				turn = f.turn
 			}
 		} else {
@@ -201,8 +215,12 @@ func (s *Store) handOn() {
 		return
 	}
 	if f := s.flights[0]; !f.turned {
+		// Its requests that wait wait on turn; one that comes later finds
+		// the role free.
 		f.turned = true
-		close(f.turn)
+		if f.turn != nil {
+			close(f.turn)
+		}
 	}
 }
 
@@ -273,7 +291,13 @@ func (s *Store) sendQueue() {
 // Options.MaxBatch writes: blocked is then true, and blocker nil for the
 // first case. Called with s.mu held.
 func (s *Store) gather(reqs []*applyReq) (round []planned, n int, blocker *flight, blocked bool) {
-	keys := make(map[string]bool)
+	keys := s.roundKeys
+	clear(keys)
+	defer func() {
+		if len(keys) > 256 {
+			s.roundKeys = make(map[string]bool) // clear costs what the map grew to
+		}
+	}()
 	writes := 0 // of the round so far
 	for ; n < len(reqs); n++ {
 		parts, w := s.parts(reqs[n])
@@ -331,12 +355,10 @@ func (s *Store) parts(r *applyReq) ([]planned, int) {
 // messages and is planned as p: one per message pending.
 func finishParts(r *applyReq, p *plan) []planned {
 	n := len(p.writes)
-	parts, plans, changes, ids := make([]planned, n), make([]plan, n), make([]store.Change, n), make([]string, n)
+	parts, plans := make([]planned, n), make([]plan, n)
 	for i := range p.writes {
-		ids[i] = p.writes[i].msg
-		changes[i].Finished = ids[i : i+1 : i+1]
 		plans[i].writes = p.writes[i : i+1 : i+1]
-		parts[i] = planned{r: r, c: &changes[i], p: &plans[i], ws: plans[i].writes}
+		parts[i] = planned{r: r, msg: p.writes[i].msg, p: &plans[i], ws: plans[i].writes}
 	}
 	return parts
 }
@@ -364,7 +386,7 @@ func (s *Store) busy(keys map[string]bool, parts []planned) (bool, *flight) {
 // no flight is sent until this one has settled. Called with s.mu held.
 func (s *Store) launch(round []planned) *flight {
 	s.flightNo++
-	f := &flight{no: s.flightNo, round: round, turn: make(chan struct{}), done: make(chan struct{})}
+	f := &flight{no: s.flightNo, round: round, done: make(chan struct{})}
 	f.deadline = time.Now().Add(s.opts.Timeout)
 	f.acks = make([]ack, len(round))
 	n := 0
@@ -622,7 +644,7 @@ func (s *Store) oneByOne(later []planned, n int) {
 	}
 	for _, pl := range later {
 		if !pl.r.done || pl.r.err == nil {
-			pl.r.finish(s.applyOne(pl.r.ctx, pl.c, nil))
+			pl.r.finish(s.applyOne(pl.r.ctx, pl.change(), nil))
 		}
 	}
 }
@@ -644,7 +666,7 @@ func (s *Store) commitBatch(round []planned) {
 	}
 	if len(round) == 1 {
 		// On the request's context, as a change on its own.
-		round[0].r.finish(s.applyOne(round[0].r.ctx, round[0].c, round[0].p))
+		round[0].r.finish(s.applyOne(round[0].r.ctx, round[0].change(), round[0].p))
 		return
 	}
 	s.round++

@@ -165,13 +165,15 @@ type Store struct {
 	// holds the settler's role. draining: no flight may be sent until
 	// every one in the air has settled. garbage: dropped history
 	// messages to delete once no flight is in the air (see collect).
-	flights  []*flight
-	flying   map[string]*flight
-	flightNo uint64
-	sent     uint64
-	settling bool
-	draining bool
-	garbage  []write
+	flights []*flight
+	flying  map[string]*flight
+	// roundKeys are the keys of the round gather makes; kept for the next.
+	roundKeys map[string]bool
+	flightNo  uint64
+	sent      uint64
+	settling  bool
+	draining  bool
+	garbage   []write
 	// scratch is the message launch fills for each write it publishes.
 	scratch nats.Msg
 	// early holds answers to flights that came while an earlier one was
@@ -266,6 +268,7 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		fenceSubject: []string{"$KV." + opts.Bucket + "." + keyFence},
 		fenced:       make(chan struct{}),
 		flying:       make(map[string]*flight),
+		roundKeys:    make(map[string]bool),
 		early:        make(map[answerKey][]byte),
 	}
 	ctx, cancel := s.bound(ctx)
