@@ -31,7 +31,10 @@ var ErrExists = errors.New("store: already exists")
 // A Store must be safe for concurrent use. Every method takes a context that
 // bounds the call; a cancelled call may or may not have taken effect, except
 // for Apply, which is atomic: a failed Apply leaves no trace (but see
-// Apply for a change that only finishes messages).
+// Apply for a change that only finishes messages). An Apply that has sent
+// its change to a remote server may wait for the answer past its
+// context's end, up to a bound of the store's own, rather than return
+// with the change's outcome unknown.
 //
 // The society calls Load once when it opens and keeps its own view after that,
 // so a Store is a write-behind record, not a cache the society reads from on

@@ -194,10 +194,7 @@ const maxSettledOnLeaving = 4
 // those the subscription holds, without waiting. Called with s.mu held by
 // a goroutine that may take the settler's role, which no one holds.
 func (s *Store) answered(f *flight) bool {
-	if f.waitErr != nil {
-		return true
-	}
-	for f.got < f.sent {
+	for f.got < f.sent && f.waitErr == nil {
 		if n, _, err := s.replies.Pending(); err != nil || n == 0 {
 			return false
 		}
@@ -496,8 +493,13 @@ func (s *Store) readAnswer(f *flight) {
 	}
 	wait := time.Until(f.deadline)
 	if wait <= 0 {
-		f.waitErr = fmt.Errorf("natsstore: committing a change: %w", context.DeadlineExceeded)
-		return
+		// Answers that came by the deadline still count, though the
+		// settler was away (retrying changes, say) until after it.
+		if n, _, err := s.replies.Pending(); err != nil || n == 0 {
+			f.waitErr = fmt.Errorf("natsstore: committing a change: %w", context.DeadlineExceeded)
+			return
+		}
+		wait = time.Millisecond // NextMsg returns a queued message at once
 	}
 	m, err := s.replies.NextMsg(wait)
 	if errors.Is(err, nats.ErrTimeout) {

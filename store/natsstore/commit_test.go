@@ -466,3 +466,36 @@ func TestApply_DeposedFlightsWriteNothing(t *testing.T) {
 		t.Fatalf("states %v and pending %v, want only after and x: nothing of the deposed store's flights", st.States, st.Pending)
 	}
 }
+
+// TestApply_AnswersReadAfterTheDeadline: answers that came while the
+// settler was away, past the flights' deadline, still count: the changes
+// were written, and Apply reports them written (without Fence) and does
+// not fence the store over them (with Fence).
+func TestApply_AnswersReadAfterTheDeadline(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Fence=%v", fence), func(t *testing.T) {
+			ctx := t.Context()
+			url := natstest.Server(t)
+			s := open(t, url, natsstore.Options{Bucket: fmt.Sprintf("late%v", fence), Fence: fence, Timeout: 200 * time.Millisecond})
+			s.SettleAfter(600 * time.Millisecond)
+			errs, err := s.ApplyFlights(ctx, [][]store.Change{
+				{{States: []store.StateEntry{state("s", "a", "1")}}, {States: []store.StateEntry{state("s", "b", "1")}}},
+				{{States: []store.StateEntry{state("s", "c", "1")}}},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for g, es := range errs {
+				for i, err := range es {
+					if err != nil {
+						t.Errorf("flight %d, change %d: %v; want it written, as the server answered", g, i, err)
+					}
+				}
+			}
+			s.SettleAfter(0)
+			if err := s.Apply(ctx, store.Change{States: []store.StateEntry{state("s", "d", "1")}}); err != nil {
+				t.Errorf("the next Apply: %v", err)
+			}
+		})
+	}
+}

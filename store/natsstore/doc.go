@@ -64,10 +64,12 @@
 // every read of a key or an artifact is its stream leader's and sees what
 // the store wrote. Load reads the bucket while holding off this store's
 // Applies; writes by other stores meanwhile may show in part. An Apply
-// whose commit goes unanswered (its context ended, the connection
-// dropped) may or may not have taken effect, whole, and so may the
-// unanswered changes sent with it; the store then reads the bucket again
-// before its next change.
+// whose change was sent waits for its answer up to Options.Timeout,
+// whatever its context (see store.Store). One whose commit goes
+// unanswered (the server did not answer in time, the connection dropped)
+// may or may not have taken effect, whole, and so may the unanswered
+// changes sent with it; the store then reads the bucket again before its
+// next change.
 //
 // The store is not [store.Volatile]: every message a society accepts and
 // finishes is recorded. docs/distributed.md in the repository describes

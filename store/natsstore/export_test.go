@@ -3,6 +3,7 @@ package natsstore
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"agentsociety/store"
 )
@@ -90,6 +91,12 @@ func (s *Store) ApplyFlights(ctx context.Context, groups [][]store.Change) ([][]
 		s.mu.Unlock()
 		return nil, fmt.Errorf("%d flights in the air, want %d", n, len(groups))
 	}
+	if s.testSettleAfter > 0 {
+		// The settler is away: the answers wait in the subscription.
+		s.mu.Unlock()
+		time.Sleep(s.testSettleAfter)
+		s.mu.Lock()
+	}
 	errs := make([][]error, len(reqs))
 	for g, rs := range reqs {
 		for _, r := range rs {
@@ -101,6 +108,10 @@ func (s *Store) ApplyFlights(ctx context.Context, groups [][]store.Change) ([][]
 	s.mu.Unlock()
 	return errs, nil
 }
+
+// SettleAfter makes ApplyFlights wait for d after sending its flights,
+// before it settles them.
+func (s *Store) SettleAfter(d time.Duration) { s.testSettleAfter = d }
 
 // TrimPoints returns, for each before from 0 to the newest event's Seq
 // plus 2, where a trim would cut the event log as the store's index of

@@ -90,7 +90,10 @@ type Options struct {
 	MarkerTTL time.Duration
 
 	// Timeout bounds each call whose context has no deadline, so that a
-	// server that does not answer is an error, not a hang. Zero means
+	// server that does not answer is an error, not a hang; and it bounds
+	// an Apply's writes once sent, whatever the caller's context: an
+	// Apply that has sent its change waits for the server's answer (up to
+	// Timeout) rather than give up with its outcome unknown. Zero means
 	// DefaultTimeout.
 	Timeout time.Duration
 
@@ -211,6 +214,10 @@ type Store struct {
 	claimID    string
 	fenced     chan struct{} // closed once the store is fenced
 	fencedOnce sync.Once
+
+	// testSettleAfter, set by a test, makes ApplyFlights wait before it
+	// settles the flights it sent.
+	testSettleAfter time.Duration
 }
 
 // rev is what the store knows of a key: the revision (the stream sequence)
@@ -490,7 +497,13 @@ func (s *Store) Apply(ctx context.Context, c store.Change) error {
 // them. p, if not nil, is c's plan, made against the index as it is.
 // Called with s.mu held.
 func (s *Store) applyOne(ctx context.Context, c *store.Change, p *plan) error {
-	ctx, cancel := s.bound(ctx)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Once begun, the change is written under the store's own bound, not
+	// the caller's context: one that ended mid-write would leave its
+	// outcome unknown (and, with Fence, fence the store).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
 	defer cancel()
 	for try := 0; ; try++ {
 		if p == nil {
