@@ -124,7 +124,7 @@ func messageContent(m Message) string {
 
 // assignmentContent is the content of a task_assignment whose brief is b.
 func assignmentContent(b *TaskBrief) string {
-	return formatBrief(b, false, "message_type: task_assignment\n")
+	return "message_type: task_assignment\n" + formatBrief(b, false)
 }
 
 // indentJSON renders v as JSON indented by two spaces, without escaping
@@ -143,29 +143,26 @@ func indentJSON(v any) string {
 // FormatBrief renders a Task Brief as it is shown in the initial context of
 // the agent it was given to: every field that is set, in a stable order,
 // one labelled section each.
-func FormatBrief(b *TaskBrief) string { return formatBrief(b, true, "") }
+func FormatBrief(b *TaskBrief) string { return formatBrief(b, true) }
 
-// formatBrief is FormatBrief after head, with the agents' words
-// neutralised only if quote is set (a caller that neutralises the whole
-// text unsets it). head is written in the same buffer, so that a caller
-// that wants the brief after a line of its own need not copy the brief.
-func formatBrief(b *TaskBrief, quote bool, head string) string {
+// formatBrief is FormatBrief, with the agents' words neutralised only if
+// quote is set (a caller that neutralises the whole text unsets it).
+func formatBrief(b *TaskBrief, quote bool) string {
 	if b == nil {
-		return head
+		return ""
 	}
 	neutralise := neutralise
 	if !quote {
 		neutralise = func(s string) string { return s }
 	}
 	var w strings.Builder
-	n := 128 + len(head) + len(b.Objective) + len(b.Inputs) + len(b.Outputs) + len(b.CompletionCriteria) + len(b.Priority)
+	n := 128 + len(b.Objective) + len(b.Inputs) + len(b.Outputs) + len(b.CompletionCriteria) + len(b.Priority)
 	for _, items := range [][]string{b.Constraints, b.References} {
 		for _, it := range items {
 			n += len(it) + 5
 		}
 	}
 	w.Grow(n) // collaborators, rarer, may grow it
-	w.WriteString(head)
 	field := func(label, v string) {
 		if v != "" {
 			w.WriteString(label)
@@ -214,8 +211,7 @@ func formatBrief(b *TaskBrief, quote bool, head string) string {
 		list("references", b.References)
 	}
 	field("priority", b.Priority)
-	out := w.String()
-	return out[:len(head)+len(strings.TrimRight(out[len(head):], "\n"))]
+	return strings.TrimRight(w.String(), "\n")
 }
 
 func oneLineJSON(v any) string {
