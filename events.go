@@ -309,15 +309,15 @@ func (x *entry) event() Event {
 }
 
 // add adds the event fill makes to the log, numbered and stamped with the
-// time, and returns the time (zero when events are off). fill runs under
-// l.mu, must only set fields, and may read Seq and Time.
-func (l *eventLog) add(fill func(e *Event)) time.Time { return l.addAt(0, fill) }
+// time. fill runs under l.mu, must only set fields, and may read Seq and
+// Time.
+func (l *eventLog) add(fill func(e *Event)) { l.addAt(0, fill) }
 
 // addAt is add with the event's time given, in Unix nanoseconds, unless at
 // is 0. An event's time is never before the previous event's.
-func (l *eventLog) addAt(at int64, fill func(e *Event)) time.Time {
+func (l *eventLog) addAt(at int64, fill func(e *Event)) {
 	if l.off {
-		return time.Time{}
+		return
 	}
 	var mono time.Duration
 	if at == 0 {
@@ -328,12 +328,11 @@ func (l *eventLog) addAt(at int64, fill func(e *Event)) time.Time {
 	x := l.push(entry{kind: entryWhole, whole: e}, mono, at)
 	if x == nil {
 		l.mu.Unlock()
-		return time.Time{}
+		return
 	}
 	e.Seq, e.Time = x.seq, time.Unix(0, x.at)
 	fill(e)
 	l.unlockAndWake()
-	return e.Time
 }
 
 // addMessage adds event kind of message m in the ring's short form:
