@@ -595,30 +595,9 @@ func (f fullStore) Apply(ctx context.Context, c store.Change) error {
 // end fails, the society does not try again and again to tell it, with
 // its task running for it.
 func TestRetrySettle_EndedRequesterIsNotToldAgain(t *testing.T) {
-	ctx := context.Background()
 	s := newSociety(t, as.Config{Store: fullStore{store.NewMemory()}, Root: noop, Logger: quiet})
-	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
-	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
-	w := spawnWith(t, s, lead, role.ID, noop)
-	helper := spawnWith(t, s, lead, role.ID, noop) // never answers
-	if _, err := w.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "help"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	for _, id := range []string{w.ID(), helper.ID()} {
-		if err := s.Terminate(ctx, id); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, id+" to end", func() bool {
-			a, _ := s.Agent(id)
-			return a.Status == as.StatusTerminated
-		})
-	}
-	waitFor(t, "the task to stop running once its only work is a terminated agent's request", func() bool {
-		for _, info := range s.Tasks() {
-			if info.ID == "t" {
-				return info.State != as.TaskRunning
-			}
-		}
-		return false
-	})
+	w, helper := askedInVain(t, s)
+	terminateAndWait(t, s, w.ID())
+	terminateAndWait(t, s, helper.ID())
+	waitTaskStopped(t, s, "t", "the task to stop running once its only work is a terminated agent's request")
 }

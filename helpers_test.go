@@ -322,6 +322,46 @@ func spawnWith(t testing.TB, s *as.Society, lead *as.Actor, roleID string, b as.
 	return actorOf(t, s, a.ID)
 }
 
+// askedInVain has a lead on task "t" of s spawn a worker and a helper
+// that never answers, and the worker ask the helper for collaboration with
+// a timeout of an hour. It returns the worker and the helper.
+func askedInVain(t testing.TB, s *as.Society) (worker, helper *as.Actor) {
+	t.Helper()
+	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
+	role, _, _ := lead.CreateRole(context.Background(), as.RoleSpec{Name: "w"})
+	worker = spawnWith(t, s, lead, role.ID, noop)
+	helper = spawnWith(t, s, lead, role.ID, noop)
+	if _, err := worker.RequestCollaboration(context.Background(), helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "help"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	return worker, helper
+}
+
+// terminateAndWait terminates agent id and waits until it has ended.
+func terminateAndWait(t testing.TB, s *as.Society, id string) {
+	t.Helper()
+	if err := s.Terminate(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, id+" to end", func() bool {
+		a, _ := s.Agent(id)
+		return a.Status == as.StatusTerminated
+	})
+}
+
+// waitTaskStopped waits, for what, until task is no longer running.
+func waitTaskStopped(t testing.TB, s *as.Society, task, what string) {
+	t.Helper()
+	waitFor(t, what, func() bool {
+		for _, info := range s.Tasks() {
+			if info.ID == task {
+				return info.State != as.TaskRunning
+			}
+		}
+		return false
+	})
+}
+
 // chain spawns root -> a -> b, on task "t", b driven by bb and a by the
 // society's default, and returns actors for a and b.
 func chain(t testing.TB, s *as.Society, bb as.Behavior) (*as.Actor, *as.Actor) {

@@ -2512,18 +2512,7 @@ func TestHistoryAppendThatFailedIsMadeAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s = newSociety(t, as.Config{Store: st, Model: model, Root: noop})
-	if _, err := s.SendTextToAgent(ctx, worker.ID, "four", ""); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, m := range recv(t, requests, "the model call after reopening").Messages {
-		got = append(got, string(m.Role)+" "+m.Content[strings.LastIndex(m.Content, "\n")+1:])
-	}
-	want := []string{"user 如需回复，请使用 send_message(to='root', ...)", "assistant ok", "user one", "assistant ok", "user two", "assistant ok", "user three", "assistant ok", "user four"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("after reopening the model was sent %q, want %q", got, want)
-	}
+	checkWholeHistoryAfterReopening(t, st, model, requests, worker.ID)
 }
 
 // TestClose_TurnCutShortIsHandledAgain: root's turn is in a model
@@ -2619,6 +2608,26 @@ func TestClose_RepeatedCallsRefusedByCloseAreNotAFailure(t *testing.T) {
 	}
 }
 
+// checkWholeHistoryAfterReopening opens a society on st, whose worker
+// handled its brief and the messages "one", "two" and "three", each
+// answered "ok" by model, and checks that the worker's model call on a
+// fourth message is sent all of them, once each.
+func checkWholeHistoryAfterReopening(t *testing.T, st store.Store, model llm.Model, requests <-chan *llm.Request, worker string) {
+	t.Helper()
+	s := newSociety(t, as.Config{Store: st, Model: model, Root: noop})
+	if _, err := s.SendTextToAgent(context.Background(), worker, "four", ""); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range recv(t, requests, "the model call after reopening").Messages {
+		got = append(got, string(m.Role)+" "+m.Content[strings.LastIndex(m.Content, "\n")+1:])
+	}
+	want := []string{"user 如需回复，请使用 send_message(to='root', ...)", "assistant ok", "user one", "assistant ok", "user two", "assistant ok", "user three", "assistant ok", "user four"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("after reopening the model was sent %q, want %q", got, want)
+	}
+}
+
 // durableFailingAppends is failingAppends on a store that says it outlives
 // the process, so that the society records there the end of each message.
 type durableFailingAppends struct{ *failingAppends }
@@ -2669,18 +2678,7 @@ func TestHistoryAppendThatFailedFinishesItsMessage(t *testing.T) {
 		}
 	}
 
-	s = newSociety(t, as.Config{Store: st, Model: model, Root: noop})
-	if _, err := s.SendTextToAgent(ctx, worker.ID, "four", ""); err != nil {
-		t.Fatal(err)
-	}
-	var got []string
-	for _, m := range recv(t, requests, "the model call after reopening").Messages {
-		got = append(got, string(m.Role)+" "+m.Content[strings.LastIndex(m.Content, "\n")+1:])
-	}
-	want := []string{"user 如需回复，请使用 send_message(to='root', ...)", "assistant ok", "user one", "assistant ok", "user two", "assistant ok", "user three", "assistant ok", "user four"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("after reopening the model was sent %q, want %q", got, want)
-	}
+	checkWholeHistoryAfterReopening(t, st, model, requests, worker.ID)
 }
 
 // TestRestore_EndedRequesterStopsWaiting is
@@ -2688,33 +2686,13 @@ func TestHistoryAppendThatFailedFinishesItsMessage(t *testing.T) {
 // a request whose requester was terminated is not armed again, so that it
 // does not keep its task running for an hour to tell an agent that ended.
 func TestRestore_EndedRequesterStopsWaiting(t *testing.T) {
-	ctx := context.Background()
 	dir := t.TempDir()
 	s, st := openFS(t, dir, filestore.SyncEveryRecord, as.Config{Root: noop, Logger: quiet})
-	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
-	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
-	w := spawnWith(t, s, lead, role.ID, noop)
-	helper := spawnWith(t, s, lead, role.ID, noop) // never answers
-	if _, err := w.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "help"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Terminate(ctx, w.ID()); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the worker to end", func() bool {
-		a, _ := s.Agent(w.ID())
-		return a.Status == as.StatusTerminated
-	})
+	w, _ := askedInVain(t, s)
+	terminateAndWait(t, s, w.ID())
 	closeFS(t, s, st)
 
 	s, st = openFS(t, dir, filestore.SyncEveryRecord, as.Config{Root: noop, Logger: quiet})
 	defer closeFS(t, s, st)
-	waitFor(t, "the reopened task to stop running once its only work is a terminated agent's request", func() bool {
-		for _, info := range s.Tasks() {
-			if info.ID == "t" {
-				return info.State != as.TaskRunning
-			}
-		}
-		return false
-	})
+	waitTaskStopped(t, s, "t", "the reopened task to stop running once its only work is a terminated agent's request")
 }

@@ -227,28 +227,8 @@ func TestTerminate_DescendantBlockedInCollaborate(t *testing.T) {
 // request's timer stops with it: the task is not kept running for the
 // hour, waiting to tell an agent that ended that its request timed out.
 func TestTerminate_EndedRequesterStopsWaiting(t *testing.T) {
-	ctx := context.Background()
 	s := newSociety(t, as.Config{Root: noop, Logger: quiet})
-	lead := actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
-	role, _, _ := lead.CreateRole(ctx, as.RoleSpec{Name: "w"})
-	w := spawnWith(t, s, lead, role.ID, noop)
-	helper := spawnWith(t, s, lead, role.ID, noop) // never answers
-	if _, err := w.RequestCollaboration(ctx, helper.ID(), as.CollaborationRequestPayload{SubtaskDescription: "help"}, time.Hour); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Terminate(ctx, w.ID()); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "the worker to end", func() bool {
-		a, _ := s.Agent(w.ID())
-		return a.Status == as.StatusTerminated
-	})
-	waitFor(t, "the task to stop running once its only work is a terminated agent's request", func() bool {
-		for _, info := range s.Tasks() {
-			if info.ID == "t" {
-				return info.State != as.TaskRunning
-			}
-		}
-		return false
-	})
+	w, _ := askedInVain(t, s)
+	terminateAndWait(t, s, w.ID())
+	waitTaskStopped(t, s, "t", "the task to stop running once its only work is a terminated agent's request")
 }
