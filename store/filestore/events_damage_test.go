@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 )
 
@@ -30,19 +29,7 @@ func TestEventLog_LineThatDecodesWrong(t *testing.T) {
 		{"middle line, seq out of order", 4, `"seq":5`, `"seq":9`, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			s := open(t, dir, Options{})
-			if err := s.AppendEvents(ctx, eventBatch(1, 20)); err != nil {
-				t.Fatal(err)
-			}
-			closeStore(t, s)
-
-			seg := filepath.Join(dir, eventsName, segmentName(1))
-			data, err := os.ReadFile(seg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines := bytes.SplitAfter(data, []byte("\n"))
+			dir, seg, lines := writtenSegment(t, 20)
 			if !bytes.Contains(lines[tc.line], []byte(tc.from)) {
 				t.Fatalf("line %d is %q", tc.line, lines[tc.line])
 			}
@@ -52,7 +39,7 @@ func TestEventLog_LineThatDecodesWrong(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			s = open(t, dir, Options{})
+			s := open(t, dir, Options{})
 			defer closeStore(t, s)
 			first, last, err := s.EventBounds(ctx)
 			if tc.corrupt {
@@ -86,23 +73,12 @@ func TestEventLog_ReadDamagedOlderSegment(t *testing.T) {
 		{"data key altered", `"data"`, `"dXta"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			s := open(t, dir, Options{})
-			if err := s.AppendEvents(ctx, eventBatch(1, eventsPerSegment+5)); err != nil {
-				t.Fatal(err)
-			}
-			closeStore(t, s)
-			seg := filepath.Join(dir, eventsName, segmentName(1))
-			data, err := os.ReadFile(seg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines := bytes.SplitAfter(data, []byte("\n"))
+			dir, seg, lines := writtenSegment(t, eventsPerSegment+5)
 			lines[10] = bytes.Replace(lines[10], []byte(tc.from), []byte(tc.to), 1)
 			if err := os.WriteFile(seg, bytes.Join(lines, nil), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			s = open(t, dir, Options{})
+			s := open(t, dir, Options{})
 			defer closeStore(t, s)
 			got, err := s.ReadEvents(ctx, 1, 20)
 			if !errors.Is(err, ErrCorrupt) {

@@ -133,26 +133,14 @@ func TestEventLog_DamagedLineIsReported(t *testing.T) {
 		{"first line", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			s := open(t, dir, Options{})
-			if err := s.AppendEvents(ctx, eventBatch(1, 20)); err != nil {
-				t.Fatal(err)
-			}
-			closeStore(t, s)
-
-			seg := filepath.Join(dir, eventsName, segmentName(1))
-			data, err := os.ReadFile(seg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			lines := bytes.SplitAfter(data, []byte("\n"))
+			dir, seg, lines := writtenSegment(t, 20)
 			lines[tc.line][0] = '#' // one byte damaged: the line no longer parses
 			damaged := bytes.Join(lines, nil)
 			if err := os.WriteFile(seg, damaged, 0o600); err != nil {
 				t.Fatal(err)
 			}
 
-			s = open(t, dir, Options{})
+			s := open(t, dir, Options{})
 			defer closeStore(t, s)
 			first, last, err := s.EventBounds(ctx)
 			if !errors.Is(err, ErrCorrupt) {
@@ -220,4 +208,23 @@ func TestEventLog_NewSegmentLeftOver(t *testing.T) {
 	if err != nil || len(got) != 3 || got[2].Seq != next+1 {
 		t.Fatalf("ReadEvents from %d = %v, %v; want %d to %d", next-1, got, err, next-1, next+1)
 	}
+}
+
+// writtenSegment has a store in a new directory append events 1 to n and
+// close, and returns the directory, the path of the first segment of the
+// event log, and its lines, each with its line break.
+func writtenSegment(t *testing.T, n uint64) (dir, seg string, lines [][]byte) {
+	t.Helper()
+	dir = t.TempDir()
+	s := open(t, dir, Options{})
+	if err := s.AppendEvents(context.Background(), eventBatch(1, n)); err != nil {
+		t.Fatal(err)
+	}
+	closeStore(t, s)
+	seg = filepath.Join(dir, eventsName, segmentName(1))
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, seg, bytes.SplitAfter(data, []byte("\n"))
 }
