@@ -52,6 +52,21 @@ func connect(t tb, url string) *nats.Conn {
 	return nc
 }
 
+// leases opens the leases bucket of cluster name (see docs/distributed.md
+// §2) on a connection of its own.
+func leases(t tb, url, name string) jetstream.KeyValue {
+	t.Helper()
+	js, err := jetstream.New(connect(t, url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), name+"_leases")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
 // join joins a node to name on a connection of its own, closed when t
 // ends.
 func join(t tb, url, name, id string, opts cluster.Options) *cluster.Node {

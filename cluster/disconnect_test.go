@@ -79,6 +79,27 @@ func (p *proxy) setCut(cut bool) {
 	}
 }
 
+// joinBehind joins node id to name through px, on a connection that
+// reconnects at once, and returns it with what it logs. The node and its
+// connection are closed when t ends.
+func joinBehind(t *testing.T, px *proxy, name, id string) (*cluster.Node, *logged) {
+	t.Helper()
+	nc, err := nats.Connect(px.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	log := &logged{}
+	opts := cluster.Options{Cluster: name, NodeID: id, LeaseTTL: time.Second, Config: echo()}
+	opts.Config.Logger = slog.New(log)
+	n, err := cluster.Join(t.Context(), nc, withDefaults(opts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close() })
+	return n, log
+}
+
 // logged records the messages a node logs.
 type logged struct {
 	mu   sync.Mutex
@@ -116,19 +137,7 @@ func TestLeaderLosesItsConnection(t *testing.T) {
 	px := newProxy(t, url)
 	name := newClusterName()
 
-	log := &logged{}
-	ncA, err := nats.Connect(px.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ncA.Close()
-	optsA := cluster.Options{Cluster: name, NodeID: "a", LeaseTTL: time.Second, Config: echo()}
-	optsA.Config.Logger = slog.New(log)
-	a, err := cluster.Join(ctx, ncA, withDefaults(optsA))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a, log := joinBehind(t, px, name, "a")
 	waitFor(t, ctx, "a to lead", func() bool { return a.Leader() == "a" })
 	b := join(t, url, name, "b", cluster.Options{Config: echo()})
 
@@ -276,19 +285,7 @@ func TestNodeBackFindsItsIDTaken(t *testing.T) {
 	lead := join(t, url, name, "lead", cluster.Options{Config: echo()})
 	waitFor(t, ctx, "lead to lead", func() bool { return lead.Leader() == "lead" })
 
-	log := &logged{}
-	ncA, err := nats.Connect(px.url(), nats.MaxReconnects(-1), nats.ReconnectWait(20*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ncA.Close()
-	optsA := cluster.Options{Cluster: name, NodeID: "a", LeaseTTL: time.Second, Config: echo()}
-	optsA.Config.Logger = slog.New(log)
-	a, err := cluster.Join(ctx, ncA, withDefaults(optsA))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a, log := joinBehind(t, px, name, "a")
 
 	px.setCut(true)
 	waitFor(t, ctx, "a to log the lost connection", func() bool { return log.has("lost its connection") })
@@ -304,14 +301,7 @@ func TestNodeBackFindsItsIDTaken(t *testing.T) {
 	}
 	// Closing, a leaves a2's heartbeat alone.
 	a.Close()
-	js, err := jetstream.New(connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, name+"_leases")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := leases(t, url, name)
 	if _, err := kv.Get(ctx, "node.a"); err != nil {
 		t.Fatalf("a2's heartbeat after the node it replaced closed: %v", err)
 	}

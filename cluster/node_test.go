@@ -181,14 +181,7 @@ func TestJoin_DuplicateNodeID(t *testing.T) {
 	// A node that stopped without leaving leaves its heartbeat until it
 	// expires (here written as a dead node's last): a node of its id
 	// joins once it has.
-	js, err := jetstream.New(connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, name+"_leases")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := leases(t, url, name)
 	if _, err := kv.PutString(ctx, "node.dead", "dead"); err != nil {
 		t.Fatal(err)
 	}
@@ -500,14 +493,7 @@ func TestJoin_RestartedNodeWithALongLease(t *testing.T) {
 	const lease = 12 * time.Second
 	first := join(t, url, name, "n0", cluster.Options{LeaseTTL: lease, Config: echo()})
 	defer first.Close()
-	js, err := jetstream.New(connect(t, url))
-	if err != nil {
-		t.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, name+"_leases")
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := leases(t, url, name)
 	if _, err := kv.PutString(ctx, "node.dead", "dead"); err != nil { // a dead node's last heartbeat
 		t.Fatal(err)
 	}
