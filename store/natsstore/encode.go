@@ -50,81 +50,12 @@ func encode(c *store.Change) (*encoding, error) {
 		e.accepted, e.pending = make([][]byte, len(c.Accepted)), make([]string, len(c.Accepted))
 		for i := range c.Accepted {
 			e.pending[i] = pendingKey(c.Accepted[i].ID)
-			if e.accepted[i], err = encodeMessage(&c.Accepted[i]); err != nil {
+			if e.accepted[i], err = json.Marshal(fromMessage(c.Accepted[i])); err != nil {
 				return nil, fmt.Errorf("natsstore: encoding %q: %w", e.pending[i], err)
 			}
 		}
 	}
 	return e, err
-}
-
-// encodeMessage returns the JSON of m's record, as json.Marshal writes
-// it: by hand when m's strings need no escaping and its payload is
-// compact, as the society's are; else by json.Marshal. A message is the
-// record a society writes most.
-func encodeMessage(m *store.Message) ([]byte, error) {
-	if !plain(m.ID) || !plain(m.From) || !plain(m.To) || !plain(m.TaskID) || !plain(m.Type) || !compact(m.Payload) {
-		return json.Marshal(fromMessage(*m))
-	}
-	b := make([]byte, 0, 128+len(m.ID)+len(m.From)+len(m.To)+len(m.TaskID)+len(m.Type)+len(m.Payload))
-	b = append(b, `{"id":"`...)
-	b = append(b, m.ID...)
-	b = append(b, `","seq":`...)
-	b = strconv.AppendUint(b, m.Seq, 10)
-	b = append(b, `,"from":"`...)
-	b = append(b, m.From...)
-	b = append(b, `","to":"`...)
-	b = append(b, m.To...)
-	if m.TaskID != "" {
-		b = append(b, `","taskId":"`...)
-		b = append(b, m.TaskID...)
-	}
-	b = append(b, `","type":"`...)
-	b = append(b, m.Type...)
-	b = append(b, '"')
-	if len(m.Payload) > 0 {
-		b = append(b, `,"payload":`...)
-		b = append(b, m.Payload...)
-	}
-	b = append(b, `,"sentAt":"`...)
-	b, err := m.SentAt.AppendText(b)
-	if err != nil { // a year json.Marshal refuses too
-		return json.Marshal(fromMessage(*m))
-	}
-	return append(b, `"}`...), nil
-}
-
-// plain reports whether json.Marshal writes s as it is, between quotes:
-// printable ASCII, less the characters it escapes.
-func plain(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
-}
-
-// compact reports whether json.Marshal writes raw, a json.RawMessage, as
-// it is: valid JSON with no space outside its strings and nothing it
-// escapes for HTML (<, >, &, U+2028, U+2029). An empty raw is left out.
-func compact(raw []byte) bool {
-	inString := false
-	for i := 0; i < len(raw); i++ {
-		switch c := raw[i]; {
-		case c == '<' || c == '>' || c == '&':
-			return false
-		case c == 0xe2 && i+2 < len(raw) && raw[i+1] == 0x80 && (raw[i+2] == 0xa8 || raw[i+2] == 0xa9):
-			return false
-		case inString && c == '\\':
-			i++
-		case c == '"':
-			inString = !inString
-		case !inString && (c == ' ' || c == '\t' || c == '\n' || c == '\r'):
-			return false
-		}
-	}
-	return len(raw) == 0 || json.Valid(raw)
 }
 
 // encodeAll returns the JSON of the records rec makes of each of list's

@@ -9,60 +9,6 @@ import (
 	"agentsociety/store"
 )
 
-// encodeMessage writes a message's record as json.Marshal does, whether
-// it takes its own way or json.Marshal's.
-func TestEncodeMessage_AsJSONMarshal(t *testing.T) {
-	at := time.Date(2026, 11, 24, 0, 43, 6, 209122117, time.UTC)
-	base := store.Message{ID: "msg-a6712910-20075", Seq: 20075, From: "agent-10", To: "agent-9", TaskID: "task-f4add076599716cc",
-		Type: "general", Payload: json.RawMessage(`{"text":"hello, world"}`), SentAt: at}
-	cases := map[string]func(m *store.Message){
-		"plain":                 func(m *store.Message) {},
-		"no task":               func(m *store.Message) { m.TaskID = "" },
-		"no payload":            func(m *store.Message) { m.Payload = nil },
-		"empty payload":         func(m *store.Message) { m.Payload = json.RawMessage{} },
-		"payload with spaces":   func(m *store.Message) { m.Payload = json.RawMessage(`{ "text" : [1, 2] }`) },
-		"payload with newline":  func(m *store.Message) { m.Payload = json.RawMessage("{\"a\":\n1}") },
-		"payload with html":     func(m *store.Message) { m.Payload = json.RawMessage(`{"text":"<b>&</b>"}`) },
-		"payload with u2028":    func(m *store.Message) { m.Payload = json.RawMessage("{\"text\":\"a\u2028b\"}") },
-		"payload with escapes":  func(m *store.Message) { m.Payload = json.RawMessage(`{"text":"a\"b\\ \u00e9"}`) },
-		"payload a string":      func(m *store.Message) { m.Payload = json.RawMessage(`"just text"`) },
-		"payload not json":      func(m *store.Message) { m.Payload = json.RawMessage(`{"text":`) },
-		"id with quote":         func(m *store.Message) { m.ID = `a"b` },
-		"from with html":        func(m *store.Message) { m.From = "a<b>" },
-		"to with unicode":       func(m *store.Message) { m.To = "agent-é" },
-		"type with control":     func(m *store.Message) { m.Type = "a\tb" },
-		"task with invalid utf": func(m *store.Message) { m.TaskID = "a\xffb" },
-		"time in a zone":        func(m *store.Message) { m.SentAt = at.In(time.FixedZone("x", 3600+1800)) },
-		"time zero":             func(m *store.Message) { m.SentAt = time.Time{} },
-		"time past 9999":        func(m *store.Message) { m.SentAt = time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC) },
-	}
-	for name, change := range cases {
-		t.Run(name, func(t *testing.T) {
-			m := base
-			change(&m)
-			want, wantErr := json.Marshal(fromMessage(m))
-			got, err := encodeMessage(&m)
-			if (err != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
-				t.Errorf("encodeMessage = %s, %v; json.Marshal = %s, %v", got, err, want, wantErr)
-			}
-		})
-	}
-}
-
-func FuzzEncodeMessage(f *testing.F) {
-	f.Add("msg-1", "agent-1", "agent-2", "task-1", "general", []byte(`{"text":"hi"}`), int64(1))
-	f.Add("m", "a<", "b", "", "t", []byte(`{ "a" : 1 }`), int64(-1))
-	f.Add("m", "a", "b", "c", "t", []byte("\"\u2028\""), int64(253402300800))
-	f.Fuzz(func(t *testing.T, id, from, to, task, typ string, payload []byte, unix int64) {
-		m := store.Message{ID: id, Seq: 7, From: from, To: to, TaskID: task, Type: typ, Payload: payload, SentAt: time.Unix(unix, 5).UTC()}
-		want, wantErr := json.Marshal(fromMessage(m))
-		got, err := encodeMessage(&m)
-		if (err != nil) != (wantErr != nil) || !bytes.Equal(got, want) {
-			t.Errorf("encodeMessage = %s, %v; json.Marshal = %s, %v", got, err, want, wantErr)
-		}
-	})
-}
-
 // An ordered record encoded without its First and given it by withFirst
 // is as json.Marshal writes it with its First.
 func TestWithFirst_AsJSONMarshal(t *testing.T) {
