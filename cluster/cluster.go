@@ -139,6 +139,7 @@ type Node struct {
 	wg     sync.WaitGroup // the node's goroutines and the calls it serves
 
 	subs    []*nats.Subscription // work and the user stream's delivery
+	wake    chan struct{}        // poked when the leader's lease is given up
 	workSub *nats.Subscription   // the node's work, also in subs
 
 	// The heartbeat, written by Join and then by the lease loop only.
@@ -267,7 +268,7 @@ func Join(ctx context.Context, nc *nats.Conn, opts Options) (*Node, error) {
 }
 
 // start subscribes to the node's work and to the messages to user, and
-// starts the lease loop and the membership watcher.
+// starts the membership watcher, the leader's watcher and the lease loop.
 func (n *Node) start(ctx context.Context) error {
 	if err := n.router.watch(); err != nil {
 		return fmt.Errorf("cluster: watching the nodes: %w", err)
@@ -283,6 +284,9 @@ func (n *Node) start(ctx context.Context) error {
 			err = fmt.Errorf("%w: Options.NodeID %q was taken by another node while this one joined", ErrIncompatible, n.opts.NodeID)
 		}
 		return fmt.Errorf("cluster: announcing the node: %w", err)
+	}
+	if err := n.watchLeader(ctx); err != nil {
+		return fmt.Errorf("cluster: watching the leader's lease: %w", err)
 	}
 	n.wg.Add(1)
 	go n.leaseLoop()
@@ -302,7 +306,8 @@ func keyValue(ctx context.Context, js jetstream.JetStream, cfg jetstream.KeyValu
 }
 
 // Leader returns the id of the cluster's leader as this node last saw it,
-// or "" when it knows of none.
+// or "" when it knows of none. The node has seen the leader of the moment
+// it joined once Join has returned.
 func (n *Node) Leader() string {
 	n.mu.Lock()
 	defer n.mu.Unlock()

@@ -128,7 +128,6 @@ func (n *Node) leaseLoop() {
 	defer n.wg.Done()
 	tick := time.NewTicker(n.opts.LeaseTTL / 3)
 	defer tick.Stop()
-	wake := n.watchLeader()
 
 	var (
 		rev     uint64             // the lease's revision, while leading
@@ -213,7 +212,7 @@ func (n *Node) leaseLoop() {
 			case <-tick.C:
 			}
 		case <-tick.C:
-		case <-wake:
+		case <-n.wake:
 		}
 	}
 }
@@ -268,35 +267,55 @@ func (n *Node) setLeader(id string) {
 }
 
 // watchLeader follows the leader's key: it keeps n.leader current, and
-// pokes the returned channel when the key is deleted, so that a follower
-// tries at once to take a lease its holder gave up.
-func (n *Node) watchLeader() <-chan struct{} {
-	wake := make(chan struct{}, 1)
+// pokes n.wake when the key is deleted, so that a follower tries at once
+// to take a lease its holder gave up. It returns once n.leader is the
+// leader the bucket holds, so that a node knows its leader when Join
+// returns: a user call sent then is known to go to that leader (see
+// request).
+func (n *Node) watchLeader(ctx context.Context) error {
+	n.wake = make(chan struct{}, 1)
 	w, err := n.leases.Watch(n.ctx, leaderKey)
 	if err != nil {
-		n.log.Warn("cluster: watching the leader's lease; the node looks for a leader every third of the lease time instead", "err", err)
-		return wake
+		return err
+	}
+	// The current value, if any, and then nil: the watch has caught up.
+	for caughtUp := false; !caughtUp; {
+		select {
+		case e := <-w.Updates():
+			if e == nil {
+				caughtUp = true
+			} else {
+				n.seeLeader(e)
+			}
+		case <-ctx.Done():
+			w.Stop()
+			return ctx.Err()
+		}
 	}
 	n.wg.Add(1)
 	go func() {
 		defer n.wg.Done()
 		defer w.Stop()
 		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
-			if e.Operation() == jetstream.KeyValuePut {
-				n.setLeader(string(e.Value()))
-				continue // a lease taken or renewed: nothing to do
-			}
-			n.setLeader("")
-			select {
-			case wake <- struct{}{}:
-			default:
+			if e != nil {
+				n.seeLeader(e)
 			}
 		}
 	}()
-	return wake
+	return nil
+}
+
+// seeLeader takes in a change to the leader's key.
+func (n *Node) seeLeader(e jetstream.KeyValueEntry) {
+	if e.Operation() == jetstream.KeyValuePut {
+		n.setLeader(string(e.Value()))
+		return // a lease taken or renewed: nothing to do
+	}
+	n.setLeader("")
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
 }
 
 // testHookCall, when set (by tests), runs as the leader receives a user

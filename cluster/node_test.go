@@ -188,6 +188,25 @@ func TestJoin_DuplicateNodeID(t *testing.T) {
 	join(t, url, name, "dead", cluster.Options{Config: echo()})
 }
 
+// A node knows the cluster's leader once Join has returned: a user call
+// it sends at once is known to have gone to that leader, so that the call
+// fails as an unknown outcome if the leader then dies, rather than waiting
+// for ever (TestUserCall_LeaderDiesWithTheCall).
+func TestJoin_KnowsTheLeader(t *testing.T) {
+	ctx := hangGuard(t)
+	url := natstest.Server(t)
+	name := newClusterName()
+	a := join(t, url, name, "a", cluster.Options{Config: echo()})
+	waitFor(t, ctx, "a to lead", func() bool { return a.Leader() == "a" })
+	for i := range 20 {
+		b := join(t, url, name, fmt.Sprintf("b%d", i), cluster.Options{Config: echo()})
+		if got := b.Leader(); got != "a" {
+			t.Fatalf("Leader() just after Join: %q, want a", got)
+		}
+		b.Close()
+	}
+}
+
 // A user call made while no node can lead fails, when its context ends,
 // with ErrNoLeader.
 func TestUserCall_NoLeader(t *testing.T) {
