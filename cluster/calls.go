@@ -144,9 +144,14 @@ func (n *Node) request(ctx context.Context, data []byte) (m *nats.Msg, lost bool
 		case <-n.ctx.Done():
 			return nil, false, n.ctx.Err()
 		case <-t.C:
-			// Only a leader seen when the call was sent can be seen
-			// gone: with none, the call went to whoever led.
-			if l := n.Leader(); was == "" || l == "" || l == was {
+			// With no leader seen when the call was sent, the call went
+			// to whoever led: the first leader seen since, or one before
+			// it, which is gone once that one is.
+			l := n.Leader()
+			if was == "" {
+				was = l
+			}
+			if l == "" || l == was {
 				since = time.Time{}
 			} else if since.IsZero() {
 				since = time.Now()
