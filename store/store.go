@@ -160,11 +160,47 @@ type Change struct {
 	// HistoryAppends extend histories by what the agents' turns added,
 	// after Histories are replaced, in the order given.
 	HistoryAppends []HistoryAppend
+
+	// Remove names records to remove, after the rest of the change is
+	// applied.
+	Remove Removal
 }
 
 // Empty reports whether c changes nothing.
 func (c *Change) Empty() bool {
-	return len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests)+len(c.Accepted)+len(c.Finished)+len(c.Histories)+len(c.States)+len(c.HistoryAppends) == 0
+	return len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests)+len(c.Accepted)+len(c.Finished)+len(c.Histories)+len(c.States)+len(c.HistoryAppends) == 0 &&
+		c.Remove.Empty()
+}
+
+// Removal names records that a society forgot (see the society's
+// Config.Retention), so that a store does not grow for the life of the
+// society. Removing a record the store does not hold is not an error. A
+// record added again after its removal is a new one: Load lists it in the
+// place of a record first applied then.
+//
+// State entries are removed as any change deletes them: by a
+// [StateEntry] with an empty Value.
+type Removal struct {
+	// Agents are agent ids: each agent's record is removed, with the
+	// contact registry it owns and its history.
+	Agents []string
+	// Roles are role ids.
+	Roles []string
+	// Requests are collaboration request ids.
+	Requests []string
+	// Contacts are single entries of registries.
+	Contacts []ContactKey
+}
+
+// Empty reports whether r removes nothing.
+func (r *Removal) Empty() bool {
+	return len(r.Agents)+len(r.Roles)+len(r.Requests)+len(r.Contacts) == 0
+}
+
+// ContactKey names the entry for contact ID in the registry of Owner.
+type ContactKey struct {
+	Owner string
+	ID    string
 }
 
 // Role is a role's record.

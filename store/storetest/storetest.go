@@ -78,6 +78,10 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"LongHistory", testLongHistory},
 		{"States", testStates},
 		{"FarTimes", testFarTimes},
+		{"Remove", testRemove},
+		{"RemoveThenAddAgain", testRemoveThenAddAgain},
+		{"RemoveAfterTheRestOfTheChange", testRemoveAfterTheRest},
+		{"RemoveMany", testRemoveMany},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -1011,4 +1015,135 @@ func testEventsConcurrentReads(t *testing.T, l store.EventLog) {
 		}
 	}
 	wg.Wait()
+}
+
+// testRemove checks that a Removal removes what it names and what goes
+// with a removed agent (its registry and its history), and leaves the rest
+// in its order; removing what is not there is not an error.
+func testRemove(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{
+		Roles:    []store.Role{role("r1", "writer"), role("r2", "critic"), role("r3", "editor")},
+		Agents:   []store.Agent{agent("a1", "idle"), agent("a2", "idle"), agent("a3", "idle")},
+		Contacts: []store.ContactEntry{entry("a1", "root", ""), entry("a2", "root", ""), entry("a2", "a1", ""), entry("root", "a1", ""), entry("root", "a2", ""), entry("root", "user", "")},
+		Requests: []store.Request{request("q1", "open"), request("q2", "answered"), request("q3", "open")},
+		Histories: []store.History{
+			{AgentID: "a1", Messages: msgs("a1's")},
+			{AgentID: "a2", Messages: msgs("a2's")},
+		},
+	})
+	apply(t, s, store.Change{Remove: store.Removal{
+		Agents:   []string{"a1", "nobody"},
+		Roles:    []string{"r2", "r9"},
+		Requests: []string{"q2", "q9"},
+		Contacts: []store.ContactKey{{Owner: "root", ID: "a1"}, {Owner: "a2", ID: "a1"}, {Owner: "root", ID: "nobody"}, {Owner: "nobody", ID: "a2"}},
+	}})
+	checkState(t, s, store.State{
+		Roles:     []store.Role{role("r1", "writer"), role("r3", "editor")},
+		Agents:    []store.Agent{agent("a2", "idle"), agent("a3", "idle")},
+		Contacts:  map[string][]store.Contact{"a2": {contact("root", "")}, "root": {contact("a2", ""), contact("user", "")}},
+		Requests:  []store.Request{request("q1", "open"), request("q3", "open")},
+		Histories: []store.History{{AgentID: "a2", Messages: msgs("a2's")}},
+	})
+	// Removing them again changes nothing.
+	apply(t, s, store.Change{Remove: store.Removal{Agents: []string{"a1"}, Roles: []string{"r2"}, Requests: []string{"q2"}}})
+	checkState(t, s, store.State{
+		Roles:     []store.Role{role("r1", "writer"), role("r3", "editor")},
+		Agents:    []store.Agent{agent("a2", "idle"), agent("a3", "idle")},
+		Contacts:  map[string][]store.Contact{"a2": {contact("root", "")}, "root": {contact("a2", ""), contact("user", "")}},
+		Requests:  []store.Request{request("q1", "open"), request("q3", "open")},
+		Histories: []store.History{{AgentID: "a2", Messages: msgs("a2's")}},
+	})
+}
+
+// testRemoveThenAddAgain checks that a record added again after its
+// removal is a new one: it comes last, and nothing of the removed one
+// (a registry, a history) comes back with it.
+func testRemoveThenAddAgain(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{
+		Roles:     []store.Role{role("r1", "writer"), role("r2", "critic")},
+		Agents:    []store.Agent{agent("a1", "idle"), agent("a2", "idle")},
+		Contacts:  []store.ContactEntry{entry("a1", "root", "old"), entry("root", "a1", "old")},
+		Requests:  []store.Request{request("q1", "open"), request("q2", "open")},
+		Histories: []store.History{{AgentID: "a1", Messages: msgs("old")}},
+	})
+	apply(t, s, store.Change{Remove: store.Removal{Agents: []string{"a1"}, Roles: []string{"r1"}, Requests: []string{"q1"}, Contacts: []store.ContactKey{{Owner: "root", ID: "a1"}}}})
+	apply(t, s, store.Change{
+		Roles:    []store.Role{role("r1", "poet")},
+		Agents:   []store.Agent{agent("a1", "busy")},
+		Contacts: []store.ContactEntry{entry("root", "a1", "new")},
+		Requests: []store.Request{request("q1", "answered")},
+	})
+	checkState(t, s, store.State{
+		Roles:    []store.Role{role("r2", "critic"), role("r1", "poet")},
+		Agents:   []store.Agent{agent("a2", "idle"), agent("a1", "busy")},
+		Contacts: map[string][]store.Contact{"root": {contact("a1", "new")}},
+		Requests: []store.Request{request("q2", "open"), request("q1", "answered")},
+	})
+}
+
+// testRemoveAfterTheRest checks that a change's Removal applies after the
+// rest of it: what the change adds and removes is not there after it.
+func testRemoveAfterTheRest(t *testing.T, s store.Store) {
+	apply(t, s, store.Change{Agents: []store.Agent{agent("a1", "idle")}})
+	apply(t, s, store.Change{
+		Roles:          []store.Role{role("r1", "writer")},
+		Agents:         []store.Agent{agent("a1", "busy"), agent("a2", "idle")},
+		Contacts:       []store.ContactEntry{entry("a1", "root", ""), entry("root", "a2", ""), entry("root", "user", "")},
+		Requests:       []store.Request{request("q1", "open")},
+		HistoryAppends: []store.HistoryAppend{{AgentID: "a1", Messages: msgs("turn")}},
+		Remove: store.Removal{
+			Agents: []string{"a1"}, Roles: []string{"r1"}, Requests: []string{"q1"},
+			Contacts: []store.ContactKey{{Owner: "root", ID: "a2"}},
+		},
+	})
+	checkState(t, s, store.State{
+		Agents:   []store.Agent{agent("a2", "idle")},
+		Contacts: map[string][]store.Contact{"root": {contact("user", "")}},
+	})
+}
+
+// testRemoveMany removes most of many records, a few at a time and then
+// in bulk, as a society forgets the agents of its tasks: what is left is
+// listed in its order, and found and replaced by id.
+func testRemoveMany(t *testing.T, s store.Store) {
+	const n = 300
+	var add store.Change
+	for i := range n {
+		id := fmt.Sprintf("a%03d", i)
+		add.Agents = append(add.Agents, agent(id, "idle"))
+		add.Contacts = append(add.Contacts, entry(id, "root", ""), entry("root", id, ""))
+	}
+	apply(t, s, add)
+	var want []store.Agent
+	var wantRoot []store.Contact
+	var bulk store.Removal
+	for i := range n {
+		id := fmt.Sprintf("a%03d", i)
+		switch {
+		case i%10 == 0:
+			want = append(want, agent(id, "idle"))
+			wantRoot = append(wantRoot, contact(id, ""))
+		case i < n/2:
+			apply(t, s, store.Change{Remove: store.Removal{Agents: []string{id}, Contacts: []store.ContactKey{{Owner: "root", ID: id}}}})
+		default:
+			bulk.Agents = append(bulk.Agents, id)
+			bulk.Contacts = append(bulk.Contacts, store.ContactKey{Owner: "root", ID: id})
+		}
+	}
+	apply(t, s, store.Change{Remove: bulk})
+	// The agents left are found by id: a replacement keeps their place.
+	apply(t, s, store.Change{Agents: []store.Agent{agent("a150", "busy")}, Contacts: []store.ContactEntry{entry("root", "a150", "again")}})
+	wantContacts := map[string][]store.Contact{"root": wantRoot}
+	for i, a := range want {
+		if a.ID == "a150" {
+			want[i].Status = "busy"
+		}
+		wantContacts[a.ID] = []store.Contact{contact("root", "")}
+	}
+	for i, c := range wantRoot {
+		if c.ID == "a150" {
+			wantRoot[i].Note = "again"
+		}
+	}
+	checkState(t, s, store.State{Agents: want, Contacts: wantContacts})
 }
