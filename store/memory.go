@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -150,7 +151,8 @@ func (m *Memory) Load(ctx context.Context) (State, error) {
 }
 
 // Apply records c atomically, copying everything it keeps except the raw
-// JSON of roles, agents and contacts (see [Store]).
+// JSON of roles, agents and contacts (see [Store]). It refuses a role, an
+// agent, a request or a contact entry whose id (or owner) is empty.
 func (m *Memory) Apply(ctx context.Context, c Change) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -158,8 +160,11 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 
-	// Messages are the only part of a Change that can be refused, so they
-	// are checked before anything is mutated.
+	// Messages and records without an id are the only parts of a Change
+	// that can be refused, so they are checked before anything is mutated.
+	if err := noEmptyIDs(&c); err != nil {
+		return err
+	}
 	seen := make(map[string]bool, len(c.Accepted))
 	for _, msg := range c.Accepted {
 		if _, ok := m.pending[msg.ID]; ok {
@@ -209,20 +214,73 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 	for _, id := range c.Finished {
 		delete(m.pending, id)
 	}
+	m.remove(&c.Remove)
 	return nil
+}
+
+// noEmptyIDs refuses a change with a record whose id is empty: Memory's
+// lists find records by id, and a removed record's id is empty.
+func noEmptyIDs(c *Change) error {
+	for _, r := range c.Roles {
+		if r.ID == "" {
+			return errors.New("store: a role with no id")
+		}
+	}
+	for _, a := range c.Agents {
+		if a.ID == "" {
+			return errors.New("store: an agent with no id")
+		}
+	}
+	for _, r := range c.Requests {
+		if r.ID == "" {
+			return errors.New("store: a request with no id")
+		}
+	}
+	for _, e := range c.Contacts {
+		if e.Owner == "" || e.Contact.ID == "" {
+			return fmt.Errorf("store: a contact entry with no owner or no id (%q, %q)", e.Owner, e.Contact.ID)
+		}
+	}
+	return nil
+}
+
+// remove removes what r names, after the rest of a change.
+func (m *Memory) remove(r *Removal) {
+	for _, k := range r.Contacts {
+		if l := m.registry(k.Owner); l != nil {
+			l.Delete(k.ID)
+		}
+	}
+	for _, id := range r.Agents {
+		m.agents.Delete(id)
+		delete(m.contacts, id)
+		delete(m.histories, id)
+	}
+	for _, id := range r.Roles {
+		m.roles.Delete(id)
+	}
+	for _, id := range r.Requests {
+		m.requests.Delete(id)
+	}
 }
 
 // putContact adds c to owner's registry, replacing in place an entry with
 // the same contact id so the registry keeps the order contacts were added.
 func (m *Memory) putContact(owner string, c memContact) {
-	var l *index.List[memContact]
-	if i := m.agents.Find(owner); i >= 0 {
-		l = &m.agents.At(i).contacts
-	} else if l = m.contacts[owner]; l == nil {
+	l := m.registry(owner)
+	if l == nil {
 		l = new(index.List[memContact])
 		m.contacts[owner] = l
 	}
 	put(l, c)
+}
+
+// registry returns owner's registry, or nil if it has none.
+func (m *Memory) registry(owner string) *index.List[memContact] {
+	if i := m.agents.Find(owner); i >= 0 {
+		return &m.agents.At(i).contacts
+	}
+	return m.contacts[owner]
 }
 
 // put replaces the record in l with v's key, or appends v.

@@ -40,3 +40,24 @@ func BenchmarkMemoryApply(b *testing.B) {
 		}
 	}
 }
+
+// A record with no id is refused whole: Memory finds records by id, and
+// one with none would be lost among the removed.
+func TestMemory_RefusesRecordsWithoutAnID(t *testing.T) {
+	for name, c := range map[string]store.Change{
+		"role":    {Roles: []store.Role{{Name: "writer"}}},
+		"agent":   {Agents: []store.Agent{{RoleID: "r"}}},
+		"request": {Requests: []store.Request{{From: "a"}}},
+		"owner":   {Contacts: []store.ContactEntry{{Contact: store.Contact{ID: "a"}}}},
+		"contact": {Contacts: []store.ContactEntry{{Owner: "a"}}},
+	} {
+		s := store.NewMemory()
+		c.Agents = append(c.Agents, store.Agent{ID: "kept-out"})
+		if err := s.Apply(t.Context(), c); err == nil {
+			t.Errorf("a %s with no id: Apply succeeded", name)
+		}
+		if st, _ := s.Load(t.Context()); len(st.Agents)+len(st.Roles)+len(st.Requests)+len(st.Contacts) != 0 {
+			t.Errorf("a %s with no id: the refused change left %+v", name, st)
+		}
+	}
+}

@@ -4,11 +4,15 @@
 // map[string]int would cost forty bytes or more for each.
 package index
 
-import "hash/maphash"
+import (
+	"hash/maphash"
+	"slices"
+)
 
 // Index maps keys to the positions 0, 1, 2, ... of a list the caller keeps,
 // which is consulted through a keyAt function returning the key at a
-// position. Entries are added at the end of the list and never removed.
+// position. Entries are added at the end of the list; a [List] deletes one
+// by emptying its key where it is, so that no key finds it.
 //
 // An Index is a hash table of positions with open addressing: it holds no
 // keys of its own, only a byte of each key's hash beside its position (5
@@ -96,6 +100,10 @@ type Keyed interface{ Key() string }
 // entries after them live in chunks of ChunkSize, so that appending to a
 // long list never copies more than one chunk.
 //
+// An entry's key is never empty: a deleted entry of a long list stays in
+// its place as the zero T, whose key is empty, until the deleted are more
+// than those left, when the list is built again without them.
+//
 // The zero value is an empty list. A List is not safe for concurrent use.
 type List[T Keyed] struct {
 	head []T          // the first entries, up to ChunkSize
@@ -105,6 +113,7 @@ type List[T Keyed] struct {
 type longList[T Keyed] struct {
 	index  Index
 	chunks [][]T // the entries after head, each chunk full but the last
+	dead   int   // deleted entries, zero Ts, in head and chunks
 }
 
 // ScanUpTo is the length up to which a List finds entries by a scan.
@@ -115,6 +124,14 @@ const ChunkSize = 1024
 
 // Len returns the number of entries.
 func (l *List[T]) Len() int {
+	if l.long != nil {
+		return l.slots() - l.long.dead
+	}
+	return len(l.head)
+}
+
+// slots returns the number of places, deleted entries included.
+func (l *List[T]) slots() int {
 	n := len(l.head)
 	if l.long != nil && len(l.long.chunks) > 0 {
 		c := l.long.chunks
@@ -124,7 +141,7 @@ func (l *List[T]) Len() int {
 }
 
 // At returns the entry at position i, which the caller may replace with
-// one of the same key. It is valid until the next Append.
+// one of the same key. It is valid until the next Append or Delete.
 func (l *List[T]) At(i int) *T {
 	if i < len(l.head) {
 		return &l.head[i]
@@ -135,6 +152,9 @@ func (l *List[T]) At(i int) *T {
 
 // Find returns the position of the entry with key, or -1.
 func (l *List[T]) Find(key string) int {
+	if key == "" {
+		return -1 // no entry's key is empty; a deleted one's is
+	}
 	if l.long != nil {
 		return l.long.index.Find(key, l.keyAt)
 	}
@@ -146,9 +166,10 @@ func (l *List[T]) Find(key string) int {
 	return -1
 }
 
-// Append adds v, whose key l must not hold yet, at the end.
+// Append adds v, whose key l must not hold yet and is not empty, at the
+// end.
 func (l *List[T]) Append(v T) {
-	n := l.Len()
+	n := l.slots()
 	if n < ChunkSize {
 		if len(l.head) == cap(l.head) && n >= 8 {
 			// Grow to exactly twice, not to what append would round up
@@ -175,9 +196,39 @@ func (l *List[T]) Append(v T) {
 	}
 }
 
+// Delete removes the entry with key, and reports whether there was one.
+// The positions of the other entries may change.
+func (l *List[T]) Delete(key string) bool {
+	i := l.Find(key)
+	if i < 0 {
+		return false
+	}
+	if l.long == nil {
+		l.head = slices.Delete(l.head, i, i+1)
+		return true
+	}
+	var zero T
+	*l.At(i) = zero
+	l.long.dead++
+	if l.long.dead > l.Len() {
+		// Built again without the deleted: a cost of the list's length
+		// once at most every length/2 deletions.
+		var live List[T]
+		for e := range l.All {
+			live.Append(*e)
+		}
+		*l = live
+	}
+	return true
+}
+
 // All calls yield with each entry in order, until it returns false.
 func (l *List[T]) All(yield func(*T) bool) {
+	dead := l.long != nil && l.long.dead > 0
 	for i := range l.head {
+		if dead && l.head[i].Key() == "" {
+			continue
+		}
 		if !yield(&l.head[i]) {
 			return
 		}
@@ -187,6 +238,9 @@ func (l *List[T]) All(yield func(*T) bool) {
 	}
 	for _, c := range l.long.chunks {
 		for i := range c {
+			if dead && c[i].Key() == "" {
+				continue
+			}
 			if !yield(&c[i]) {
 				return
 			}

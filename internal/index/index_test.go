@@ -1,8 +1,11 @@
 package index
 
 import (
+	"slices"
 	"strconv"
 	"testing"
+
+	"pgregory.net/rapid"
 )
 
 // TestIndexFindsEveryKey adds keys one by one, through several growths of
@@ -86,4 +89,75 @@ func TestListFindsEveryKey(t *testing.T) {
 	if i := l.Find(key(ChunkSize + 5)); l.At(i).value != "new" {
 		t.Fatalf("replaced entry reads %q", l.At(i).value)
 	}
+}
+
+// TestListDelete checks a List against a slice through random appends,
+// deletions (of present and absent keys), replacements and re-appends of
+// deleted keys, short and long, across compactions: it always holds the
+// entries the slice holds, in the same order, each found by its key.
+func TestListDelete(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var l List[entry]
+		var want []entry
+		next := 0
+		keys := rapid.IntRange(0, 3*ScanUpTo)
+		find := func(k string) int {
+			return slices.IndexFunc(want, func(e entry) bool { return e.key == k })
+		}
+		for range rapid.IntRange(1, 400).Draw(t, "ops") {
+			switch op := rapid.IntRange(0, 9).Draw(t, "op"); {
+			case op < 5: // append: mostly a new key, sometimes one deleted before
+				k := "k" + strconv.Itoa(next)
+				if op == 0 {
+					k = "k" + strconv.Itoa(keys.Draw(t, "old key"))
+				}
+				if find(k) >= 0 {
+					continue
+				}
+				next++
+				l.Append(entry{k, strconv.Itoa(next)})
+				want = append(want, entry{k, strconv.Itoa(next)})
+			case op < 9: // delete, mostly one that is there
+				k := "k" + strconv.Itoa(keys.Draw(t, "key"))
+				if len(want) > 0 && op < 8 {
+					k = want[rapid.IntRange(0, len(want)-1).Draw(t, "at")].key
+				}
+				i := find(k)
+				if got := l.Delete(k); got != (i >= 0) {
+					t.Fatalf("Delete(%q) = %v, want %v", k, got, i >= 0)
+				}
+				if i >= 0 {
+					want = slices.Delete(want, i, i+1)
+				}
+			default: // replace in place
+				if len(want) == 0 {
+					continue
+				}
+				i := rapid.IntRange(0, len(want)-1).Draw(t, "replace")
+				want[i].value += "'"
+				*l.At(l.Find(want[i].key)) = want[i]
+			}
+			if l.Len() != len(want) {
+				t.Fatalf("Len = %d, want %d", l.Len(), len(want))
+			}
+			var got []entry
+			for e := range l.All {
+				got = append(got, *e)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("All = %v, want %v", got, want)
+			}
+			for _, e := range want {
+				if i := l.Find(e.key); i < 0 || *l.At(i) != e {
+					t.Fatalf("Find(%q) = %d", e.key, i)
+				}
+			}
+			if l.Find("") != -1 || l.Find("k-absent") != -1 {
+				t.Fatal("an absent key is found")
+			}
+			if l.long != nil && l.long.dead > l.Len() {
+				t.Fatalf("%d deleted entries kept beside %d", l.long.dead, l.Len())
+			}
+		}
+	})
 }

@@ -1136,7 +1136,7 @@ func testRemoveMany(t *testing.T, s store.Store) {
 	wantContacts := map[string][]store.Contact{"root": wantRoot}
 	for i, a := range want {
 		if a.ID == "a150" {
-			want[i].Status = "busy"
+			want[i] = agent("a150", "busy")
 		}
 		wantContacts[a.ID] = []store.Contact{contact("root", "")}
 	}
