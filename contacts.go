@@ -64,10 +64,11 @@ func (p ContactPolicy) String() string {
 	return "open"
 }
 
-// ContactRegistry holds every agent's contacts. A registry never forgets
-// a contact, and the first entry for a contact wins: adding a contact the
-// owner already has changes nothing, so an entry's Source says how the owner
-// first came to know the contact.
+// ContactRegistry holds every agent's contacts. The first entry for a
+// contact wins: adding a contact the owner already has changes nothing, so
+// an entry's Source says how the owner first came to know the contact. A
+// society's registry loses an entry only when the society forgets the
+// contact (see Config.Retention).
 //
 // A ContactRegistry is safe for concurrent use. The zero value is an empty
 // registry ready to use.
@@ -226,12 +227,34 @@ func (r *ContactRegistry) knows(from, to string) bool {
 	return l != nil && l.Find(to) >= 0
 }
 
-// forget drops owner's registry: the society forgot owner (see
-// Config.Retention). Entries about owner in other registries stay.
-func (r *ContactRegistry) forget(owner string) {
+// forget drops owner's registry, and the entries about owner in the
+// registries of the agents among others, and returns those it had: the
+// society forgot owner (see Config.Retention).
+func (r *ContactRegistry) forget(owner string, others []string) (had []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.owners, owner)
+	for _, o := range others {
+		if l := r.owners[o]; l != nil && l.Delete(owner) {
+			had = append(had, o)
+		}
+	}
+	return had
+}
+
+// ids returns the ids of owner's contacts.
+func (r *ContactRegistry) ids(owner string) []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	l := r.owners[owner]
+	if l == nil {
+		return nil
+	}
+	out := make([]string, 0, l.Len())
+	for e := range l.All {
+		out = append(out, e.id)
+	}
+	return out
 }
 
 // List returns owner's contacts in the order they were added.

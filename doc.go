@@ -182,8 +182,8 @@
 // code, not state: give them back with Config.RestoreBehavior. A message to
 // user stays pending until the host has it (see [Society.OnUserMessage]).
 // What has ended, a settled request or a terminated agent, is forgotten
-// from memory Config.Retention after it ended, so that a long-lived
-// society does not grow; the store keeps it.
+// Config.Retention after it ended, in memory and in the store, so that a
+// long-lived society and its store do not grow.
 //
 // Every change goes one way: it is checked against the society's state
 // under its lock, recorded in the store with no lock held, then applied to

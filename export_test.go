@@ -19,10 +19,20 @@ func (s *Society) Held() map[string]int {
 		"state":     len(s.state),
 		"claims":    len(s.claims),
 		"contacts":  len(s.contacts.owners),
+		"entries":   s.contacts.entries(),
 		"retired":   len(s.retired),
 		"ledgers":   len(s.ledgers),
 		"taskKeys":  len(s.taskAgents),
 	}
+}
+
+// entries counts the entries of every registry. Called with r.mu held.
+func (r *ContactRegistry) entries() int {
+	n := 0
+	for _, l := range r.owners {
+		n += l.Len()
+	}
+	return n
 }
 
 // FormatIn renders m as an agent of a society in language lang reads it,

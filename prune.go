@@ -1,9 +1,15 @@
 package agentsociety
 
 import (
+	"encoding/json"
+	"iter"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
+
+	"agentsociety/internal/ids"
+	"agentsociety/store"
 )
 
 // Pruning: what has ended is kept in memory for Config.Retention, then
@@ -25,9 +31,16 @@ import (
 // a conversation that goes on keeps its budget and what it spent. A
 // message on a forgotten task starts it afresh, with the default budget.
 //
-// The store is not told: store.Store has no way to delete a request or an
-// agent, so it keeps them, and a society reopened on it forgets them again
-// Config.Retention after opening.
+// What prune forgets, the store removes too (store.Removal), so that a
+// durable society's store does not grow for its life either: prune
+// forgets in memory first, then records the removal, claiming what it
+// removes so that a change on the same keys (a request id a model chose
+// again) waits until the removal is recorded and is never removed by it.
+// A store that fails to remove keeps what the society forgot, which a
+// society reopened on it forgets again Config.Retention after opening:
+// nothing is lost. The last agent and role ids are recorded with each
+// removal, so that a society reopened on the store never numbers a new
+// agent or role as one it forgot.
 
 // retiree is something that ended: a settled request, a terminated agent
 // or a task without agents, due to be forgotten at due.
@@ -56,7 +69,7 @@ func (s *Society) retireTask(task string) {
 // holds none of its agents, nothing of it is in flight, and it went quiet
 // Retention ago or more; one that went quiet since is queued again (see
 // retireTask). Called with s.mu held.
-func (s *Society) endTask(task string) {
+func (s *Society) endTask(task string, f *forgetting) {
 	if s.taskAgents[task] > 0 {
 		return
 	}
@@ -68,9 +81,21 @@ func (s *Society) endTask(task string) {
 		s.retireTask(task) // in use lately: kept for Retention after
 		return
 	}
-	delete(s.ledgers, "task:"+task)
+	if s.ledgers["task:"+task] != nil {
+		delete(s.ledgers, "task:"+task)
+		f.state(budgetScope+"task:"+task, budgetKey)
+	}
 	if t != nil {
+		if t.saved {
+			f.state(awaitingScope+task, awaitingKey)
+		}
 		s.dropActivity(task, t)
+	}
+	for k := range s.state {
+		if k.scope == "task:"+task {
+			delete(s.state, k)
+			f.state(k.scope, k.key)
+		}
 	}
 }
 
@@ -125,19 +150,54 @@ func (s *Society) stopPrune() {
 }
 
 // prune forgets every retiree that is due, and what goes with a forgotten
-// agent: its spawn key, its contact registry, its private state, the
-// requests it made or was asked (a request from an agent that ended may
-// still be pending), and the roles it created that no agent remembered
-// has. It runs from the prune timer, takes s.mu and calls no store and no
-// log handler.
+// agent: its spawn key, its contact registry and the entries about it in
+// others' (see forgetAgent), its private state, the requests it made or
+// was asked (a request from an agent that ended may still be pending), and
+// the roles it created that no agent remembered has; then it removes them
+// from the store. It runs from the prune timer, and calls no store and no
+// log handler with s.mu held.
 func (s *Society) prune() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.pruneTimer = nil
 	if s.closed.Load() {
+		s.pruneTimer = nil
+		s.mu.Unlock()
 		return
 	}
-	now := time.Now()
+	f := s.forgetDue(time.Now())
+	c := &change{claims: f.claims, record: f.record}
+	if !c.record.Empty() {
+		c.record.States = append(c.record.States, s.lastIDs()...)
+	}
+	// s.pruneTimer stays set until the removal is recorded: no other
+	// prune starts meanwhile.
+	for !c.record.Empty() && !s.closed.Load() {
+		busy := s.claimed(c)
+		if busy == nil {
+			done := s.claim(c)
+			s.mu.Unlock()
+			if err := s.recordAndCommit(s.runCtx, c, done); err != nil {
+				s.log.LogAttrs(s.runCtx, slog.LevelWarn, "removing what the society forgot from the store failed; a society reopened on the store forgets it again",
+					slog.Int("agents", len(c.record.Remove.Agents)), slog.Int("requests", len(c.record.Remove.Requests)), slog.String("err", err.Error()))
+			}
+			s.mu.Lock()
+			break
+		}
+		s.mu.Unlock()
+		select {
+		case <-busy:
+		case <-s.done:
+		}
+		s.mu.Lock()
+	}
+	s.pruneTimer = nil
+	s.armPrune()
+	s.mu.Unlock()
+}
+
+// forgetDue forgets every retiree due at now, and returns what the store
+// holds of it. Called with s.mu held.
+func (s *Society) forgetDue(now time.Time) *forgetting {
+	f := new(forgetting)
 	gone := map[string]bool{}
 	n := 0
 	for ; n < len(s.retired) && !s.retired[n].due.After(now); n++ {
@@ -145,16 +205,17 @@ func (s *Society) prune() {
 		case e.request != nil:
 			if s.requests[e.request.id] == e.request {
 				delete(s.requests, e.request.id)
+				f.request(e.request)
 			}
 		case e.agent != nil:
-			if s.forgetAgent(e.agent) {
+			if s.forgetAgent(e.agent, f) {
 				gone[e.agent.info.ID] = true
 			}
 		case e.task != "":
 			if l := s.ledgers["task:"+e.task]; l != nil {
 				l.retiring = false
 			}
-			s.endTask(e.task)
+			s.endTask(e.task, f)
 		}
 	}
 	clear(s.retired[:n]) // let them be collected
@@ -163,14 +224,84 @@ func (s *Society) prune() {
 		s.retired = nil // drop the array a burst grew
 	}
 	if len(gone) > 0 {
-		s.forgetWith(gone)
+		s.forgetWith(gone, f)
 	}
-	s.armPrune()
+	return f
+}
+
+// forgetting is what prune forgot that the store holds: the change that
+// removes it, and the keys that change claims.
+type forgetting struct {
+	record store.Change
+	claims []string
+}
+
+func (f *forgetting) request(r *request) {
+	f.record.Remove.Requests = append(f.record.Remove.Requests, r.id)
+	f.claims = append(f.claims, claimRequest(r.id))
+	if r.reported {
+		f.record.States = append(f.record.States, stuckEntry(r.id, false))
+	}
+}
+
+func (f *forgetting) agent(id string) {
+	f.record.Remove.Agents = append(f.record.Remove.Agents, id)
+	f.claims = append(f.claims, id)
+}
+
+func (f *forgetting) state(scope, key string) {
+	f.record.States = append(f.record.States, store.StateEntry{Scope: scope, Key: key})
+	f.claims = append(f.claims, claimState(scope, key))
+}
+
+// The store keeps the last agent and role ids the society made under this
+// scope, each under its sequence's name, once it has removed an agent or
+// a role: the ids of a society reopened on it go on after them.
+const idsScope = "ids:"
+
+// lastIDs returns the records of the last agent and role ids. Called with
+// s.mu held.
+func (s *Society) lastIDs() []store.StateEntry {
+	var out []store.StateEntry
+	for key, seq := range s.sequences() {
+		if last := seq.Last(); last != "" {
+			v, _ := json.Marshal(last)
+			out = append(out, store.StateEntry{Scope: idsScope, Key: key, Value: v, Writer: RootID, UpdatedAt: time.Now()})
+		}
+	}
+	return out
+}
+
+// sequences yields the society's id sequences, each with its name.
+func (s *Society) sequences() iter.Seq2[string, *ids.Sequence] {
+	return func(yield func(string, *ids.Sequence) bool) {
+		_ = yield("agent", s.agentIDs) && yield("role", s.roleIDs)
+	}
+}
+
+// restoreIDs takes back a record of lastIDs, reporting whether e is one.
+// Called while the society opens.
+func (s *Society) restoreIDs(e store.StateEntry) bool {
+	if e.Scope != idsScope {
+		return false
+	}
+	var last string
+	if json.Unmarshal(e.Value, &last) == nil {
+		for key, seq := range s.sequences() {
+			if key == e.Key {
+				seq.Observe(last)
+			}
+		}
+	}
+	return true
 }
 
 // forgetAgent forgets a, if the society still has it, and its spawn key
-// and contact registry, and reports whether it did. Called with s.mu held.
-func (s *Society) forgetAgent(a *agent) bool {
+// and contact registry, and reports whether it did. It removes the entries
+// about a from the registries of its parent, root, user and the agents a
+// knew, which are most who know it; another agent that knew a without a
+// knowing it keeps its entry. Called with s.mu held.
+func (s *Society) forgetAgent(a *agent, f *forgetting) bool {
 	id := a.info.ID
 	if s.agents[id] != a {
 		return false
@@ -182,11 +313,16 @@ func (s *Society) forgetAgent(a *agent) bool {
 	if s.rootKids[a.info.TaskID] == id {
 		delete(s.rootKids, a.info.TaskID)
 	}
-	s.contacts.forget(id)
+	f.agent(id)
+	knew := append(s.contacts.ids(id), a.info.ParentID, RootID, UserID)
+	slices.Sort(knew)
+	for _, o := range s.contacts.forget(id, slices.Compact(knew)) {
+		f.record.Remove.Contacts = append(f.record.Remove.Contacts, store.ContactKey{Owner: o, ID: id})
+	}
 	if task := a.info.TaskID; task != "" {
 		if s.taskAgents[task]--; s.taskAgents[task] <= 0 {
 			delete(s.taskAgents, task)
-			s.endTask(task)
+			s.endTask(task, f)
 		}
 	}
 	return true
@@ -197,20 +333,25 @@ func (s *Society) forgetAgent(a *agent) bool {
 // the society no longer has and that no agent it has is on. A pending request to an agent gone from
 // an agent still there stays, for settleRequestsTo to settle: its
 // requester must be told. Called with s.mu held.
-func (s *Society) forgetWith(gone map[string]bool) {
+func (s *Society) forgetWith(gone map[string]bool, f *forgetting) {
 	s.forgetLoops(gone)
 	for id := range gone {
-		delete(s.ledgers, "agent:"+id)
+		if s.ledgers["agent:"+id] != nil {
+			delete(s.ledgers, "agent:"+id)
+			f.state(budgetScope+"agent:"+id, budgetKey)
+		}
 	}
 	for id, r := range s.requests {
 		if gone[r.from] || (gone[r.to] && r.status != StatusPending) {
 			s.stopTimer(r)
 			delete(s.requests, id)
+			f.request(r)
 		}
 	}
 	for k := range s.state {
 		if id, ok := strings.CutPrefix(k.scope, "agent:"); ok && gone[id] {
 			delete(s.state, k)
+			f.state(k.scope, k.key)
 		}
 	}
 	var orphans map[string]bool
@@ -231,6 +372,8 @@ func (s *Society) forgetWith(gone map[string]bool) {
 	for id := range orphans {
 		r := s.roles[id]
 		delete(s.roles, id)
+		f.record.Remove.Roles = append(f.record.Remove.Roles, id)
+		f.claims = append(f.claims, claimRole(r.CreatedBy, r.Name))
 		if s.roleKeys[roleKey{r.CreatedBy, r.Name}] == id {
 			delete(s.roleKeys, roleKey{r.CreatedBy, r.Name})
 		}

@@ -137,33 +137,36 @@ func TestRetention_TerminatedAgentIsForgotten(t *testing.T) {
 	if got := s.FindRoleByName("intern"); len(got) != 0 {
 		t.Errorf("the worker's role is still there: %+v", got)
 	}
-	// The lead's registry still names the worker: entries about a
-	// forgotten agent stay.
-	if !s.IsKnown(lead.ID(), worker.ID()) {
-		t.Errorf("the lead forgot its contact %s", worker.ID())
+	// The lead's registry no longer names the worker, its child.
+	if s.IsKnown(lead.ID(), worker.ID()) {
+		t.Errorf("the lead still knows %s, forgotten", worker.ID())
 	}
 	held := s.Held()
 	want := base
 	want["agents"]-- // the worker
 	want["contacts"]--
+	want["entries"] -= 2 // the worker's registry, with its parent, and the lead's entry about it
 	if diff := cmp.Diff(want, held); diff != "" {
 		t.Errorf("the society holds (-want +got):\n%s", diff)
 	}
 }
 
 // TestRetention_NothingGrows: task after task of spawning, asking,
-// answering and terminating leaves the society holding what it held
-// before, once Config.Retention has passed.
+// answering and terminating leaves the society, and its store, holding
+// what they held before, once Config.Retention has passed: root's
+// registry does not keep an entry per task's lead, nor the store a record
+// of what the society forgot.
 func TestRetention_NothingGrows(t *testing.T) {
 	ctx := context.Background()
 	in := newInbox()
-	s := newSociety(t, as.Config{Retention: 50 * time.Millisecond, DefaultBehavior: in.behavior(), Logger: quiet})
+	st := store.NewMemory()
+	s := newSociety(t, as.Config{Store: st, Retention: 50 * time.Millisecond, DefaultBehavior: in.behavior(), Logger: quiet})
 	root := actorOf(t, s, as.RootID)
 	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := s.Held()
+	base, baseStore := s.Held(), storeHolds(t, st)
 	for i := range 20 {
 		task := "t" + strconv.Itoa(i)
 		lead, _, err := root.WithTask(task).SpawnAgent(ctx, as.SpawnSpec{RoleID: role.ID, Brief: validBrief()})
@@ -189,15 +192,42 @@ func TestRetention_NothingGrows(t *testing.T) {
 		if _, err := x.RequestCollaboration(ctx, w.ID, as.CollaborationRequestPayload{SubtaskDescription: "y"}, 0); err != nil {
 			t.Fatal(err)
 		}
+		if err := x.SetState(ctx, "notes", "mine", as.ScopePrivate); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.SetState(ctx, "plan", "ours", as.ScopeProject); err != nil {
+			t.Fatal(err)
+		}
 		if err := s.Terminate(ctx, lead.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
 	waitFor(t, "everything that ended to be forgotten", func() bool { return cmp.Equal(base, s.Held()) })
+	// Only the last ids are new in the store (see prune.go).
+	baseStore["states"] += 2
+	waitFor(t, "the store to remove it", func() bool { return cmp.Equal(baseStore, storeHolds(t, st)) })
+}
+
+// storeHolds counts the records st holds, by kind.
+func storeHolds(t *testing.T, st store.Store) map[string]int {
+	t.Helper()
+	state, err := st.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, l := range state.Contacts {
+		n += len(l)
+	}
+	return map[string]int{
+		"roles": len(state.Roles), "agents": len(state.Agents), "requests": len(state.Requests),
+		"registries": len(state.Contacts), "entries": n, "histories": len(state.Histories), "states": len(state.States),
+	}
 }
 
 // TestRetention_AfterReopening: a society reopened on a store forgets what
-// had ended Config.Retention after opening (the store keeps it all).
+// had ended Config.Retention after opening, and removes it from the store;
+// the agents it makes then are not numbered as those it forgot.
 func TestRetention_AfterReopening(t *testing.T) {
 	ctx := context.Background()
 	st := store.NewMemory()
@@ -230,8 +260,30 @@ func TestRetention_AfterReopening(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(state.Requests) != 1 || len(state.Agents) != 2 {
-		t.Errorf("the store holds %d requests and %d agents, want 1 and 2: it keeps them", len(state.Requests), len(state.Agents))
+	if len(state.Requests) != 0 || len(state.Agents) != 1 || state.Contacts[helper.ID()] != nil {
+		t.Errorf("the store holds %d requests, %d agents and the helper's registry %v, want 0, 1 and none", len(state.Requests), len(state.Agents), state.Contacts[helper.ID()])
+	}
+	for owner, l := range state.Contacts {
+		for _, c := range l {
+			if c.ID == helper.ID() {
+				t.Errorf("%s's registry in the store names the helper, forgotten", owner)
+			}
+		}
+	}
+	if err := s2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s3 := newSociety(t, as.Config{Store: st, DefaultBehavior: in.behavior(), Logger: quiet})
+	r, _, err := actorOf(t, s3, lead.ID()).CreateRole(ctx, as.RoleSpec{Name: "new"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, err := actorOf(t, s3, lead.ID()).SpawnAgent(ctx, as.SpawnSpec{RoleID: r.ID, Brief: validBrief()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ID == helper.ID() {
+		t.Errorf("a new agent is numbered %s, as the one the society forgot", a.ID)
 	}
 }
 

@@ -37,11 +37,15 @@ func agentFromRecord(r store.Agent, role *Role, parent *agent) (*agent, error) {
 	if err := json.Unmarshal(r.Brief, &brief); err != nil {
 		return nil, fmt.Errorf("agent %s: brief: %w", r.ID, err)
 	}
+	depth := 1 // a terminated agent's forgotten parent is taken for root
+	if parent != nil {
+		depth = parent.depth + 1
+	}
 	return &agent{
 		info:     Agent{ID: r.ID, RoleID: r.RoleID, ParentID: r.ParentID, TaskID: r.TaskID, Status: AgentStatus(r.Status), CreatedAt: r.CreatedAt},
 		brief:    r.Brief,
 		role:     role,
-		depth:    parent.depth + 1,
+		depth:    depth,
 		spawnKey: r.SpawnKey,
 	}, nil
 }

@@ -127,7 +127,7 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 		}
 	}
 	for _, e := range st.States {
-		if !s.restoreLedger(e) && !s.restoreStuck(e) && !s.restoreAwaiting(e) {
+		if !s.restoreLedger(e) && !s.restoreStuck(e) && !s.restoreAwaiting(e) && !s.restoreIDs(e) {
 			s.putState(stateFromRecord(e))
 		}
 	}
@@ -160,7 +160,8 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 // by walking ParentID, whatever their CreatedAt says (a store written
 // across a backwards step of the clock still opens). Root's children and
 // their subtrees keep the store's order. A record whose parent is neither
-// root nor in the store is an error, and so is a cycle.
+// root nor in the store is an error, unless the agent is terminated; so is
+// a cycle.
 func parentsFirst(recs []store.Agent) ([]store.Agent, error) {
 	byID := make(map[string]int, len(recs))
 	for i, r := range recs {
@@ -184,12 +185,16 @@ func parentsFirst(recs []store.Agent) ([]store.Agent, error) {
 		mark[i] = visiting
 		if p := recs[i].ParentID; p != RootID {
 			j, ok := byID[p]
-			if !ok {
+			switch {
+			case ok:
+				if err := place(j); err != nil {
+					return err
+				}
+			case recs[i].Status != string(StatusTerminated):
 				return fmt.Errorf("agent %s: parent %q is missing from the store", recs[i].ID, p)
 			}
-			if err := place(j); err != nil {
-				return err
-			}
+			// A terminated agent's parent may have been forgotten and
+			// removed before it (see prune.go).
 		}
 		mark[i] = placed
 		out = append(out, recs[i])

@@ -124,9 +124,14 @@ type Config struct {
 	// the requests it made or was asked, and the roles it created that no
 	// remaining agent is on: Agent, Agents, Roles and FindRoleByName no
 	// longer show them, and a message to it is refused with
-	// ErrAgentNotFound rather than ErrAgentTerminated. Entries about it in
-	// other agents' registries stay. The store keeps all of it (store.Store
-	// has no way to delete a request or an agent): a society reopened on the
+	// ErrAgentNotFound rather than ErrAgentTerminated. The entries about it
+	// in the registries of its parent, root, user and the agents it knew
+	// go with it (an agent that knew it without it knowing them keeps its
+	// entry). A task whose agents are all forgotten, and which has been
+	// quiet for Retention, is forgotten too: its budget, what it spent and
+	// its project state; a message on it starts it afresh. What the
+	// society forgets, it removes from the store (store.Removal); a store
+	// that fails to remove it keeps it, and a society reopened on that
 	// store forgets it again Retention after opening. Zero means
 	// DefaultRetention; a negative value means nothing is forgotten.
 	Retention time.Duration

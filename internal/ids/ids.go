@@ -24,6 +24,14 @@ func NewSequence(prefix string) *Sequence { return &Sequence{prefix: prefix + "-
 // Next returns the next id.
 func (s *Sequence) Next() string { return numbered(s.prefix, s.n.Add(1)) }
 
+// Last returns the last id Next returned or Observe saw, or "" if none.
+func (s *Sequence) Last() string {
+	if n := s.n.Load(); n > 0 {
+		return numbered(s.prefix, n)
+	}
+	return ""
+}
+
 // Observe makes sure later ids come after id, if id is one of this
 // sequence's; it lets a society reopened on a store go on where it stopped.
 func (s *Sequence) Observe(id string) {

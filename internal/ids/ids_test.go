@@ -35,3 +35,18 @@ func TestRandomIsUnique(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+func TestSequenceLast(t *testing.T) {
+	s := NewSequence("agent")
+	if got := s.Last(); got != "" {
+		t.Fatalf("Last of a new sequence = %q", got)
+	}
+	s.Next()
+	s.Observe("agent-41")
+	if got := s.Last(); got != "agent-41" {
+		t.Fatalf("Last = %q, want agent-41", got)
+	}
+	if got := s.Next(); got != "agent-42" {
+		t.Fatalf("Next = %q", got)
+	}
+}
