@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -453,4 +456,65 @@ func TestRetention_QuietTaskIsForgotten(t *testing.T) {
 		_, ok := s.Usage(task)
 		return !ok && len(s.Tasks()) == 0
 	})
+}
+
+// heldRemovals is a store whose Apply of a change that removes records
+// waits, once it has said so on removing, until release is closed.
+type heldRemovals struct {
+	store.Store
+	removing chan store.Removal
+	release  chan struct{}
+}
+
+func (h *heldRemovals) Apply(ctx context.Context, c store.Change) error {
+	if !c.Remove.Empty() {
+		h.removing <- c.Remove
+		<-h.release
+	}
+	return h.Store.Apply(ctx, c)
+}
+
+// A request made with the id of a forgotten request while the store is
+// removing that one waits until the removal is recorded: the removal
+// never removes it.
+func TestRetention_RemovalDoesNotRemoveAReusedID(t *testing.T) {
+	ctx := context.Background()
+	st := &heldRemovals{Store: store.NewMemory(), removing: make(chan store.Removal, 1), release: make(chan struct{})}
+	s := newSociety(t, as.Config{Store: st, Retention: 10 * time.Millisecond, DefaultBehavior: newInbox().behavior(), Logger: quiet})
+	lead, helper := chain(t, s, nil)
+	ask := as.CollaborationRequestPayload{RequestID: "req-again", SubtaskDescription: "x"}
+	if _, err := lead.RequestCollaboration(ctx, helper.ID(), ask, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := helper.Respond(ctx, "req-again", as.CollaborationResponsePayload{Status: as.StatusRejected, ErrorMessage: "no"}); err != nil {
+		t.Fatal(err)
+	}
+	if rm := recv(t, st.removing, "the removal of the settled request"); !slices.Equal(rm.Requests, []string{"req-again"}) {
+		t.Fatalf("the removal: %+v", rm)
+	}
+	asked := make(chan error, 1)
+	go func() {
+		_, err := lead.RequestCollaboration(ctx, helper.ID(), ask, 0)
+		asked <- err
+	}()
+	// Released once the request waits for the removal, or, if it does not,
+	// once it is recorded (and would be removed).
+	waitFor(t, "the request made again to wait or be recorded", func() bool {
+		if state, _ := st.Load(ctx); len(state.Requests) > 0 {
+			return true
+		}
+		buf := make([]byte, 1<<20)
+		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "agentsociety.(*Society).waitFor(")
+	})
+	close(st.release)
+	if err := recv(t, asked, "the request made again"); err != nil {
+		t.Fatal(err)
+	}
+	state, err := st.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(state.Requests) != 1 || state.Requests[0].ID != "req-again" || state.Requests[0].Status != string(as.StatusPending) {
+		t.Fatalf("the store holds requests %+v, want req-again pending", state.Requests)
+	}
 }

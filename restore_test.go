@@ -2146,6 +2146,29 @@ func TestRestore_BrokenParentsAreRefused(t *testing.T) {
 	}
 }
 
+// A terminated agent whose parent the store no longer holds (the society
+// forgot and removed the parent first, see Config.Retention) is restored,
+// terminated, and forgotten in its turn.
+func TestRestore_TerminatedAgentWithoutItsParent(t *testing.T) {
+	ctx := context.Background()
+	mem := store.NewMemory()
+	if err := mem.Apply(ctx, store.Change{
+		Roles:  []store.Role{{ID: "role-1", Name: "lead", CreatedBy: as.RootID}},
+		Agents: []store.Agent{{ID: "agent-2", RoleID: "role-1", ParentID: "agent-1", TaskID: "t", Brief: restoreBrief(t), Status: string(as.StatusTerminated)}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	s := newSociety(t, as.Config{Store: mem, Retention: 10 * time.Millisecond, Logger: quiet})
+	if a, ok := s.Agent("agent-2"); !ok || a.Status != as.StatusTerminated {
+		t.Fatalf("agent-2 restored as %+v, %v", a, ok)
+	}
+	waitFor(t, "agent-2 to be forgotten and removed", func() bool {
+		state, err := mem.Load(ctx)
+		_, ok := s.Agent("agent-2")
+		return err == nil && !ok && len(state.Agents) == 0
+	})
+}
+
 // twoAgentStore returns an in-memory store holding a lead (agent-1, root's
 // child) and its worker (agent-2) in the given status, with what extra adds.
 func twoAgentStore(t *testing.T, worker as.AgentStatus, extra store.Change) *store.Memory {
