@@ -91,12 +91,7 @@ func (s *Society) endTask(task string, f *forgetting) {
 		}
 		s.dropActivity(task, t)
 	}
-	for k := range s.state {
-		if k.scope == "task:"+task {
-			delete(s.state, k)
-			f.state(k.scope, k.key)
-		}
-	}
+	f.tasks = append(f.tasks, task) // its project state goes in forgetState
 }
 
 // retireRequest queues r, just settled, to be forgotten. Called with s.mu
@@ -226,7 +221,26 @@ func (s *Society) forgetDue(now time.Time) *forgetting {
 	if len(gone) > 0 {
 		s.forgetWith(gone, f)
 	}
+	s.forgetState(gone, f.tasks, f)
 	return f
+}
+
+// forgetState forgets the private state of the agents gone and the
+// project state of the tasks ended. Called with s.mu held.
+func (s *Society) forgetState(gone map[string]bool, tasks []string, f *forgetting) {
+	if len(gone)+len(tasks) == 0 {
+		return
+	}
+	ended := make(map[string]bool, len(tasks))
+	for _, task := range tasks {
+		ended["task:"+task] = true
+	}
+	for k := range s.state {
+		if id, ok := strings.CutPrefix(k.scope, "agent:"); ok && gone[id] || ended[k.scope] {
+			delete(s.state, k)
+			f.state(k.scope, k.key)
+		}
+	}
 }
 
 // forgetting is what prune forgot that the store holds: the change that
@@ -234,6 +248,7 @@ func (s *Society) forgetDue(now time.Time) *forgetting {
 type forgetting struct {
 	record store.Change
 	claims []string
+	tasks  []string // the tasks ended, whose project state is to go
 }
 
 func (f *forgetting) request(r *request) {
@@ -328,11 +343,11 @@ func (s *Society) forgetAgent(a *agent, f *forgetting) bool {
 	return true
 }
 
-// forgetWith forgets what goes with the agents gone: the requests they
-// made or were asked, their private state, and the roles whose creator
-// the society no longer has and that no agent it has is on. A pending request to an agent gone from
-// an agent still there stays, for settleRequestsTo to settle: its
-// requester must be told. Called with s.mu held.
+// forgetWith forgets what goes with the agents gone: their budgets, the
+// requests they made or were asked, and the roles whose creator the
+// society no longer has and that no agent it has is on. A pending request
+// to an agent gone from an agent still there stays, for settleRequestsTo
+// to settle: its requester must be told. Called with s.mu held.
 func (s *Society) forgetWith(gone map[string]bool, f *forgetting) {
 	s.forgetLoops(gone)
 	for id := range gone {
@@ -346,12 +361,6 @@ func (s *Society) forgetWith(gone map[string]bool, f *forgetting) {
 			s.stopTimer(r)
 			delete(s.requests, id)
 			f.request(r)
-		}
-	}
-	for k := range s.state {
-		if id, ok := strings.CutPrefix(k.scope, "agent:"); ok && gone[id] {
-			delete(s.state, k)
-			f.state(k.scope, k.key)
 		}
 	}
 	var orphans map[string]bool
