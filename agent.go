@@ -542,6 +542,7 @@ func (s *Society) addAgent(c *agent) {
 	if c.info.TaskID != "" {
 		s.taskAgents[c.info.TaskID]++
 	}
+	s.roleAgents[c.info.RoleID]++
 	if c.spawnKey != "" {
 		s.spawnKeys[c.spawnKey] = c.info.ID
 	}

@@ -23,6 +23,7 @@ func (s *Society) Held() map[string]int {
 		"retired":   len(s.retired),
 		"ledgers":   len(s.ledgers),
 		"taskKeys":  len(s.taskAgents),
+		"roleUsers": len(s.roleAgents),
 	}
 }
 

@@ -328,6 +328,9 @@ func (s *Society) forgetAgent(a *agent, f *forgetting) bool {
 	if s.rootKids[a.info.TaskID] == id {
 		delete(s.rootKids, a.info.TaskID)
 	}
+	if s.roleAgents[a.info.RoleID]--; s.roleAgents[a.info.RoleID] <= 0 {
+		delete(s.roleAgents, a.info.RoleID)
+	}
 	f.agent(id)
 	knew := append(s.contacts.ids(id), a.info.ParentID, RootID, UserID)
 	slices.Sort(knew)
@@ -365,7 +368,7 @@ func (s *Society) forgetWith(gone map[string]bool, f *forgetting) {
 	}
 	var orphans map[string]bool
 	for id, r := range s.roles {
-		if s.agents[r.CreatedBy] == nil {
+		if s.agents[r.CreatedBy] == nil && s.roleAgents[id] == 0 {
 			if orphans == nil {
 				orphans = map[string]bool{}
 			}
@@ -374,9 +377,6 @@ func (s *Society) forgetWith(gone map[string]bool, f *forgetting) {
 	}
 	if orphans == nil {
 		return
-	}
-	for _, a := range s.agents {
-		delete(orphans, a.info.RoleID)
 	}
 	for id := range orphans {
 		r := s.roles[id]

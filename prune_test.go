@@ -148,6 +148,7 @@ func TestRetention_TerminatedAgentIsForgotten(t *testing.T) {
 	want := base
 	want["agents"]-- // the worker
 	want["contacts"]--
+	want["roleUsers"]--  // no agent is on the worker's role, which the lead made, any more
 	want["entries"] -= 2 // the worker's registry, with its parent, and the lead's entry about it
 	if diff := cmp.Diff(want, held); diff != "" {
 		t.Errorf("the society holds (-want +got):\n%s", diff)

@@ -259,6 +259,9 @@ type Society struct {
 	// holds, ended or not: a task none is left of has ended, and its
 	// ledger is forgotten (see prune.go).
 	taskAgents map[string]int
+	// roleAgents counts, for each role, the agents on it the society
+	// holds: a role none is on, whose creator is gone, is forgotten.
+	roleAgents map[string]int
 	loops      loops // the loop guard's state (see loopguard.go)
 
 	roleTools sync.Map          // role name -> []llm.Tool, the tools its agents see (see toolsFor)
@@ -396,6 +399,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		loops:      newLoops(),
 		ledgers:    make(map[string]*ledger),
 		taskAgents: make(map[string]int),
+		roleAgents: make(map[string]int),
 		spawnKeys:  make(map[string]string),
 		handoffs:   make(map[string]string),
 		requests:   make(map[string]*request),
