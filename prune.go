@@ -120,6 +120,13 @@ func (s *Society) retireFrom(e retiree, from time.Time) {
 	s.armPrune()
 }
 
+// pruneEvery bounds how often prune runs: at most pruneEvery times a
+// Config.Retention. Each run reads all the society's requests, roles and
+// loop-guard pairs once, so a society whose agents end one at a time is
+// not read whole for each; what is due is forgotten up to a
+// pruneEvery-th of Retention late.
+const pruneEvery = 64
+
 // armPrune starts the prune timer for the oldest retiree, unless it runs
 // already, nothing is queued or the society is closed. Called with s.mu
 // held: the timer is counted in s.wg until it fires or Close stops it.
@@ -127,8 +134,12 @@ func (s *Society) armPrune() {
 	if s.pruneTimer != nil || len(s.retired) == 0 || s.closed.Load() {
 		return
 	}
+	at := s.retired[0].due
+	if next := s.pruned.Add(s.cfg.Retention / pruneEvery); at.Before(next) {
+		at = next
+	}
 	s.wg.Add(1)
-	s.pruneTimer = time.AfterFunc(time.Until(s.retired[0].due), func() {
+	s.pruneTimer = time.AfterFunc(time.Until(at), func() {
 		defer s.wg.Done()
 		s.prune()
 	})
@@ -158,7 +169,8 @@ func (s *Society) prune() {
 		s.mu.Unlock()
 		return
 	}
-	f := s.forgetDue(time.Now())
+	s.pruned = time.Now()
+	f := s.forgetDue(s.pruned)
 	c := &change{claims: f.claims, record: f.record}
 	if !c.record.Empty() {
 		c.record.States = append(c.record.States, s.lastIDs()...)

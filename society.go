@@ -132,7 +132,9 @@ type Config struct {
 	// its project state; a message on it starts it afresh. What the
 	// society forgets, it removes from the store (store.Removal); a store
 	// that fails to remove it keeps it, and a society reopened on that
-	// store forgets it again Retention after opening. Zero means
+	// store forgets it again Retention after opening. What is due may be
+	// forgotten up to a 64th of Retention late, so that the society is
+	// not read whole for each thing it forgets. Zero means
 	// DefaultRetention; a negative value means nothing is forgotten.
 	Retention time.Duration
 
@@ -276,10 +278,11 @@ type Society struct {
 	claims    map[string]chan struct{}
 	contacts  ContactRegistry
 	// retired holds what ended, in the order it ended, to be forgotten
-	// Config.Retention later; pruneTimer fires when the oldest is due (see
-	// prune.go).
+	// Config.Retention later; pruneTimer fires when the oldest is due, or
+	// a little later (see prune.go); pruned is when it last fired.
 	retired    []retiree
 	pruneTimer *time.Timer
+	pruned     time.Time
 
 	// closed is set under mu; apply checks it under mu, so no change is
 	// checked after Close began. Drainers read it alone: a
