@@ -3,6 +3,7 @@ package filestore
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -505,12 +506,17 @@ func encodeSnapshot(v any, indent bool) ([]byte, error) {
 // normalize returns a copy of c as the store keeps it, or an error if c
 // cannot be stored faithfully: nested documents compacted (which checks that
 // they are JSON), times with an offset in whole minutes, strings checked to
-// be UTF-8. The copy shares nothing with c but the strings.
+// be UTF-8, and ids of roles, agents, requests and contact entries checked
+// not to be empty, as store.Memory, which holds the state, requires. The
+// copy shares nothing with c but the strings.
 func normalize(c *store.Change) (store.Change, error) {
 	var out store.Change
 	if len(c.Roles) > 0 {
 		out.Roles = make([]store.Role, len(c.Roles))
 		for i, r := range c.Roles {
+			if r.ID == "" {
+				return store.Change{}, errors.New("filestore: a role with no id")
+			}
 			if err := checkStrings("role", r.ID, r.ID, r.Name, r.Prompt, r.CreatedBy); err != nil {
 				return store.Change{}, err
 			}
@@ -525,6 +531,9 @@ func normalize(c *store.Change) (store.Change, error) {
 	if len(c.Agents) > 0 {
 		out.Agents = make([]store.Agent, len(c.Agents))
 		for i, a := range c.Agents {
+			if a.ID == "" {
+				return store.Change{}, errors.New("filestore: an agent with no id")
+			}
 			if err := checkStrings("agent", a.ID, a.ID, a.RoleID, a.ParentID, a.TaskID, a.Status, a.SpawnKey); err != nil {
 				return store.Change{}, err
 			}
@@ -540,6 +549,9 @@ func normalize(c *store.Change) (store.Change, error) {
 		out.Contacts = make([]store.ContactEntry, len(c.Contacts))
 		for i, e := range c.Contacts {
 			k := e.Contact
+			if e.Owner == "" || k.ID == "" {
+				return store.Change{}, fmt.Errorf("filestore: a contact entry with no owner or no id (%q, %q)", e.Owner, k.ID)
+			}
 			if err := checkStrings("contact", k.ID, e.Owner, k.ID, k.Role, k.Source, k.IntroducedBy, k.Note); err != nil {
 				return store.Change{}, err
 			}
@@ -554,6 +566,9 @@ func normalize(c *store.Change) (store.Change, error) {
 	if len(c.Requests) > 0 {
 		out.Requests = make([]store.Request, len(c.Requests))
 		for i, r := range c.Requests {
+			if r.ID == "" {
+				return store.Change{}, errors.New("filestore: a request with no id")
+			}
 			if err := checkStrings("request", r.ID, r.ID, r.From, r.To, r.TaskID, r.Status); err != nil {
 				return store.Change{}, err
 			}

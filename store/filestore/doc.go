@@ -171,6 +171,9 @@
 // kept compacted: white space between JSON tokens is dropped. Times keep
 // their instant to the nanosecond and their offset from UTC (in whole
 // minutes; an offset with seconds is kept as UTC), not their location.
+// Roles, agents, requests and contact entries must have ids (and entries
+// owners), as [store.Memory], which holds the state, requires; Apply
+// refuses a change with one that has none before it writes it.
 //
 // The directory lock is flock(2), which Linux, macOS, the BSDs and illumos
 // have; on other systems Open fails rather than run unlocked.

@@ -1471,6 +1471,39 @@ func TestUnstorable_SpawnKey(t *testing.T) {
 	}
 }
 
+// TestEmptyIDRefused checks that a record without an id, which the state
+// in memory refuses (it finds records by id), is refused before it is
+// written: a journaled change that the state then refuses would leave the
+// store refusing every change until reopened, and Open refusing the
+// journal.
+func TestEmptyIDRefused(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, Options{})
+	good := store.Change{Agents: []store.Agent{{ID: "a"}}}
+	apply(t, s, good)
+	for name, c := range map[string]store.Change{
+		"role":          {Roles: []store.Role{{Name: "writer"}}},
+		"agent":         {Agents: []store.Agent{{Status: "idle"}}},
+		"request":       {Requests: []store.Request{{Status: "open"}}},
+		"contact":       {Contacts: []store.ContactEntry{{Owner: "a"}}},
+		"contact owner": {Contacts: []store.ContactEntry{{Contact: store.Contact{ID: "a"}}}},
+	} {
+		c.Agents = append(c.Agents, store.Agent{ID: "must-not-appear"})
+		if err := s.Apply(t.Context(), c); err == nil {
+			t.Errorf("%s without an id: Apply succeeded", name)
+		}
+	}
+	// The store goes on.
+	more := store.Change{Agents: []store.Agent{{ID: "b"}}}
+	apply(t, s, more)
+	want := memoryState(t, []store.Change{good, more})
+	checkState(t, s, want)
+	closeStore(t, s)
+	s = open(t, dir, Options{})
+	defer closeStore(t, s)
+	checkState(t, s, want)
+}
+
 // TestArtifactContentMissing: the content is durable before the sidecar
 // that commits the artifact, so a sidecar whose content file is gone is
 // damage, reported with an error wrapping ErrCorrupt that names the file,
