@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -95,6 +96,21 @@ type historyAppendJSON struct {
 	Messages []json.RawMessage `json:"messages,omitempty"`
 }
 
+// removalJSON is a change's removal in a journal record, applied after
+// the rest of the record.
+type removalJSON struct {
+	Agents   []string         `json:"agents,omitempty"`
+	Roles    []string         `json:"roles,omitempty"`
+	Requests []string         `json:"requests,omitempty"`
+	Contacts []contactKeyJSON `json:"contacts,omitempty"`
+}
+
+// contactKeyJSON names an entry of a contact registry in a removal.
+type contactKeyJSON struct {
+	Owner string `json:"owner"`
+	ID    string `json:"id"`
+}
+
 type stateJSON struct {
 	Scope     string          `json:"scope"`
 	Key       string          `json:"key"`
@@ -150,20 +166,79 @@ type historiesFile struct {
 // A part is a piece of the state with a snapshot file of its own. Parts
 // are written one after the other; each file says which journal record it
 // includes, and Open replays each record into the parts that lack it.
+//
+// The store keeps each part in a store.Memory of its own, so that a record
+// replayed into one part never touches another: removing an agent removes
+// its record and registry (the organisation) and its history, and after a
+// crash between two snapshots the one part may need the removal while the
+// other already holds a new history, or a new agent, of the same id.
 type part struct {
 	name   string
 	indent bool                                  // whether the file is indented for people to read
 	file   func() snapshot                       // an empty file to decode into
 	encode func(st *store.State, lsn uint64) any // the file for st at record lsn
-	of     func(j *changeJSON, c *store.Change)  // adds a record's part to c
+	from   func(dst, src *store.State)           // sets dst's fields of this part from src
 }
 
+// The parts, by their index in parts.
+const (
+	orgPart = iota
+	pendingPart
+	statesPart
+	historiesPart
+)
+
 var parts = [...]part{
-	{orgName, true, func() snapshot { return new(orgFile) }, orgToFile, (*changeJSON).addOrg},
-	{pendingName, true, func() snapshot { return new(pendingFile) }, pendingToFile, (*changeJSON).addMessages},
-	{statesName, true, func() snapshot { return new(statesFile) }, statesToFile, (*changeJSON).addStates},
-	{historiesName, false, func() snapshot { return new(historiesFile) }, historiesToFile, (*changeJSON).addHistories},
+	orgPart:       {orgName, true, func() snapshot { return new(orgFile) }, orgToFile, orgFrom},
+	pendingPart:   {pendingName, true, func() snapshot { return new(pendingFile) }, pendingToFile, pendingFrom},
+	statesPart:    {statesName, true, func() snapshot { return new(statesFile) }, statesToFile, statesFrom},
+	historiesPart: {historiesName, false, func() snapshot { return new(historiesFile) }, historiesToFile, historiesFrom},
 }
+
+// partOf sets *pc to the part of c that changes parts[i] and reports
+// true, or reports false if c does not change that part: for the
+// organisation, roles, agents, contacts, requests and every removal; for
+// the histories, histories, appends and the removed agents, whose
+// histories go with them. (A switch, not a function in part, so that
+// Apply's change stays on its stack; pc is set only for a part c changes,
+// since most changes change one.)
+func partOf(i int, c, pc *store.Change) bool {
+	switch i {
+	case orgPart:
+		if len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests) == 0 && c.Remove.Empty() {
+			return false
+		}
+		*pc = store.Change{Roles: c.Roles, Agents: c.Agents, Contacts: c.Contacts, Requests: c.Requests, Remove: c.Remove}
+	case pendingPart:
+		if len(c.Accepted)+len(c.Finished) == 0 {
+			return false
+		}
+		*pc = store.Change{Accepted: c.Accepted, Finished: c.Finished}
+	case statesPart:
+		if len(c.States) == 0 {
+			return false
+		}
+		*pc = store.Change{States: c.States}
+	case historiesPart:
+		if len(c.Histories)+len(c.HistoryAppends)+len(c.Remove.Agents) == 0 {
+			return false
+		}
+		*pc = store.Change{Histories: c.Histories, HistoryAppends: c.HistoryAppends, Remove: store.Removal{Agents: c.Remove.Agents}}
+	default:
+		return false
+	}
+	return true
+}
+
+// orgFrom, pendingFrom, statesFrom and historiesFrom set the fields of
+// dst that their part holds from src, the state of that part's Memory.
+func orgFrom(dst, src *store.State) {
+	dst.Roles, dst.Agents, dst.Contacts, dst.Requests = src.Roles, src.Agents, src.Contacts, src.Requests
+}
+
+func pendingFrom(dst, src *store.State)   { dst.Pending = src.Pending }
+func statesFrom(dst, src *store.State)    { dst.States = src.States }
+func historiesFrom(dst, src *store.State) { dst.Histories = src.Histories }
 
 // changeJSON is a store.Change as the journal keeps it.
 type changeJSON struct {
@@ -177,11 +252,21 @@ type changeJSON struct {
 	Histories []historyJSON      `json:"histories,omitempty"`
 	// HistoryAppends are applied after Histories, in order.
 	HistoryAppends []historyAppendJSON `json:"historyAppends,omitempty"`
+	// Remove is applied after the rest; nil when the change removes
+	// nothing, and absent from records written before removals were.
+	Remove *removalJSON `json:"remove,omitempty"`
 }
 
-// empty reports whether j holds no change.
+// empty reports whether j holds no change: it is the journal's marker (see
+// appendMarker). A record that only removes is not empty.
 func (j *changeJSON) empty() bool {
-	return len(j.Roles)+len(j.Agents)+len(j.Contacts)+len(j.Requests)+len(j.Accepted)+len(j.Finished)+len(j.States)+len(j.Histories)+len(j.HistoryAppends) == 0
+	return len(j.Roles)+len(j.Agents)+len(j.Contacts)+len(j.Requests)+len(j.Accepted)+len(j.Finished)+len(j.States)+len(j.Histories)+len(j.HistoryAppends) == 0 &&
+		j.Remove.empty()
+}
+
+// empty reports whether r, which may be nil, removes nothing.
+func (r *removalJSON) empty() bool {
+	return r == nil || len(r.Agents)+len(r.Roles)+len(r.Requests)+len(r.Contacts) == 0
 }
 
 // recordJSON is a journal record's payload.
@@ -328,49 +413,52 @@ func changeToJSON(c *store.Change) changeJSON {
 	if len(c.HistoryAppends) > 0 {
 		j.HistoryAppends = convert(c.HistoryAppends, historyAppendToJSON)
 	}
+	if r := &c.Remove; !r.Empty() {
+		j.Remove = &removalJSON{Agents: r.Agents, Roles: r.Roles, Requests: r.Requests}
+		if len(r.Contacts) > 0 {
+			j.Remove.Contacts = convert(r.Contacts, func(k store.ContactKey) contactKeyJSON { return contactKeyJSON(k) })
+		}
+	}
 	return j
 }
 
-// addOrg adds the organisation part of a decoded record to c.
-func (j *changeJSON) addOrg(c *store.Change) {
-	for _, r := range j.Roles {
-		c.Roles = append(c.Roles, roleFromJSON(r))
+// change returns the change a decoded record holds.
+func (j *changeJSON) change() store.Change {
+	var c store.Change
+	if len(j.Roles) > 0 {
+		c.Roles = convert(j.Roles, roleFromJSON)
 	}
-	for _, a := range j.Agents {
-		c.Agents = append(c.Agents, agentFromJSON(a))
+	if len(j.Agents) > 0 {
+		c.Agents = convert(j.Agents, agentFromJSON)
 	}
-	for _, e := range j.Contacts {
-		c.Contacts = append(c.Contacts, store.ContactEntry{Owner: e.Owner, Contact: contactFromJSON(e.contactJSON)})
+	if len(j.Contacts) > 0 {
+		c.Contacts = convert(j.Contacts, func(e contactEntryJSON) store.ContactEntry {
+			return store.ContactEntry{Owner: e.Owner, Contact: contactFromJSON(e.contactJSON)}
+		})
 	}
-	for _, r := range j.Requests {
-		c.Requests = append(c.Requests, requestFromJSON(r))
+	if len(j.Requests) > 0 {
+		c.Requests = convert(j.Requests, requestFromJSON)
 	}
-}
-
-// addMessages adds the message part of a decoded record to c.
-func (j *changeJSON) addMessages(c *store.Change) {
-	for _, m := range j.Accepted {
-		c.Accepted = append(c.Accepted, messageFromJSON(m))
+	if len(j.Accepted) > 0 {
+		c.Accepted = convert(j.Accepted, messageFromJSON)
 	}
-	c.Finished = append(c.Finished, j.Finished...)
-}
-
-// addStates adds the state entries of a decoded record to c.
-func (j *changeJSON) addStates(c *store.Change) {
-	for _, e := range j.States {
-		c.States = append(c.States, stateFromJSON(e))
+	c.Finished = j.Finished
+	if len(j.States) > 0 {
+		c.States = convert(j.States, stateFromJSON)
 	}
-}
-
-// addHistories adds the histories and history appends of a decoded record
-// to c.
-func (j *changeJSON) addHistories(c *store.Change) {
-	for _, h := range j.Histories {
-		c.Histories = append(c.Histories, historyFromJSON(h))
+	if len(j.Histories) > 0 {
+		c.Histories = convert(j.Histories, historyFromJSON)
 	}
-	for _, a := range j.HistoryAppends {
-		c.HistoryAppends = append(c.HistoryAppends, historyAppendFromJSON(a))
+	if len(j.HistoryAppends) > 0 {
+		c.HistoryAppends = convert(j.HistoryAppends, historyAppendFromJSON)
 	}
+	if r := j.Remove; r != nil {
+		c.Remove = store.Removal{Agents: r.Agents, Roles: r.Roles, Requests: r.Requests}
+		if len(r.Contacts) > 0 {
+			c.Remove.Contacts = convert(r.Contacts, func(k contactKeyJSON) store.ContactKey { return store.ContactKey(k) })
+		}
+	}
+	return c
 }
 
 func header(lsn uint64) fileHeader { return fileHeader{Version: formatVersion, JournalSeq: lsn} }
@@ -621,6 +709,27 @@ func normalize(c *store.Change) (store.Change, error) {
 				return store.Change{}, fmt.Errorf("filestore: history of %q: %w", h.AgentID, err)
 			}
 			out.Histories[i] = h
+		}
+	}
+	if r := &c.Remove; !r.Empty() {
+		for _, ids := range [...]struct {
+			kind string
+			ids  []string
+		}{{"removed agent", r.Agents}, {"removed role", r.Roles}, {"removed request", r.Requests}} {
+			if err := checkStrings(ids.kind, "", ids.ids...); err != nil {
+				return store.Change{}, err
+			}
+		}
+		for _, k := range r.Contacts {
+			if err := checkStrings("removed contact", k.ID, k.Owner, k.ID); err != nil {
+				return store.Change{}, err
+			}
+		}
+		out.Remove = store.Removal{
+			Agents:   slices.Clone(r.Agents),
+			Roles:    slices.Clone(r.Roles),
+			Requests: slices.Clone(r.Requests),
+			Contacts: slices.Clone(r.Contacts),
 		}
 	}
 	if len(c.HistoryAppends) > 0 {

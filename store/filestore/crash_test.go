@@ -31,7 +31,7 @@ const (
 // crashChange returns the n-th change the writer applies (n from 1). Every
 // change sets the agent "counter" to n, so a recovered store says how many
 // changes it holds; the rest exercise every kind of record, replacement,
-// and messages that stay pending or are finished later.
+// removal, and messages that stay pending or are finished later.
 func crashChange(n int) store.Change {
 	at := base.Add(time.Duration(n) * time.Second)
 	c := store.Change{
@@ -64,6 +64,16 @@ func crashChange(n int) store.Change {
 	}
 	if n%100 == 1 {
 		c.Roles = []store.Role{{ID: fmt.Sprintf("role-%d", n%5), Name: "writer", Prompt: "Write.", CreatedBy: "root", CreatedAt: at}}
+	}
+	if n%9 == 0 {
+		c.Remove = store.Removal{
+			Agents:   []string{fmt.Sprintf("agent-%d", n/9%13)},
+			Requests: []string{fmt.Sprintf("req-%d", n%17)},
+			Contacts: []store.ContactKey{{Owner: fmt.Sprintf("agent-%d", n%13), ID: fmt.Sprintf("agent-%d", n%11)}},
+		}
+		if n%200 == 0 {
+			c.Remove.Roles = []string{fmt.Sprintf("role-%d", n/200%5)}
+		}
 	}
 	return c
 }

@@ -37,7 +37,8 @@
 //	}
 //
 // Lists keep the order records were first added; a contact registry keeps
-// the order its contacts were added. interfaceSpec, taskBrief and payload are
+// the order its contacts were added. A record added again after its
+// removal is a new one, listed in its new place. interfaceSpec, taskBrief and payload are
 // the JSON documents the society gave, embedded as JSON; times are RFC 3339
 // with nanoseconds. Empty documents, empty optional strings and zero times
 // are left out. The society never gives the store its built-in agents, root
@@ -79,7 +80,7 @@
 //	checksum uint32, little-endian: CRC-32C (Castagnoli) of the payload
 //	payload  a JSON object: {"lsn": N, "roles", "agents", "contacts",
 //	         "requests", "accepted", "finished", "states", "histories",
-//	         "historyAppends"}
+//	         "historyAppends", "remove"}
 //
 // where lsn numbers the records 1, 2, 3, ... without gaps for the life of
 // the directory, contacts are contact entries with an "owner" field,
@@ -94,6 +95,21 @@
 // summary if "summary" is present (even empty), then appending "messages".
 // So a turn costs the journal what the turn added; compaction folds the
 // appends into histories.json.
+//
+// "remove" names what the society forgot ([store.Removal]), applied after
+// the rest of the record:
+//
+//	{"agents": [id], "roles": [id], "requests": [id], "contacts": [{"owner", "id"}]}
+//
+// each list left out when empty. Removing an agent removes its record, the
+// contact registry it owns (even if it has no record) and its history;
+// "contacts" removes single entries of registries. So a removal costs the
+// journal what it names, and the next compaction writes snapshots without
+// what was removed: the directory does not grow with what the society has
+// forgotten. A record that only removes is a change, not the marker below.
+// Records written before removals existed have no "remove" and are read as
+// before; a version of this package from before then ignores the field, so
+// it must not open a directory that holds one.
 //
 // A journal that a compaction started begins with a marker: a record
 // {"lsn": N} with no change, N the last record the snapshots include

@@ -116,9 +116,12 @@ type Store struct {
 	closed  bool
 
 	// mu orders the journal: records are checked, written and applied to
-	// mem under it, so the journal's order is the state's.
-	mu        sync.Mutex
-	mem       *store.Memory
+	// mems under it, so the journal's order is the state's.
+	mu sync.Mutex
+	// mems holds the state, mems[i] the part parts[i] (see part): each
+	// change is applied to them one after the other, under mu, and the
+	// state is read from them under mu.
+	mems      [len(parts)]*store.Memory
 	pending   map[string]struct{} // ids of pending messages, to refuse a change before writing it
 	journal   *os.File            // opened with O_APPEND
 	lsn       uint64              // number of the last record written
@@ -128,7 +131,7 @@ type Store struct {
 	haveSnap  bool                // whether snapshots exist
 	retryAt   uint64              // no automatic compaction before this lsn (after a failure)
 	busy      bool                // a compaction is requested or running
-	err       error               // set when the disk may no longer match mem
+	err       error               // set when the disk may no longer match mems
 	frame     []byte              // reused to build records
 
 	// events is the event log, with a lock of its own: it never waits
@@ -225,13 +228,15 @@ func Open(dir string, opts Options) (*Store, error) {
 		opts:    opts,
 		log:     log,
 		lock:    lock,
-		mem:     store.NewMemory(),
 		pending: make(map[string]struct{}),
 		kick:    make(chan struct{}, 1),
 		compact: make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 	}
 	s.syncCond.L = &s.syncMu
+	for i := range s.mems {
+		s.mems[i] = store.NewMemory()
+	}
 	if err := s.recover(); err != nil {
 		if s.journal != nil {
 			s.journal.Close()
@@ -283,7 +288,7 @@ func (s *Store) recover() error {
 		}
 		if ok {
 			if c := file.change(); !c.Empty() {
-				if err := applyLoaded(s.mem, &c); err != nil {
+				if err := applyLoaded(s.mems[i], &c); err != nil {
 					return fmt.Errorf("filestore: %s: %w", path, err)
 				}
 			}
@@ -300,7 +305,7 @@ func (s *Store) recover() error {
 	if err != nil {
 		return fmt.Errorf("filestore: %w", err)
 	}
-	size, last, records, err := replay(s.journal, jpath, s.mem, seqs, have, s.log)
+	size, last, records, err := replay(s.journal, jpath, s.mems[:], seqs, have, s.log)
 	if err != nil {
 		return err
 	}
@@ -308,7 +313,7 @@ func (s *Store) recover() error {
 	s.lsn = max(slices.Max(seqs), last)
 	s.synced = s.lsn
 
-	st, err := s.mem.Load(context.Background())
+	st, err := s.state()
 	if err != nil {
 		return err
 	}
@@ -338,7 +343,7 @@ func (s *Store) enter() error {
 }
 
 // Load returns the state: the snapshots and the journal as of Open, and
-// every change applied since.
+// every change applied since. Applies wait for it.
 func (s *Store) Load(ctx context.Context) (store.State, error) {
 	if err := ctx.Err(); err != nil {
 		return store.State{}, err
@@ -348,12 +353,25 @@ func (s *Store) Load(ctx context.Context) (store.State, error) {
 	}
 	defer s.closeMu.RUnlock()
 	s.mu.Lock()
-	err := s.err
-	s.mu.Unlock()
-	if err != nil {
-		return store.State{}, err
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return store.State{}, s.err
 	}
-	return s.mem.Load(ctx)
+	return s.state()
+}
+
+// state returns the state its parts hold. s.mu is held, or s is being
+// opened.
+func (s *Store) state() (store.State, error) {
+	var st store.State
+	for i, p := range parts {
+		ps, err := s.mems[i].Load(context.Background())
+		if err != nil {
+			return store.State{}, err
+		}
+		p.from(&st, &ps)
+	}
+	return st, nil
 }
 
 // Apply appends c to the journal as one record and applies it; see
@@ -421,12 +439,19 @@ func (s *Store) Apply(ctx context.Context, c store.Change) error {
 	if cap(s.frame) > 1<<20 {
 		s.frame = nil // don't keep a large change's buffer around
 	}
-	if err := s.mem.Apply(context.Background(), nc); err != nil {
-		// checkAccepted makes this impossible; if it happens anyway the
-		// journal holds a change the state does not.
-		s.fail(fmt.Errorf("filestore: applying a journaled change: %w", err))
-		s.mu.Unlock()
-		return s.err
+	var pc store.Change
+	for i := range parts {
+		if !partOf(i, &nc, &pc) {
+			continue
+		}
+		if err := s.mems[i].Apply(context.Background(), pc); err != nil {
+			// checkAccepted and normalize make this impossible; if it
+			// happens anyway the journal holds a change the state
+			// does not.
+			s.fail(fmt.Errorf("filestore: applying a journaled change: %w", err))
+			s.mu.Unlock()
+			return s.err
+		}
 	}
 	for _, m := range nc.Accepted {
 		s.pending[m.ID] = struct{}{}
@@ -629,7 +654,7 @@ func (s *Store) compactNow() (err error) {
 		s.mu.Unlock()
 		return nil
 	}
-	st, err := s.mem.Load(context.Background())
+	st, err := s.state()
 	lsn, off := s.lsn, s.size
 	s.mu.Unlock()
 	if err != nil {

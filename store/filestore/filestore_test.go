@@ -253,9 +253,10 @@ func copyDir(t testing.TB, src, dst string) {
 }
 
 // gen makes random changes that the memory store accepts: every kind of
-// record, replacements, contacts re-added, messages accepted and finished
-// (and finished twice, and never accepted), nested JSON of every kind
-// (compact, as filestore keeps it), times in several zones and zero.
+// record, replacements, contacts re-added, removals (of records there or
+// not, added again later, or in the same change), messages accepted and
+// finished (and finished twice, and never accepted), nested JSON of every
+// kind (compact, as filestore keeps it), times in several zones and zero.
 type gen struct {
 	r       *rand.Rand
 	seq     uint64
@@ -363,6 +364,21 @@ func (g *gen) change() store.Change {
 		c.Finished = append(c.Finished, g.pending[i])
 		if g.r.IntN(4) > 0 { // sometimes finished again later
 			g.pending = slices.Delete(g.pending, i, i+1)
+		}
+	}
+	if g.r.IntN(4) == 0 {
+		r := &c.Remove
+		for range 1 + g.r.IntN(2) {
+			r.Agents = append(r.Agents, g.pick("agent-", 20))
+		}
+		if g.r.IntN(2) == 0 {
+			r.Roles = append(r.Roles, g.pick("role-", 8))
+		}
+		if g.r.IntN(2) == 0 {
+			r.Requests = append(r.Requests, g.pick("req-", 6))
+		}
+		for range g.r.IntN(3) {
+			r.Contacts = append(r.Contacts, store.ContactKey{Owner: g.pick("agent-", 10), ID: g.pick("agent-", 20)})
 		}
 	}
 	return c

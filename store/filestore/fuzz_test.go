@@ -215,6 +215,9 @@ func recordSeeds(tb testing.TB) []seed {
 		{"reordered", join(lines[1], lines[0])},
 		{"replayed", join(append(slices.Clone(lines), lines[0])...)},
 		{"finish-then-accept", []byte(`{"lsn":1,"finished":["m"]}` + "\n" + `{"lsn":2,"accepted":[{"id":"m","seq":1,"payload":{"a":[1,2]}}]}`)},
+		{"remove-then-add", []byte(`{"lsn":1,"agents":[{"id":"a"}],"contacts":[{"owner":"a","id":"b"},{"owner":"b","id":"a"}],"histories":[{"agentId":"a","messages":[1]}]}` + "\n" +
+			`{"lsn":2,"remove":{"agents":["a","x"],"roles":["r"],"requests":["q"],"contacts":[{"owner":"b","id":"a"}]}}` + "\n" +
+			`{"lsn":3,"agents":[{"id":"a"}],"historyAppends":[{"agentId":"a","messages":[2]}]}`)},
 	}
 }
 

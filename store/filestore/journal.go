@@ -206,15 +206,16 @@ func findIntact(f io.ReaderAt, from, size int64, after uint64) (off int64, lsn u
 	return 0, 0, false, nil
 }
 
-// replay applies the journal f to mem, skipping for each part of the state
-// the records its snapshot includes: seqs[i] for parts[i], 0 where
-// have[i] says there is no snapshot. A torn tail is cut off f and logged; a
-// damaged record that intact ones follow is an error wrapping ErrCorrupt. A
-// failed replay leaves f as it is. Errors name the file, path.
+// replay applies the journal f to the parts of the state, mems[i] holding
+// parts[i], skipping for each part the records its snapshot includes:
+// seqs[i] for parts[i], 0 where have[i] says there is no snapshot. A torn
+// tail is cut off f and logged; a damaged record that intact ones follow is
+// an error wrapping ErrCorrupt. A failed replay leaves f as it is. Errors
+// name the file, path.
 //
 // It returns the journal's size after any cut, the last sequence number it
 // holds (0 if none), and how many records it holds past the snapshots.
-func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, have []bool, log *slog.Logger) (size int64, last uint64, records int64, err error) {
+func replay(f *os.File, path string, mems []*store.Memory, seqs []uint64, have []bool, log *slog.Logger) (size int64, last uint64, records int64, err error) {
 	fail := func(err error) (int64, uint64, int64, error) {
 		return 0, 0, 0, fmt.Errorf("filestore: %s: %w", path, err)
 	}
@@ -280,15 +281,16 @@ func replay(f *os.File, path string, mem *store.Memory, seqs []uint64, have []bo
 		if want := max(last, base) + 1; rec.LSN != want {
 			return 0, 0, 0, fmt.Errorf("%w %s: the record at offset %d is number %d where number %d should follow (%s): records are missing (is a snapshot missing or older than the journal?)", ErrCorrupt, path, off, rec.LSN, want, describeSeqs(seqs, have))
 		}
-		var c store.Change
-		for i, p := range parts {
-			if rec.LSN > seqs[i] {
-				p.of(&rec.changeJSON, &c)
+		c := rec.change()
+		var pc store.Change
+		for i := range parts {
+			if rec.LSN <= seqs[i] {
+				continue
 			}
-		}
-		if !c.Empty() {
-			if err := applyLoaded(mem, &c); err != nil {
-				return fail(fmt.Errorf("record %d at offset %d: %w", rec.LSN, off, err))
+			if partOf(i, &c, &pc) {
+				if err := applyLoaded(mems[i], &pc); err != nil {
+					return fail(fmt.Errorf("record %d at offset %d: %w", rec.LSN, off, err))
+				}
 			}
 		}
 		last = rec.LSN
