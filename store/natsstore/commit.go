@@ -706,5 +706,6 @@ func (s *Store) commitBatch(round []planned) {
 func onlyFinishes(c *store.Change) bool {
 	// As Empty counts, less Finished: a copy of c would grow the frame
 	// of its caller, which runs deep in a drainer's stack.
-	return len(c.Finished) > 0 && len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests)+len(c.Accepted)+len(c.Histories)+len(c.States)+len(c.HistoryAppends) == 0
+	return len(c.Finished) > 0 && len(c.Roles)+len(c.Agents)+len(c.Contacts)+len(c.Requests)+len(c.Accepted)+len(c.Histories)+len(c.States)+len(c.HistoryAppends) == 0 &&
+		c.Remove.Empty()
 }

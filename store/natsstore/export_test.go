@@ -139,3 +139,14 @@ func (s *Store) TrimPoints(ctx context.Context) (indexed, read []uint64, err err
 	}
 	return indexed, read, nil
 }
+
+// Registry returns how many contact keys the index lists under owner, and
+// how many of those are no longer live.
+func (s *Store) Registry(owner string) (keys, dead int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if reg := s.registries[tok(owner)]; reg != nil {
+		return len(reg.keys), reg.dead
+	}
+	return 0, 0
+}

@@ -188,6 +188,14 @@ type Store struct {
 	indexed bool
 	revs    map[string]rev     // by key, for every key written with compare-and-set
 	heads   map[string]headRec // the histories' heads, by agent id
+	// registries lists the contact keys by the token of their owner (see
+	// setRev), so that removing an agent finds its registry at the cost
+	// of the registry, not of the bucket.
+	registries map[string]*registry
+	// top is the highest revision the index knows of: a history started
+	// anew starts at it, past every index the agent's history had before
+	// (a message is written at a revision above its index).
+	top uint64
 
 	// emu orders AppendEvents and guards what it knows of the event log,
 	// if evKnown: evNext is the Seq the log expects next (zero when it is
@@ -228,6 +236,76 @@ type rev struct {
 	seq   uint64
 	first uint64
 	live  bool
+}
+
+// A registry is the contact keys of one owner as the index knows them:
+// each live one once, and some no longer live, which are dropped once they
+// are half of the list (see setRev).
+type registry struct {
+	keys []string
+	dead int // how many of keys are not live
+}
+
+// setRev records r as what the store knows of key, keeping the registries
+// and top. Called with s.mu held.
+func (s *Store) setRev(key string, r rev) {
+	s.top = max(s.top, r.seq)
+	if !strings.HasPrefix(key, prefixContact) {
+		s.revs[key] = r
+		return
+	}
+	was := s.revs[key].live
+	s.revs[key] = r
+	switch {
+	case r.live && !was:
+		owner := ownerTok(key)
+		reg := s.registries[owner]
+		if reg == nil {
+			reg = &registry{}
+			s.registries[owner] = reg
+		}
+		reg.keys = append(reg.keys, key)
+	case was && !r.live:
+		s.unregister(key)
+	}
+}
+
+// forget drops key from the index: the bucket does not hold it. Called
+// with s.mu held.
+func (s *Store) forget(key string) {
+	was := s.revs[key].live
+	delete(s.revs, key)
+	if was && strings.HasPrefix(key, prefixContact) {
+		s.unregister(key)
+	}
+}
+
+// unregister counts a contact key of its owner's registry that is no
+// longer live, and compacts the registry once half of it is such keys, so
+// that its cost follows its live entries.
+func (s *Store) unregister(key string) {
+	owner := ownerTok(key)
+	reg := s.registries[owner]
+	if reg == nil {
+		return
+	}
+	if reg.dead++; 2*reg.dead < len(reg.keys) {
+		return
+	}
+	live := reg.keys[:0]
+	for _, k := range reg.keys {
+		if s.revs[k].live {
+			live = append(live, k)
+		}
+	}
+	// A key deleted and written again is listed twice, once as dead.
+	slices.Sort(live)
+	live = slices.Compact(live)
+	clear(reg.keys[len(live):])
+	reg.keys, reg.dead = live, 0
+	if len(live) == 0 {
+		delete(s.registries, owner)
+	}
 }
 
 var _ store.Store = (*Store)(nil)
@@ -601,15 +679,19 @@ func (s *Store) committed(p *plan, ws []write, last uint64) {
 		seq := base + uint64(i)
 		switch {
 		case w.del:
-			s.revs[w.key] = rev{seq: seq}
+			s.setRev(w.key, rev{seq: seq})
 		case w.first != 0:
-			s.revs[w.key] = rev{seq: seq, first: w.first, live: true}
+			s.setRev(w.key, rev{seq: seq, first: w.first, live: true})
 		default:
-			s.revs[w.key] = rev{seq: seq, first: seq, live: true}
+			s.setRev(w.key, rev{seq: seq, first: seq, live: true})
 		}
 	}
+	s.top = max(s.top, last)
 	for id, h := range p.heads {
 		s.heads[id] = h
+	}
+	for _, id := range p.gone {
+		delete(s.heads, id)
 	}
 }
 
@@ -721,9 +803,12 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 		requests []ordered[store.Request]
 		contacts = make(map[string][]ordered[store.Contact])
 		histMsgs = make(map[string]map[uint64][]byte)
+		regs     = make(map[string]*registry)
+		top      uint64
 	)
 	for _, e := range entries {
 		key, seq := e.Key(), e.Revision()
+		top = max(top, seq)
 		switch {
 		case key == keyFence, key == keySync:
 			continue
@@ -768,6 +853,11 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 			if err = json.Unmarshal(data, &c); err == nil {
 				first = cmp.Or(c.First, seq)
 				contacts[c.Owner] = append(contacts[c.Owner], ordered[store.Contact]{first, c.record()})
+				owner := ownerTok(key)
+				if regs[owner] == nil {
+					regs[owner] = &registry{}
+				}
+				regs[owner].keys = append(regs[owner].keys, key)
 			}
 		case strings.HasPrefix(key, prefixRequest):
 			var r requestRec
@@ -827,7 +917,7 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 	}
 	slices.SortFunc(st.Histories, func(a, b store.History) int { return strings.Compare(a.AgentID, b.AgentID) })
 
-	s.revs, s.heads, s.indexed = revs, heads, true
+	s.revs, s.heads, s.registries, s.top, s.indexed = revs, heads, regs, top, true
 	return st, nil
 }
 
@@ -910,7 +1000,7 @@ func (s *Store) refresh(ctx context.Context, ws []write) error {
 		m, err := s.stream.GetLastMsgForSubject(ctx, s.prefix+w.key)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
-			delete(s.revs, w.key)
+			s.forget(w.key)
 			if strings.HasPrefix(w.key, prefixHead) {
 				delete(s.heads, w.headOf)
 			}
@@ -919,7 +1009,10 @@ func (s *Store) refresh(ctx context.Context, ws []write) error {
 			return fmt.Errorf("natsstore: %w", err)
 		}
 		if op := m.Header.Get("KV-Operation"); op != "" {
-			s.revs[w.key] = rev{seq: m.Sequence}
+			s.setRev(w.key, rev{seq: m.Sequence})
+			if strings.HasPrefix(w.key, prefixHead) {
+				delete(s.heads, w.headOf) // removed
+			}
 			continue
 		}
 		r := rev{seq: m.Sequence, first: m.Sequence, live: true}
@@ -937,7 +1030,7 @@ func (s *Store) refresh(ctx context.Context, ws []write) error {
 			}
 			r.first = cmp.Or(first, m.Sequence)
 		}
-		s.revs[w.key] = r
+		s.setRev(w.key, r)
 	}
 	return nil
 }

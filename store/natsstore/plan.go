@@ -29,6 +29,9 @@ type write struct {
 	// pending key for that.
 	headOf, msg string
 	skip        bool // left out: a later part of the change undid it
+	// removal marks the deletions of what the change's Removal names,
+	// and of the messages of the histories it removes.
+	removal bool
 }
 
 // A plan is the writes that record a change.
@@ -37,6 +40,7 @@ type plan struct {
 	at      map[string]int     // index in writes, by key, once they are many (see put)
 	garbage []write            // deletions of dropped history messages
 	heads   map[string]headRec // the new heads of the histories the change touches
+	gone    []string           // the agents whose histories the change removes
 }
 
 // planIndexed is how many writes a plan holds before it indexes them by
@@ -111,12 +115,26 @@ func (p *plan) remove(revs map[string]rev, key string) {
 	}
 }
 
+// removal is remove for a record that c.Remove names, or that goes with
+// one (a registry's entry, a history's head): its deletion is marked as
+// the removal's. headOf is the agent whose head key is, if it is one.
+//
+//go:noinline
+func (p *plan) removal(revs map[string]rev, key, headOf string) {
+	p.remove(revs, key)
+	if i, ok := p.index(key); ok && p.writes[i].del {
+		p.writes[i].removal = true
+		p.writes[i].headOf = headOf
+	}
+}
+
 // plan works out the writes that record c against what the index says
 // the bucket holds, with the JSON of c's records from enc. It refuses,
 // wrapping store.ErrExists, a change that accepts a message that is
 // pending or that it accepts twice. Called with s.mu held.
 func (s *Store) plan(c *store.Change, enc *encoding) (*plan, error) {
-	n := len(c.Roles) + len(c.Agents) + len(c.Contacts) + len(c.Requests) + len(c.States) + len(c.Accepted) + len(c.Finished)
+	n := len(c.Roles) + len(c.Agents) + len(c.Contacts) + len(c.Requests) + len(c.States) + len(c.Accepted) + len(c.Finished) +
+		2*len(c.Remove.Agents) + len(c.Remove.Roles) + len(c.Remove.Requests) + len(c.Remove.Contacts)
 	p := &plan{writes: make([]write, 0, n)}
 	if err := s.checkAccepted(c.Accepted, enc.pending); err != nil {
 		return nil, err
@@ -158,6 +176,9 @@ func (s *Store) plan(c *store.Change, enc *encoding) (*plan, error) {
 		if err := s.planHistories(p, c); err != nil {
 			return nil, err
 		}
+	}
+	if !c.Remove.Empty() {
+		s.planRemoval(p, c)
 	}
 
 	kept := p.writes[:0]
@@ -211,7 +232,9 @@ func (s *Store) planHistories(p *plan, c *store.Change) error {
 		if w == nil {
 			h, ok := s.heads[id]
 			if !ok {
-				h = headRec{AgentID: id}
+				// Past every index a history of the agent had before,
+				// whose messages may still be being deleted.
+				h = headRec{AgentID: id, Lo: s.top, Hi: s.top}
 			}
 			w = &work{head: h, oldHi: h.Hi, added: make(map[uint64][]byte)}
 			hs[id] = w
@@ -269,4 +292,82 @@ func (s *Store) planHistories(p *plan, c *store.Change) error {
 		p.writes[i].headOf = id
 	}
 	return nil
+}
+
+// planRemoval adds to p the deletions of what c.Remove names, after the
+// rest of c: a record c writes is left out, and what the bucket holds is
+// deleted, expecting its revision as any write of the change does. An
+// agent goes with its registry (the entries the index lists under it, and
+// those c adds) and its history: its head is deleted with the change, and
+// its messages, which Load reads from the head's range only, as the
+// messages a history drops are (see batchOf). The cost follows what is
+// removed: a registry is found in the index by its owner.
+func (s *Store) planRemoval(p *plan, c *store.Change) {
+	r := &c.Remove
+	for _, id := range r.Roles {
+		p.removal(s.revs, roleKey(id), "")
+	}
+	for _, id := range r.Requests {
+		p.removal(s.revs, requestKey(id), "")
+	}
+	for _, k := range r.Contacts {
+		p.removal(s.revs, contactKey(k.Owner, k.ID), "")
+	}
+	if len(r.Agents) == 0 {
+		return
+	}
+	gone := make(map[string]bool, len(r.Agents))
+	for _, id := range r.Agents {
+		if gone[id] {
+			continue
+		}
+		gone[id] = true
+		p.removal(s.revs, agentKey(id), "")
+		if reg := s.registries[tok(id)]; reg != nil {
+			for _, key := range reg.keys {
+				p.removal(s.revs, key, "")
+			}
+		}
+		s.planRemoveHistory(p, id)
+	}
+	for i := range c.Contacts {
+		if e := &c.Contacts[i]; gone[e.Owner] {
+			p.removal(s.revs, contactKey(e.Owner, e.Contact.ID), "")
+		}
+	}
+}
+
+// planRemoveHistory adds to p the removal of agent id's history: its head
+// is deleted, the messages the change adds to it are left out, and those
+// the bucket holds are deleted after (p.garbage).
+func (s *Store) planRemoveHistory(p *plan, id string) {
+	old, had := s.heads[id]
+	if h, ok := p.heads[id]; ok {
+		// The change wrote messages from the head's Hi as the bucket had it.
+		from := h.Lo
+		if had {
+			p.retire(id, h.Lo, old.Hi)
+			from = max(h.Lo, old.Hi)
+		}
+		for n := from; n < h.Hi; n++ {
+			if i, ok := p.index(histMsgKey(id, n)); ok {
+				p.writes[i].skip = true
+			}
+		}
+		delete(p.heads, id)
+	} else if had {
+		p.retire(id, old.Lo, old.Hi)
+	}
+	if had {
+		p.gone = append(p.gone, id)
+	}
+	p.removal(s.revs, headKey(id), id)
+}
+
+// retire adds to p.garbage the deletions of messages [lo, hi) of agent
+// id's history, which the removal of the history leaves behind.
+func (p *plan) retire(id string, lo, hi uint64) {
+	for n := lo; n < hi; n++ {
+		p.garbage = append(p.garbage, write{key: histMsgKey(id, n), del: true, removal: true})
+	}
 }

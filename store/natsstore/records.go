@@ -55,6 +55,13 @@ func histMsgKey(agent string, n uint64) string {
 }
 func artifactKey(id string) string { return prefixArtifact + tok(id) }
 
+// ownerTok returns the token of the owner in a contact's key.
+func ownerTok(key string) string {
+	rest := strings.TrimPrefix(key, prefixContact)
+	owner, _, _ := strings.Cut(rest, ".")
+	return owner
+}
+
 // parseHistMsgKey returns the agent and index of a history message's key.
 func parseHistMsgKey(key string) (agent string, n uint64, err error) {
 	rest := strings.TrimPrefix(key, prefixHistMsg)

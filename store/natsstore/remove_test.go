@@ -1,0 +1,374 @@
+package natsstore_test
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"agentsociety/store"
+	"agentsociety/store/natsstore"
+	"agentsociety/store/natsstore/natstest"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+var removeAt = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+
+func agentRec(id, status string) store.Agent {
+	return store.Agent{ID: id, RoleID: "r", ParentID: "root", Status: status, CreatedAt: removeAt}
+}
+
+func contactOf(owner, id string) store.ContactEntry {
+	return store.ContactEntry{Owner: owner, Contact: store.Contact{ID: id, Role: "r", Source: "introduction", AddedAt: removeAt}}
+}
+
+func pendingMsg(id string) store.Message {
+	return store.Message{ID: id, Seq: 1, From: "user", To: "root", Type: "general", SentAt: removeAt}
+}
+
+func mustApply(t *testing.T, s *natsstore.Store, c store.Change) {
+	t.Helper()
+	if err := s.Apply(t.Context(), c); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func checkLoad(t *testing.T, s *natsstore.Store, want store.State) {
+	t.Helper()
+	got, err := s.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got, cmpopts.EquateEmpty(), cmpopts.EquateApproxTime(0)); diff != "" {
+		t.Errorf("Load mismatch (-want +got):\n%s", diff)
+	}
+}
+
+// A change that finishes a message and removes an agent is one change, not
+// a change that only finishes messages (which the store may write message
+// by message): its removal is written, and tried again when it lost to
+// another store's write, as any record's.
+func TestRemove_WithFinished(t *testing.T) {
+	url := natstest.Server(t)
+	a := open(t, url, natsstore.Options{Bucket: "shared"})
+	b := open(t, url, natsstore.Options{Bucket: "shared"})
+	mustApply(t, a, store.Change{Agents: []store.Agent{agentRec("a1", "idle")}, Accepted: []store.Message{pendingMsg("m1")}})
+	if _, err := b.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// b's knowledge of a1 is stale now.
+	mustApply(t, a, store.Change{Agents: []store.Agent{agentRec("a1", "busy")}})
+	mustApply(t, b, store.Change{Finished: []string{"m1"}, Remove: store.Removal{Agents: []string{"a1"}}})
+	checkLoad(t, a, store.State{})
+}
+
+// bucketKeys returns the keys that hold a value in bucket, read with a
+// connection of the test's own.
+func bucketKeys(t *testing.T, url, bucket string) []string {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lister, err := kv.ListKeys(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// keysOf returns the keys of agent id's records among keys: its record,
+// the registry it owns, its history's head and messages.
+func keysOf(keys []string, id string) []string {
+	t := base64.RawURLEncoding.EncodeToString([]byte(id))
+	var out []string
+	for _, k := range keys {
+		if k == "a."+t || k == "h."+t || strings.HasPrefix(k, "c."+t+".") || strings.HasPrefix(k, "hm."+t+".") {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// A removal survives the store: a store opened again on the bucket finds
+// what was removed gone, and removes in turn what it found, registries of
+// owners without a record included, leaving no key of theirs behind.
+func TestRemove_SurvivesReopen(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Fence=%v", fence), func(t *testing.T) {
+			url := natstest.Server(t)
+			opts := natsstore.Options{Bucket: "again", Fence: fence}
+			first := open(t, url, opts)
+			mustApply(t, first, store.Change{
+				Agents:   []store.Agent{agentRec("a1", "idle"), agentRec("a2", "idle"), agentRec("a3", "idle")},
+				Contacts: []store.ContactEntry{contactOf("a1", "root"), contactOf("a2", "root"), contactOf("a2", "a1"), contactOf("ghost", "a3"), contactOf("root", "a1"), contactOf("root", "a2")},
+				HistoryAppends: []store.HistoryAppend{
+					{AgentID: "a1", Messages: msgs("1", "2")},
+					{AgentID: "a2", Messages: msgs("3")},
+				},
+			})
+			mustApply(t, first, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a2", Drop: 1, Messages: msgs("4", "5")}}})
+			mustApply(t, first, store.Change{Remove: store.Removal{Agents: []string{"a1"}, Contacts: []store.ContactKey{{Owner: "root", ID: "a1"}, {Owner: "a2", ID: "a1"}}}})
+			first.Close()
+
+			second := open(t, url, opts)
+			checkLoad(t, second, store.State{
+				Agents:    []store.Agent{agentRec("a2", "idle"), agentRec("a3", "idle")},
+				Contacts:  map[string][]store.Contact{"a2": {contactOf("a2", "root").Contact}, "ghost": {contactOf("ghost", "a3").Contact}, "root": {contactOf("root", "a2").Contact}},
+				Histories: []store.History{{AgentID: "a2", Messages: msgs("4", "5"), Dropped: 1}},
+			})
+			mustApply(t, second, store.Change{Remove: store.Removal{Agents: []string{"a2", "ghost"}, Contacts: []store.ContactKey{{Owner: "root", ID: "a2"}}}})
+			checkLoad(t, second, store.State{Agents: []store.Agent{agentRec("a3", "idle")}})
+			keys := bucketKeys(t, url, "again")
+			for _, id := range []string{"a1", "a2", "ghost"} {
+				if left := keysOf(keys, id); len(left) > 0 {
+					t.Errorf("the bucket holds keys of %s, removed: %q", id, left)
+				}
+			}
+		})
+	}
+}
+
+// A history removed leaves none of its messages in the bucket, though
+// there are more than a batch takes beside the change, and a history the
+// agent starts again after its removal holds only its own messages, on
+// keys of its own: the deletions of the old ones cannot reach them.
+func TestRemove_HistoryMessagesGo(t *testing.T) {
+	url := natstest.Server(t)
+	s := open(t, url, natsstore.Options{Bucket: "hist", MaxBatch: 8})
+	for i := range 4 {
+		mustApply(t, s, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a1", Messages: msgs(fmt.Sprint(i), "x", "y", "z", "w")}}})
+	}
+	old := keysOf(bucketKeys(t, url, "hist"), "a1")
+	if len(old) != 21 {
+		t.Fatalf("the history of 20 messages is %d keys, want 21: %q", len(old), old)
+	}
+	mustApply(t, s, store.Change{Agents: []store.Agent{agentRec("a1", "idle")}})
+	mustApply(t, s, store.Change{Remove: store.Removal{Agents: []string{"a1"}}})
+	if left := keysOf(bucketKeys(t, url, "hist"), "a1"); len(left) > 0 {
+		t.Errorf("the bucket holds keys of a1, removed: %q", left)
+	}
+	mustApply(t, s, store.Change{Agents: []store.Agent{agentRec("a1", "busy")}, HistoryAppends: []store.HistoryAppend{{AgentID: "a1", Messages: msgs("new")}}})
+	checkLoad(t, s, store.State{Agents: []store.Agent{agentRec("a1", "busy")}, Histories: []store.History{{AgentID: "a1", Messages: msgs("new")}}})
+	for _, k := range keysOf(bucketKeys(t, url, "hist"), "a1") {
+		if strings.HasPrefix(k, "hm.") && slices.Contains(old, k) {
+			t.Errorf("the new history has its message on key %s, which the removed one had", k)
+		}
+	}
+}
+
+// A removed record does not come back once the marker its deletion left
+// has expired, and is a new one when added again after that, listed
+// last: the store expected the marker's revision, which the bucket no
+// longer has, and learns it.
+func TestRemove_MarkerExpired(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Fence=%v", fence), func(t *testing.T) {
+			url := natstest.Server(t)
+			bucket := fmt.Sprintf("ttl%v", fence)
+			s := open(t, url, natsstore.Options{Bucket: bucket, Fence: fence, MarkerTTL: time.Second})
+			mustApply(t, s, store.Change{
+				Agents:   []store.Agent{agentRec("a1", "idle"), agentRec("a2", "idle")},
+				Contacts: []store.ContactEntry{contactOf("a1", "root"), contactOf("root", "a1"), contactOf("root", "a2")},
+			})
+			mustApply(t, s, store.Change{Remove: store.Removal{Agents: []string{"a1"}, Contacts: []store.ContactKey{{Owner: "root", ID: "a1"}}}})
+			waitExpired(t, url, bucket, "a."+base64.RawURLEncoding.EncodeToString([]byte("a1")))
+			checkLoad(t, s, store.State{
+				Agents:   []store.Agent{agentRec("a2", "idle")},
+				Contacts: map[string][]store.Contact{"root": {contactOf("root", "a2").Contact}},
+			})
+			mustApply(t, s, store.Change{
+				Agents:   []store.Agent{agentRec("a1", "busy")},
+				Contacts: []store.ContactEntry{contactOf("root", "a1")},
+			})
+			checkLoad(t, s, store.State{
+				Agents:   []store.Agent{agentRec("a2", "idle"), agentRec("a1", "busy")},
+				Contacts: map[string][]store.Contact{"root": {contactOf("root", "a2").Contact, contactOf("root", "a1").Contact}},
+			})
+		})
+	}
+}
+
+// waitExpired waits until the bucket's stream holds nothing for key: the
+// marker of its deletion has expired.
+func waitExpired(t *testing.T, url, bucket, key string) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := js.Stream(t.Context(), "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		_, err := stream.GetLastMsgForSubject(t.Context(), "$KV."+bucket+"."+key)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the marker of %s has not expired", key)
+		}
+	}
+}
+
+// A deposed store's removal is refused and removes nothing.
+func TestFence_DeposedStoreRemovesNothing(t *testing.T) {
+	url := natstest.Server(t)
+	old := open(t, url, natsstore.Options{Bucket: "fenced", Fence: true})
+	mustApply(t, old, store.Change{
+		Agents:         []store.Agent{agentRec("a1", "idle")},
+		Contacts:       []store.ContactEntry{contactOf("a1", "root"), contactOf("root", "a1")},
+		HistoryAppends: []store.HistoryAppend{{AgentID: "a1", Messages: msgs("1")}},
+	})
+	next := open(t, url, natsstore.Options{Bucket: "fenced", Fence: true})
+	for _, r := range []store.Removal{
+		{Agents: []string{"a1"}},
+		{Contacts: []store.ContactKey{{Owner: "root", ID: "a1"}}},
+	} {
+		if err := old.Apply(t.Context(), store.Change{Remove: r}); !errors.Is(err, natsstore.ErrFenced) {
+			t.Errorf("removal %+v by the deposed store: %v, want ErrFenced", r, err)
+		}
+	}
+	checkLoad(t, next, store.State{
+		Agents:    []store.Agent{agentRec("a1", "idle")},
+		Contacts:  map[string][]store.Contact{"a1": {contactOf("a1", "root").Contact}, "root": {contactOf("root", "a1").Contact}},
+		Histories: []store.History{{AgentID: "a1", Messages: msgs("1")}},
+	})
+}
+
+// Removals go out in the group commit with the changes queued with them,
+// in order: a change on keys a removal deletes waits for it, and a
+// removal sent after a change the server refused (with Fence, refused
+// with it) is tried again whole. The bucket's messages are limited to
+// 1 KB, so that the server itself refuses a change.
+func TestRemove_GroupCommit(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Fence=%v", fence), func(t *testing.T) {
+			url := natstest.Server(t)
+			bucket := fmt.Sprintf("limited%v", fence)
+			nc, err := nats.Connect(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(nc.Close)
+			js, err := jetstream.New(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: bucket, History: 1, MaxValueSize: 1024}); err != nil {
+				t.Fatal(err)
+			}
+			log := &records{}
+			s := open(t, url, natsstore.Options{Bucket: bucket, Fence: fence, Logger: slog.New(log)})
+			mustApply(t, s, store.Change{
+				Agents:   []store.Agent{agentRec("a1", "idle"), agentRec("a2", "idle"), agentRec("a3", "idle")},
+				Contacts: []store.ContactEntry{contactOf("a1", "root"), contactOf("root", "a1"), contactOf("root", "a2")},
+				Accepted: []store.Message{pendingMsg("m1")},
+			})
+			big := `"` + strings.Repeat("x", 2000) + `"`
+			errs := s.ApplyAll(t.Context(), []store.Change{
+				{Remove: store.Removal{Agents: []string{"a1"}, Contacts: []store.ContactKey{{Owner: "root", ID: "a1"}}}},
+				{States: []store.StateEntry{state("s", "big", big)}}, // refused by the server
+				{Finished: []string{"m1"}, Remove: store.Removal{Agents: []string{"a2"}}},
+				{Remove: store.Removal{Agents: []string{"a3"}, Contacts: []store.ContactKey{{Owner: "root", ID: "a2"}}}},
+				{Agents: []store.Agent{agentRec("a1", "busy")}, Contacts: []store.ContactEntry{contactOf("root", "a1")}},
+			})
+			for i, err := range errs {
+				if (err != nil) != (i == 1) {
+					t.Errorf("change %d: %v", i, err)
+				}
+			}
+			checkLoad(t, s, store.State{
+				Agents:   []store.Agent{agentRec("a1", "busy")},
+				Contacts: map[string][]store.Contact{"root": {contactOf("root", "a1").Contact}},
+			})
+			select {
+			case <-s.Fenced():
+				t.Fatal("the store fenced itself over a change the server refused")
+			default:
+			}
+			if fence && len(log.msgs) == 0 {
+				t.Error("no change was tried again after the refused one")
+			}
+		})
+	}
+}
+
+// The index lists a registry's keys so that removing its owner costs the
+// registry: entries removed one by one, and added again, leave a list
+// that follows the entries live, and none once the owner is removed.
+func TestRemove_RegistryIndex(t *testing.T) {
+	s := open(t, natstest.Server(t), natsstore.Options{})
+	const n = 200
+	var add store.Change
+	for i := range n {
+		add.Contacts = append(add.Contacts, contactOf("root", fmt.Sprint("a", i)))
+	}
+	mustApply(t, s, add)
+	live := n
+	check := func() {
+		t.Helper()
+		keys, dead := s.Registry("root")
+		if keys-dead != live || keys > 2*live+1 {
+			t.Fatalf("the index lists %d keys under root, %d of them dead, for %d entries", keys, dead, live)
+		}
+	}
+	check()
+	for round := range 3 {
+		for i := 0; i < n; i += 10 {
+			var r store.Removal
+			for j := i; j < i+9; j++ { // nine of ten
+				r.Contacts = append(r.Contacts, store.ContactKey{Owner: "root", ID: fmt.Sprint("a", j)})
+			}
+			mustApply(t, s, store.Change{Remove: r})
+			live -= 9
+			check()
+		}
+		if round < 2 {
+			mustApply(t, s, add)
+			live = n
+			check()
+		}
+	}
+	var want []store.Contact
+	for i := 9; i < n; i += 10 {
+		want = append(want, contactOf("root", fmt.Sprint("a", i)).Contact)
+	}
+	checkLoad(t, s, store.State{Contacts: map[string][]store.Contact{"root": want}})
+	mustApply(t, s, store.Change{Remove: store.Removal{Agents: []string{"root"}}})
+	if keys, dead := s.Registry("root"); keys != 0 || dead != 0 {
+		t.Errorf("the index lists %d keys under root, %d of them dead, after root's removal", keys, dead)
+	}
+	checkLoad(t, s, store.State{})
+}
