@@ -89,6 +89,9 @@ type planned struct {
 	p    *plan
 	ws   []write // the batch
 	rest []write // dropped history messages left for later (see batchOf)
+	// journal: the change is written through a journal, on its own (see
+	// gather), and ws is empty.
+	journal bool
 }
 
 // change returns what pl's writes record.
@@ -282,11 +285,13 @@ func (s *Store) sendQueue() {
 
 // gather plans the first requests of reqs into a round, and returns it
 // and how many requests it took: those it planned, and those it finished
-// (refused, or with nothing to write). It stops at the first request
-// whose keys a request before it writes, or a flight in the air (blocker),
-// or that would take the round of a replicated store over
-// Options.MaxBatch writes: blocked is then true, and blocker nil for the
-// first case. Called with s.mu held.
+// (refused, with nothing to write, or written through a journal: see
+// journal.go). It stops at the first request whose keys a request before
+// it writes, or a flight in the air (blocker), or that would take the
+// round of a replicated store over Options.MaxBatch writes, or that needs
+// a journal while a request before it or a flight is not settled:
+// blocked is then true, and blocker nil when the round is what it waits
+// for. Called with s.mu held.
 func (s *Store) gather(reqs []*applyReq) (round []planned, n int, blocker *flight, blocked bool) {
 	keys := s.roundKeys
 	clear(keys)
@@ -300,6 +305,19 @@ func (s *Store) gather(reqs []*applyReq) (round []planned, n int, blocker *fligh
 		parts, w := s.parts(reqs[n])
 		if len(parts) == 0 {
 			continue // finished
+		}
+		if parts[0].journal {
+			// Written on its own, in batches one after the other, once
+			// every change sent before it has settled.
+			if len(round) > 0 {
+				return round, n, nil, true
+			}
+			if len(s.flights) > 0 {
+				return round, n, s.flights[len(s.flights)-1], true
+			}
+			r := reqs[n]
+			r.finish(s.applyOne(r.ctx, r.c, parts[0].p))
+			continue
 		}
 		if s.replicated && len(round) > 0 && writes+w > s.opts.MaxBatch {
 			return round, n, nil, true
@@ -321,9 +339,10 @@ func (s *Store) gather(reqs []*applyReq) (round []planned, n int, blocker *fligh
 // parts plans r's change and returns what a round sends of it, and how
 // many writes that is: the change whole, or, for a change that only
 // finishes messages, each message's end on its own (a batch of them would
-// cost a server on file storage a sync: see BenchmarkApply). It returns
-// nothing and finishes r if the change is refused or writes nothing.
-// Called with s.mu held.
+// cost a server on file storage a sync: see BenchmarkApply), or, for a
+// change that needs a journal, a part marked so, which the round does not
+// send (see gather). It returns nothing and finishes r if the change is
+// refused or writes nothing. Called with s.mu held.
 func (s *Store) parts(r *applyReq) ([]planned, int) {
 	if err := r.ctx.Err(); err != nil {
 		r.finish(err)
@@ -335,6 +354,9 @@ func (s *Store) parts(r *applyReq) ([]planned, int) {
 		return nil, 0
 	}
 	if !onlyFinishes(r.c) {
+		if s.needsJournal(r.c, p) {
+			return []planned{{r: r, c: r.c, p: p, journal: true}}, 0
+		}
 		ws, rest, err := s.batchOf(p)
 		if err != nil {
 			r.finish(err)

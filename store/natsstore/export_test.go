@@ -3,6 +3,7 @@ package natsstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"agentsociety/store"
@@ -149,4 +150,30 @@ func (s *Store) Registry(owner string) (keys, dead int) {
 		return len(reg.keys), reg.dead
 	}
 	return 0, 0
+}
+
+// SetMaxBatch sets Options.MaxBatch.
+func (s *Store) SetMaxBatch(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opts.MaxBatch = n
+}
+
+// StopAfterJournal makes a removal beyond one batch stop once its first
+// batch, with the journal, is written, as if the process had died.
+func (s *Store) StopAfterJournal(stop bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.testStopAfterJournal = stop
+}
+
+// Cleanup deletes the records of the removals recorded that the store
+// has not deleted (see StopAfterJournal), without reading the bucket
+// first, as a store does right after it recorded one.
+func (s *Store) Cleanup(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, j := range slices.Clone(s.journals) {
+		s.cleanup(ctx, j)
+	}
 }

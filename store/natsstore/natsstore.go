@@ -192,6 +192,11 @@ type Store struct {
 	// setRev), so that removing an agent finds its registry at the cost
 	// of the registry, not of the bucket.
 	registries map[string]*registry
+	// journals are the removals recorded whose records the bucket still
+	// holds, and hidden those records, by key: the revision removed (see
+	// journal.go).
+	journals []*journal
+	hidden   map[string]uint64
 	// top is the highest revision the index knows of: a history started
 	// anew starts at it, past every index the agent's history had before
 	// (a message is written at a revision above its index).
@@ -224,8 +229,10 @@ type Store struct {
 	fencedOnce sync.Once
 
 	// testSettleAfter, set by a test, makes ApplyFlights wait before it
-	// settles the flights it sent.
-	testSettleAfter time.Duration
+	// settles the flights it sent; testStopAfterJournal makes a removal
+	// beyond one batch stop after its first, as if the process died.
+	testSettleAfter      time.Duration
+	testStopAfterJournal bool
 }
 
 // rev is what the store knows of a key: the revision (the stream sequence)
@@ -531,7 +538,15 @@ func (s *Store) Load(ctx context.Context) (store.State, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.quiesce()
-	return s.scan(ctx)
+	st, err := s.scan(ctx)
+	if err == nil {
+		// Removals recorded that a store left before it deleted their
+		// records: the state lists none of those.
+		for _, j := range slices.Clone(s.journals) {
+			s.cleanup(ctx, j)
+		}
+	}
+	return st, err
 }
 
 // Apply records c as one atomic batch on the bucket's stream; see
@@ -590,7 +605,14 @@ func (s *Store) applyOne(ctx context.Context, c *store.Change, p *plan) error {
 				return err
 			}
 		}
-		ws, rest, err := s.batchOf(p)
+		var j *journal
+		var ws, rest []write
+		var err error
+		if s.needsJournal(c, p) {
+			j, ws, rest, err = s.journalOf(p)
+		} else {
+			ws, rest, err = s.batchOf(p)
+		}
 		if err != nil {
 			return err
 		}
@@ -600,6 +622,10 @@ func (s *Store) applyOne(ctx context.Context, c *store.Change, p *plan) error {
 		case err == nil:
 			s.committed(p, ws, last)
 			s.collect(ctx, rest)
+			if j != nil {
+				s.journaled(j)
+				s.cleanup(ctx, j)
+			}
 			return nil
 		case errors.As(err, &rej) && rej.conflict() && try < conflictRetries:
 			// Another writer changed a key since this Store last saw it:
@@ -806,11 +832,18 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 		regs     = make(map[string]*registry)
 		top      uint64
 	)
+	journals, hidden, err := readJournals(entries)
+	if err != nil {
+		return store.State{}, err
+	}
 	for _, e := range entries {
 		key, seq := e.Key(), e.Revision()
 		top = max(top, seq)
 		switch {
 		case key == keyFence, key == keySync:
+			continue
+		case hidden[key] == seq && seq != 0:
+			revs[key] = rev{seq: seq} // removed: the journal's cleanup deletes it
 			continue
 		case strings.HasPrefix(key, prefixArtifact):
 			continue
@@ -880,6 +913,8 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 			if err = json.Unmarshal(data, &h); err == nil {
 				heads[h.AgentID] = h
 			}
+		case strings.HasPrefix(key, prefixJournal):
+			// Read by readJournals.
 		default:
 			err = errors.New("unknown kind of key")
 		}
@@ -918,6 +953,7 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 	slices.SortFunc(st.Histories, func(a, b store.History) int { return strings.Compare(a.AgentID, b.AgentID) })
 
 	s.revs, s.heads, s.registries, s.top, s.indexed = revs, heads, regs, top, true
+	s.journals, s.hidden = journals, hidden
 	return st, nil
 }
 
@@ -1008,7 +1044,8 @@ func (s *Store) refresh(ctx context.Context, ws []write) error {
 		case err != nil:
 			return fmt.Errorf("natsstore: %w", err)
 		}
-		if op := m.Header.Get("KV-Operation"); op != "" {
+		if op := m.Header.Get("KV-Operation"); op != "" || s.hidden[w.key] == m.Sequence {
+			// Deleted, or removed by a journal.
 			s.setRev(w.key, rev{seq: m.Sequence})
 			if strings.HasPrefix(w.key, prefixHead) {
 				delete(s.heads, w.headOf) // removed

@@ -41,6 +41,7 @@ type plan struct {
 	garbage []write            // deletions of dropped history messages
 	heads   map[string]headRec // the new heads of the histories the change touches
 	gone    []string           // the agents whose histories the change removes
+	retired []histRange        // the messages of those histories, in garbage
 }
 
 // planIndexed is how many writes a plan holds before it indexes them by
@@ -367,6 +368,9 @@ func (s *Store) planRemoveHistory(p *plan, id string) {
 // retire adds to p.garbage the deletions of messages [lo, hi) of agent
 // id's history, which the removal of the history leaves behind.
 func (p *plan) retire(id string, lo, hi uint64) {
+	if lo < hi {
+		p.retired = append(p.retired, histRange{id, lo, hi})
+	}
 	for n := lo; n < hi; n++ {
 		p.garbage = append(p.garbage, write{key: histMsgKey(id, n), del: true, removal: true})
 	}

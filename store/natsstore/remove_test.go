@@ -372,3 +372,212 @@ func TestRemove_RegistryIndex(t *testing.T) {
 	}
 	checkLoad(t, s, store.State{})
 }
+
+// manyAgents returns a change adding n agents, each with a registry of
+// one entry, an entry in root's and a history of two messages.
+func manyAgents(n int) (store.Change, []string) {
+	var c store.Change
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("a%02d", i)
+		ids = append(ids, id)
+		c.Agents = append(c.Agents, agentRec(id, "idle"))
+		c.Contacts = append(c.Contacts, contactOf(id, "root"), contactOf("root", id))
+		c.HistoryAppends = append(c.HistoryAppends, store.HistoryAppend{AgentID: id, Messages: msgs("1", "2")})
+	}
+	return c, ids
+}
+
+// removeAll returns the removal of ids with their entries in root's
+// registry.
+func removeAll(ids []string) store.Removal {
+	r := store.Removal{Agents: ids}
+	for _, id := range ids {
+		r.Contacts = append(r.Contacts, store.ContactKey{Owner: "root", ID: id})
+	}
+	return r
+}
+
+// A removal of more records than one atomic batch takes is written all
+// the same, as one change: what it removes is gone, with the rest of the
+// change, and the bucket keeps nothing of it.
+func TestRemove_BeyondOneBatch(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Fence=%v", fence), func(t *testing.T) {
+			url := natstest.Server(t)
+			bucket := fmt.Sprintf("big%v", fence)
+			s := open(t, url, natsstore.Options{Bucket: bucket, Fence: fence, MaxBatch: 200})
+			add, ids := manyAgents(30) // 6 writes each
+			mustApply(t, s, add)
+			s.SetMaxBatch(10)
+			c := store.Change{
+				Agents: []store.Agent{agentRec("b", "idle")},
+				Remove: removeAll(ids[1:]),
+			}
+			mustApply(t, s, c)
+			want := store.State{
+				Agents:    []store.Agent{agentRec("a00", "idle"), agentRec("b", "idle")},
+				Contacts:  map[string][]store.Contact{"a00": {contactOf("a00", "root").Contact}, "root": {contactOf("root", "a00").Contact}},
+				Histories: []store.History{{AgentID: "a00", Messages: msgs("1", "2")}},
+			}
+			checkLoad(t, s, want)
+			keys := bucketKeys(t, url, bucket)
+			for _, id := range ids[1:] {
+				if left := keysOf(keys, id); len(left) > 0 {
+					t.Errorf("the bucket holds keys of %s, removed: %q", id, left)
+				}
+			}
+			for _, k := range keys {
+				if strings.HasPrefix(k, "rm.") {
+					t.Errorf("the bucket holds the journal key %s after the removal", k)
+				}
+			}
+			// The rest of the change alone over the limit is refused whole.
+			var big store.Change
+			for i := range 11 {
+				big.Agents = append(big.Agents, agentRec(fmt.Sprint("c", i), "idle"))
+			}
+			big.Remove = store.Removal{Agents: []string{"a00"}}
+			if err := s.Apply(t.Context(), big); err == nil {
+				t.Error("a change of 11 records and a removal, with MaxBatch 10: got no error")
+			}
+			checkLoad(t, s, want)
+		})
+	}
+}
+
+// A removal beyond one batch that stopped after its first (the process
+// died) is whole all the same: Load does not list what it removes, and
+// the store that loads the bucket deletes it. A record added again
+// meanwhile is a new one, which the deletions leave.
+func TestRemove_BeyondOneBatchStopped(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Fence=%v", fence), func(t *testing.T) {
+			url := natstest.Server(t)
+			bucket := fmt.Sprintf("stopped%v", fence)
+			opts := natsstore.Options{Bucket: bucket, Fence: fence}
+			first := open(t, url, opts)
+			add, ids := manyAgents(30)
+			mustApply(t, first, add)
+			first.SetMaxBatch(10)
+			first.StopAfterJournal(true)
+			mustApply(t, first, store.Change{Remove: removeAll(ids[1:])})
+			want := store.State{
+				Agents:    []store.Agent{agentRec("a00", "idle")},
+				Contacts:  map[string][]store.Contact{"a00": {contactOf("a00", "root").Contact}, "root": {contactOf("root", "a00").Contact}},
+				Histories: []store.History{{AgentID: "a00", Messages: msgs("1", "2")}},
+			}
+			checkLoad(t, first, want)
+			if left := keysOf(bucketKeys(t, url, bucket), "a01"); len(left) == 0 {
+				t.Fatal("the first store deleted a01's keys: it did not stop")
+			}
+			// a05 again, with a registry and a history of its own.
+			mustApply(t, first, store.Change{
+				Agents:         []store.Agent{agentRec("a05", "busy")},
+				Contacts:       []store.ContactEntry{contactOf("a05", "a00"), contactOf("root", "a05")},
+				HistoryAppends: []store.HistoryAppend{{AgentID: "a05", Messages: msgs("new")}},
+			})
+			want.Agents = append(want.Agents, agentRec("a05", "busy"))
+			want.Contacts["a05"] = []store.Contact{contactOf("a05", "a00").Contact}
+			want.Contacts["root"] = append(want.Contacts["root"], contactOf("root", "a05").Contact)
+			want.Histories = append(want.Histories, store.History{AgentID: "a05", Messages: msgs("new")})
+			checkLoad(t, first, want)
+			first.Close()
+
+			second := open(t, url, opts)
+			checkLoad(t, second, want) // and deletes what the first left
+			keys := bucketKeys(t, url, bucket)
+			for _, id := range ids[1:] {
+				if left := keysOf(keys, id); len(left) > 0 && id != "a05" {
+					t.Errorf("the bucket holds keys of %s, removed: %q", id, left)
+				}
+			}
+			for _, k := range keys {
+				if strings.HasPrefix(k, "rm.") {
+					t.Errorf("the bucket holds the journal key %s after the removal", k)
+				}
+			}
+			checkLoad(t, second, want)
+			// And the records left behave as any.
+			mustApply(t, second, store.Change{Remove: store.Removal{Agents: []string{"a05"}, Contacts: []store.ContactKey{{Owner: "root", ID: "a05"}}}})
+			want.Agents = want.Agents[:1]
+			delete(want.Contacts, "a05")
+			want.Contacts["root"] = want.Contacts["root"][:1]
+			want.Histories = want.Histories[:1]
+			checkLoad(t, second, want)
+		})
+	}
+}
+
+// A removal beyond one batch queued with other changes is written on its
+// own, after those before it and before those after it, in flights and
+// in the rounds of a bucket of several replicas.
+func TestRemove_BeyondOneBatchInGroupCommit(t *testing.T) {
+	for _, replicated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Replicated=%v", replicated), func(t *testing.T) {
+			opts := natsstore.Options{Bucket: "queued", Fence: true, MaxBatch: 200}
+			var url string
+			if replicated {
+				url = natstest.Cluster(t, 3)[0]
+				opts.Replicas, opts.Storage = 3, jetstream.MemoryStorage
+			} else {
+				url = natstest.Server(t)
+			}
+			s := open(t, url, opts)
+			add, ids := manyAgents(30)
+			mustApply(t, s, add)
+			s.SetMaxBatch(10)
+			errs := s.ApplyAll(t.Context(), []store.Change{
+				{Agents: []store.Agent{agentRec("a01", "busy")}},
+				{Agents: []store.Agent{agentRec("b", "idle")}},
+				{Remove: removeAll(ids[1:])},
+				{Agents: []store.Agent{agentRec("a02", "busy")}},
+			})
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("change %d: %v", i, err)
+				}
+			}
+			checkLoad(t, s, store.State{
+				Agents:    []store.Agent{agentRec("a00", "idle"), agentRec("b", "idle"), agentRec("a02", "busy")},
+				Contacts:  map[string][]store.Contact{"a00": {contactOf("a00", "root").Contact}, "root": {contactOf("root", "a00").Contact}},
+				Histories: []store.History{{AgentID: "a00", Messages: msgs("1", "2")}},
+			})
+			if got := keysOf(bucketKeys(t, url, "queued"), "a01"); len(got) > 0 {
+				t.Errorf("the bucket holds keys of a01, removed: %q", got)
+			}
+		})
+	}
+}
+
+// The deletions that follow a removal's journal expect the revisions it
+// removed: a record another store wrote again meanwhile is not deleted.
+func TestRemove_BeyondOneBatchRacing(t *testing.T) {
+	url := natstest.Server(t)
+	a := open(t, url, natsstore.Options{Bucket: "race"})
+	b := open(t, url, natsstore.Options{Bucket: "race"})
+	add, ids := manyAgents(30)
+	mustApply(t, a, add)
+	a.SetMaxBatch(10)
+	a.StopAfterJournal(true)
+	mustApply(t, a, store.Change{Remove: removeAll(ids)})
+	// b reads the bucket, journal included, and writes a05 again.
+	mustApply(t, b, store.Change{Agents: []store.Agent{agentRec("a05", "busy")}, Contacts: []store.ContactEntry{contactOf("a05", "root")}})
+	a.StopAfterJournal(false)
+	a.Cleanup(t.Context()) // a knows a05 at the revision removed
+	want := store.State{
+		Agents:   []store.Agent{agentRec("a05", "busy")},
+		Contacts: map[string][]store.Contact{"a05": {contactOf("a05", "root").Contact}},
+	}
+	keys := bucketKeys(t, url, "race")
+	for _, k := range keys {
+		if strings.HasPrefix(k, "rm.") {
+			t.Errorf("the bucket holds the journal key %s after the removal", k)
+		}
+	}
+	if got := keysOf(keys, "a05"); len(got) != 2 {
+		t.Errorf("the bucket holds keys %q of a05, want its record and its registry's entry", got)
+	}
+	checkLoad(t, a, want)
+	checkLoad(t, b, want)
+}
