@@ -21,6 +21,7 @@
 //	h.<agent>         a history's head {"agentId","summary","dropped","lo","hi"}
 //	hm.<agent>.<n>    message n of a history, the society's JSON as given
 //	x.<id>            an artifact's metadata, naming its object
+//	rm.<id>.<n>       part n of the journal of a removal beyond one batch {"records":[{"key","rev"}],"histories":[{"agentId","lo","hi"}]}
 //	fence             the claim of the store that writes (Options.Fence)
 //	sync              a mark Load writes on a bucket of several replicas, to read up to it
 //
@@ -35,7 +36,14 @@
 // are RFC 3339 with nanoseconds. "first" is the revision at which a
 // record was created, present once it has been replaced, so that Load lists records
 // in the order they were first applied. A history holds messages lo to
-// hi-1; indices only grow.
+// hi-1; indices only grow, and a history started anew (its agent has no
+// head) starts at the highest revision the store knows, past every index
+// a history of the agent had before. Records removed
+// ([store.Change].Remove) are deleted: their keys, with, for an agent,
+// the keys of its registry and its history; a record written again after
+// is a new one, without "first". A journal names records removed that
+// the bucket still holds: Load lists none whose revision is the one
+// named.
 //
 // # Guarantees
 //
@@ -49,13 +57,25 @@
 // Options.MaxBatch (at most the server's max_batch_size, 1000 by default),
 // or with a record larger than one message of the server's takes (its
 // max_payload, 1 MB by default, less 1 KB for headers), is refused whole, except a change that only finishes messages, which is
-// written one message at a time (see [store.Store]). Applies made at once
+// written one message at a time (see [store.Store]), and one whose
+// removal takes it over the limit, which is written through a journal: a
+// first batch holds the rest of the change and the journal, naming each
+// record removed with the revision removed, after which Load no longer
+// lists them; the batches that follow delete them, each deletion
+// expecting that revision, and then the journal. A store that stopped in
+// between leaves the journal, which the next Load finishes. A removal's
+// deletions expect their keys' revisions as any write does, and it costs
+// what it removes: an agent's registry is found in the store's index of
+// the registries, not by reading the bucket (so, of two stores on one
+// bucket, one removes an agent's registry as it knows it: an entry the
+// other added since it last read the bucket stays, and so does, for a
+// removal through a journal, a record the other wrote since). Applies made at once
 // go out together, each its own write with its own answer, and without
 // waiting for the answers to those sent before them: a change waits for
 // about one round trip, however many are in flight. A history
 // append costs the messages it adds and the messages it drops, never the
-// history's length. Deleted keys leave markers that expire after
-// Options.MarkerTTL.
+// history's length, and a removal what it removes. Deleted keys leave
+// markers that expire after Options.MarkerTTL.
 //
 // Durability is the server's: what its stream's storage and replicas keep,
 // this store keeps. On a bucket of several replicas, New turns off direct
