@@ -75,7 +75,8 @@
 // about one round trip, however many are in flight. A history
 // append costs the messages it adds and the messages it drops, never the
 // history's length, and a removal what it removes. Deleted keys leave
-// markers that expire after Options.MarkerTTL.
+// markers that expire after Options.MarkerTTL, when the store's index of
+// the keys forgets them too: neither grows with the keys ever deleted.
 //
 // Durability is the server's: what its stream's storage and replicas keep,
 // this store keeps. On a bucket of several replicas, New turns off direct

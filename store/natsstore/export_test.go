@@ -177,3 +177,10 @@ func (s *Store) Cleanup(ctx context.Context) {
 		s.cleanup(ctx, j)
 	}
 }
+
+// IndexLen returns how many keys the store's index knows of.
+func (s *Store) IndexLen() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.revs)
+}

@@ -85,8 +85,10 @@ type Options struct {
 
 	// MarkerTTL is how long the marker a deleted key leaves stays in the
 	// bucket (a finished message, a deleted state key, a dropped history
-	// message), so that the bucket does not grow with every message the
-	// society handles. Zero means DefaultMarkerTTL; at least a second.
+	// message, a record removed), so that the bucket does not grow with
+	// every message the society handles; the store's index of the bucket
+	// forgets the key then too. Zero means DefaultMarkerTTL; at least a
+	// second.
 	MarkerTTL time.Duration
 
 	// Timeout bounds each call whose context has no deadline, so that a
@@ -192,6 +194,11 @@ type Store struct {
 	// setRev), so that removing an agent finds its registry at the cost
 	// of the registry, not of the bucket.
 	registries map[string]*registry
+	// expiring lists the keys the index knows deleted, from expiring[exp],
+	// in the order their markers expire: the index forgets each then (see
+	// forgetExpired), so that it does not grow with every key deleted.
+	expiring []expiry
+	exp      int
 	// journals are the removals recorded whose records the bucket still
 	// holds, and hidden those records, by key: the revision removed (see
 	// journal.go).
@@ -274,6 +281,39 @@ func (s *Store) setRev(key string, r rev) {
 		reg.keys = append(reg.keys, key)
 	case was && !r.live:
 		s.unregister(key)
+	}
+}
+
+// An expiry is a key deleted at revision seq, whose marker expires at at.
+type expiry struct {
+	key string
+	seq uint64
+	at  time.Time
+}
+
+// deleted records in the index that key was deleted at revision seq, its
+// marker to expire at at. Called with s.mu held.
+func (s *Store) deleted(key string, seq uint64, at time.Time) {
+	s.setRev(key, rev{seq: seq})
+	s.expiring = append(s.expiring, expiry{key, seq, at})
+}
+
+// forgetExpired drops from the index the keys deleted whose markers have
+// expired by now: the bucket no longer holds anything of them, and a
+// write expecting the marker's revision would be refused. Called with
+// s.mu held.
+func (s *Store) forgetExpired(now time.Time) {
+	for ; s.exp < len(s.expiring) && !s.expiring[s.exp].at.After(now); s.exp++ {
+		e := s.expiring[s.exp]
+		if r := s.revs[e.key]; r.seq == e.seq && !r.live {
+			delete(s.revs, e.key)
+		}
+		s.expiring[s.exp] = expiry{}
+	}
+	if s.exp > 64 && 2*s.exp > len(s.expiring) {
+		n := copy(s.expiring, s.expiring[s.exp:])
+		clear(s.expiring[n:])
+		s.expiring, s.exp = s.expiring[:n], 0
 	}
 }
 
@@ -698,6 +738,10 @@ func (s *Store) batchOf(p *plan) (ws, rest []write, err error) {
 // revision last.
 func (s *Store) committed(p *plan, ws []write, last uint64) {
 	base := last - uint64(len(ws)) + 1
+	var now time.Time
+	if s.exp < len(s.expiring) {
+		now = time.Now()
+	}
 	for i, w := range ws {
 		if !w.cas {
 			continue
@@ -705,7 +749,10 @@ func (s *Store) committed(p *plan, ws []write, last uint64) {
 		seq := base + uint64(i)
 		switch {
 		case w.del:
-			s.setRev(w.key, rev{seq: seq})
+			if now.IsZero() {
+				now = time.Now()
+			}
+			s.deleted(w.key, seq, now.Add(s.opts.MarkerTTL))
 		case w.first != 0:
 			s.setRev(w.key, rev{seq: seq, first: w.first, live: true})
 		default:
@@ -718,6 +765,9 @@ func (s *Store) committed(p *plan, ws []write, last uint64) {
 	}
 	for _, id := range p.gone {
 		delete(s.heads, id)
+	}
+	if !now.IsZero() {
+		s.forgetExpired(now)
 	}
 }
 
@@ -831,6 +881,7 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 		histMsgs = make(map[string]map[uint64][]byte)
 		regs     = make(map[string]*registry)
 		top      uint64
+		expiring []expiry
 	)
 	journals, hidden, err := readJournals(entries)
 	if err != nil {
@@ -863,6 +914,7 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 		}
 		if e.Operation() != jetstream.KeyValuePut {
 			revs[key] = rev{seq: seq}
+			expiring = append(expiring, expiry{key, seq, e.Created().Add(s.opts.MarkerTTL)})
 			continue
 		}
 		data := e.Value()
@@ -954,6 +1006,8 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 
 	s.revs, s.heads, s.registries, s.top, s.indexed = revs, heads, regs, top, true
 	s.journals, s.hidden = journals, hidden
+	slices.SortFunc(expiring, func(a, b expiry) int { return a.at.Compare(b.at) })
+	s.expiring, s.exp = expiring, 0
 	return st, nil
 }
 
@@ -1046,7 +1100,11 @@ func (s *Store) refresh(ctx context.Context, ws []write) error {
 		}
 		if op := m.Header.Get("KV-Operation"); op != "" || s.hidden[w.key] == m.Sequence {
 			// Deleted, or removed by a journal.
-			s.setRev(w.key, rev{seq: m.Sequence})
+			if op != "" {
+				s.deleted(w.key, m.Sequence, m.Time.Add(s.opts.MarkerTTL))
+			} else {
+				s.setRev(w.key, rev{seq: m.Sequence})
+			}
 			if strings.HasPrefix(w.key, prefixHead) {
 				delete(s.heads, w.headOf) // removed
 			}

@@ -581,3 +581,25 @@ func TestRemove_BeyondOneBatchRacing(t *testing.T) {
 	checkLoad(t, a, want)
 	checkLoad(t, b, want)
 }
+
+// The index forgets a key deleted once its marker has expired: it does
+// not grow with every message handled and every record removed.
+func TestIndex_ForgetsExpiredMarkers(t *testing.T) {
+	url := natstest.Server(t)
+	s := open(t, url, natsstore.Options{Bucket: "forget", MarkerTTL: time.Second})
+	add, ids := manyAgents(20)
+	add.Accepted = []store.Message{pendingMsg("m1")}
+	mustApply(t, s, add)
+	mustApply(t, s, store.Change{Finished: []string{"m1"}, Remove: removeAll(ids)})
+	if n := s.IndexLen(); n < 60 {
+		t.Fatalf("the index knows %d keys after the removal, want the 60 deleted at least", n)
+	}
+	waitExpired(t, url, "forget", "m."+base64.RawURLEncoding.EncodeToString([]byte("m1")))
+	mustApply(t, s, store.Change{Agents: []store.Agent{agentRec("b", "idle")}})
+	if n := s.IndexLen(); n != 1 {
+		t.Errorf("the index knows %d keys once the markers expired, want 1", n)
+	}
+	// Written again, a removed record is new.
+	mustApply(t, s, store.Change{Agents: []store.Agent{agentRec("a03", "busy")}})
+	checkLoad(t, s, store.State{Agents: []store.Agent{agentRec("b", "idle"), agentRec("a03", "busy")}})
+}
