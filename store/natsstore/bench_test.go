@@ -97,3 +97,50 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkRemove measures a removal on stores of growing size: each op
+// removes ten agents, with their registries and their entries in root's,
+// and adds them again (two Applies). Its cost follows what it removes,
+// not the size of the store.
+func BenchmarkRemove(b *testing.B) {
+	url := natstest.Server(b)
+	for _, n := range []int{1000, 30000} {
+		b.Run(fmt.Sprintf("agents=%d", n), func(b *testing.B) {
+			s := open(b, url, natsstore.Options{Storage: jetstream.MemoryStorage})
+			ctx := context.Background()
+			at := time.Now()
+			records := func(from, to int) store.Change {
+				var c store.Change
+				for i := from; i < to; i++ {
+					id := fmt.Sprint("a", i)
+					c.Agents = append(c.Agents, store.Agent{ID: id, RoleID: "r", ParentID: "root", Status: "idle", CreatedAt: at})
+					c.Contacts = append(c.Contacts,
+						store.ContactEntry{Owner: id, Contact: store.Contact{ID: "root", Role: "root", AddedAt: at}},
+						store.ContactEntry{Owner: "root", Contact: store.Contact{ID: id, Role: "r", AddedAt: at}})
+				}
+				return c
+			}
+			for i := 0; i < n; i += 300 {
+				if err := s.Apply(ctx, records(i, min(i+300, n))); err != nil {
+					b.Fatal(err)
+				}
+			}
+			defer cpu(b)()
+			for i := 0; b.Loop(); i++ {
+				from := (i * 10) % n
+				add := records(from, from+10)
+				var r store.Removal
+				for _, a := range add.Agents {
+					r.Agents = append(r.Agents, a.ID)
+					r.Contacts = append(r.Contacts, store.ContactKey{Owner: "root", ID: a.ID})
+				}
+				if err := s.Apply(ctx, store.Change{Remove: r}); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Apply(ctx, add); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
