@@ -176,7 +176,11 @@ func (s *Store) deleteJournaled(ctx context.Context, j *journal) error {
 	var ws []write
 	for _, r := range j.records {
 		if rv := s.revs[r.Key]; rv.seq == r.Rev && !rv.live {
-			ws = append(ws, write{key: r.Key, del: true, cas: true, expect: r.Rev})
+			w := write{key: r.Key, del: true, cas: true, expect: r.Rev}
+			if t, ok := strings.CutPrefix(r.Key, prefixHead); ok {
+				w.headOf, _ = untok(t) // for refresh
+			}
+			ws = append(ws, w)
 		}
 	}
 	if err := s.deleteAll(ctx, ws); err != nil {
