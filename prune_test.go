@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -517,5 +518,44 @@ func TestRetention_RemovalDoesNotRemoveAReusedID(t *testing.T) {
 	}
 	if len(state.Requests) != 1 || state.Requests[0].ID != "req-again" || state.Requests[0].Status != string(as.StatusPending) {
 		t.Fatalf("the store holds requests %+v, want req-again pending", state.Requests)
+	}
+}
+
+// failFirstRemoval is a store that fails the first change that removes
+// records.
+type failFirstRemoval struct {
+	store.Store
+	tries atomic.Int32
+}
+
+func (f *failFirstRemoval) Apply(ctx context.Context, c store.Change) error {
+	if !c.Remove.Empty() && f.tries.Add(1) == 1 {
+		return errors.New("the store is down for a moment")
+	}
+	return f.Store.Apply(ctx, c)
+}
+
+// A removal that fails leaves in the store what the society forgot; what
+// the society removes later (here the role the agent was on, with its
+// creator) leaves the store one that a society still opens.
+func TestRetention_FailedRemovalThenItsRoleRemoved(t *testing.T) {
+	ctx := context.Background()
+	st := &failFirstRemoval{Store: store.NewMemory()}
+	s := newSociety(t, as.Config{Store: st, Retention: 20 * time.Millisecond, DefaultBehavior: newInbox().behavior(), Logger: quiet})
+	lead, worker := chain(t, s, nil)
+	terminateAndWait(t, s, worker.ID())
+	waitFor(t, "the worker's removal to fail", func() bool { return st.tries.Load() >= 1 })
+	terminateAndWait(t, s, lead.ID())
+	waitFor(t, "the lead and its role to be removed", func() bool {
+		state, _ := st.Load(ctx)
+		return !slices.ContainsFunc(state.Agents, func(a store.Agent) bool { return a.ID == lead.ID() }) &&
+			!slices.ContainsFunc(state.Roles, func(r store.Role) bool { return r.CreatedBy == lead.ID() })
+	})
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s2 := newSociety(t, as.Config{Store: st, Logger: quiet})
+	if a, ok := s2.Agent(worker.ID()); !ok || a.Status != as.StatusTerminated {
+		t.Fatalf("the worker, left in the store, restored as %+v, %v", a, ok)
 	}
 }

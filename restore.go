@@ -88,7 +88,14 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 	}
 	for _, r := range agents {
 		role := s.roles[r.RoleID]
-		if role == nil {
+		switch {
+		case role != nil:
+		case r.Status == string(StatusTerminated):
+			// Its role may have been removed before it, when the removal
+			// of the agent failed (see prune.go): a role of its own,
+			// which the society does not list, shows its id.
+			role = &Role{ID: r.RoleID, Name: r.RoleID}
+		default:
 			return nil, nil, fmt.Errorf("agent %s: role %q is missing from the store", r.ID, r.RoleID)
 		}
 		a, err := agentFromRecord(r, role, s.agents[r.ParentID])

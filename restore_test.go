@@ -2146,14 +2146,14 @@ func TestRestore_BrokenParentsAreRefused(t *testing.T) {
 	}
 }
 
-// A terminated agent whose parent the store no longer holds (the society
-// forgot and removed the parent first, see Config.Retention) is restored,
-// terminated, and forgotten in its turn.
-func TestRestore_TerminatedAgentWithoutItsParent(t *testing.T) {
+// A terminated agent whose parent or role the store no longer holds (the
+// society forgot and removed them first, when the agent's own removal
+// failed, see Config.Retention) is restored, terminated, and forgotten in
+// its turn.
+func TestRestore_TerminatedAgentWithoutItsParentOrRole(t *testing.T) {
 	ctx := context.Background()
 	mem := store.NewMemory()
 	if err := mem.Apply(ctx, store.Change{
-		Roles:  []store.Role{{ID: "role-1", Name: "lead", CreatedBy: as.RootID}},
 		Agents: []store.Agent{{ID: "agent-2", RoleID: "role-1", ParentID: "agent-1", TaskID: "t", Brief: restoreBrief(t), Status: string(as.StatusTerminated)}},
 	}); err != nil {
 		t.Fatal(err)
