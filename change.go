@@ -145,13 +145,7 @@ func (s *Society) claim(c *change) chan struct{} {
 func (s *Society) recordAndCommit(ctx context.Context, c *change, done chan struct{}) *Error {
 	err := s.store.Apply(ctx, c.record)
 	s.mu.Lock()
-	for _, k := range c.claims {
-		delete(s.claims, k)
-	}
-	if c.send != nil {
-		delete(s.claims, c.send.msg.To)
-	}
-	s.adding -= c.agents
+	s.unclaim(c)
 	if err == nil {
 		s.commit(c)
 	}
@@ -163,6 +157,19 @@ func (s *Society) recordAndCommit(ctx context.Context, c *change, done chan stru
 		return storeError(err)
 	}
 	return nil
+}
+
+// unclaim releases c's claims, and no longer counts the agents it adds.
+// Called with s.mu held; the caller then closes the channel claim
+// returned, and calls s.wg.Done.
+func (s *Society) unclaim(c *change) {
+	for _, k := range c.claims {
+		delete(s.claims, k)
+	}
+	if c.send != nil {
+		delete(s.claims, c.send.msg.To)
+	}
+	s.adding -= c.agents
 }
 
 // commit applies c to memory. Called with s.mu held.

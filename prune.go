@@ -2,7 +2,6 @@ package agentsociety
 
 import (
 	"encoding/json"
-	"iter"
 	"log/slog"
 	"slices"
 	"strings"
@@ -171,34 +170,117 @@ func (s *Society) prune() {
 	}
 	s.pruned = time.Now()
 	f := s.forgetDue(s.pruned)
-	c := &change{claims: f.claims, record: f.record}
-	if !c.record.Empty() {
-		c.record.States = append(c.record.States, s.lastIDs()...)
-	}
 	// s.pruneTimer stays set until the removal is recorded: no other
 	// prune starts meanwhile.
-	for !c.record.Empty() && !s.closed.Load() {
-		busy := s.claimed(c)
-		if busy == nil {
-			done := s.claim(c)
+	for !f.record.Empty() && !s.closed.Load() {
+		c := &change{claims: f.claims}
+		if busy := s.claimed(c); busy != nil {
+			// A change in flight, or checked since memory forgot, may
+			// write again what the removal names: once it is
+			// committed, memory holds it, and the removal leaves it.
 			s.mu.Unlock()
-			if err := s.recordAndCommit(s.runCtx, c, done); err != nil {
-				s.log.LogAttrs(s.runCtx, slog.LevelWarn, "removing what the society forgot from the store failed; a society reopened on the store forgets it again",
-					slog.Int("agents", len(c.record.Remove.Agents)), slog.Int("requests", len(c.record.Remove.Requests)), slog.String("err", err.Error()))
+			select {
+			case <-busy:
+			case <-s.done:
 			}
 			s.mu.Lock()
-			break
+			s.keepHeld(&f.record)
+			continue
 		}
+		done := s.claim(c)
 		s.mu.Unlock()
-		select {
-		case <-busy:
-		case <-s.done:
-		}
+		s.removeForgotten(f.record)
 		s.mu.Lock()
+		s.unclaim(c)
+		s.mu.Unlock()
+		close(done)
+		s.wg.Done()
+		s.mu.Lock()
+		break
 	}
 	s.pruneTimer = nil
 	s.armPrune()
 	s.mu.Unlock()
+}
+
+// removeBatch bounds how many records one change of prune removes, so
+// that forgetting a great many things at once makes no change too big for
+// a store.
+const removeBatch = 256
+
+// removeForgotten records rm, what prune forgot, in changes of at most
+// removeBatch records each, and then the last agent and role ids. A
+// change that fails is logged, and ends the removal: the store keeps the
+// rest, which a society reopened on it forgets again. Called with s.mu
+// released.
+func (s *Society) removeForgotten(rm store.Change) {
+	rm.States = append(rm.States, s.lastIDs()...) // recorded before the agents and roles go
+	for _, part := range splitChange(rm, removeBatch) {
+		if err := s.store.Apply(s.runCtx, part); err != nil {
+			s.log.LogAttrs(s.runCtx, slog.LevelWarn, "removing what the society forgot from the store failed; a society reopened on the store forgets it again",
+				slog.Int("agents", len(rm.Remove.Agents)), slog.Int("requests", len(rm.Remove.Requests)), slog.String("err", err.Error()))
+			return
+		}
+	}
+}
+
+// splitChange splits c, which only removes records and sets state, into
+// changes of at most n records each, in c's order: the state entries,
+// then the contact entries, agents, requests and roles removed.
+func splitChange(c store.Change, n int) []store.Change {
+	var parts []store.Change
+	room := 0
+	next := func() *store.Change {
+		if room == 0 {
+			parts = append(parts, store.Change{})
+			room = n
+		}
+		room--
+		return &parts[len(parts)-1]
+	}
+	for _, e := range c.States {
+		p := next()
+		p.States = append(p.States, e)
+	}
+	for _, k := range c.Remove.Contacts {
+		p := next()
+		p.Remove.Contacts = append(p.Remove.Contacts, k)
+	}
+	for _, id := range c.Remove.Agents {
+		p := next()
+		p.Remove.Agents = append(p.Remove.Agents, id)
+	}
+	for _, id := range c.Remove.Requests {
+		p := next()
+		p.Remove.Requests = append(p.Remove.Requests, id)
+	}
+	for _, id := range c.Remove.Roles {
+		p := next()
+		p.Remove.Roles = append(p.Remove.Roles, id)
+	}
+	return parts
+}
+
+// keepHeld takes out of rm, a removal prune made, what memory holds again:
+// written by a change since memory forgot it. Called with s.mu held.
+func (s *Society) keepHeld(rm *store.Change) {
+	rm.Remove.Requests = slices.DeleteFunc(rm.Remove.Requests, func(id string) bool { return s.requests[id] != nil })
+	rm.Remove.Agents = slices.DeleteFunc(rm.Remove.Agents, func(id string) bool { return s.agents[id] != nil })
+	rm.Remove.Roles = slices.DeleteFunc(rm.Remove.Roles, func(id string) bool { return s.roles[id] != nil })
+	rm.Remove.Contacts = slices.DeleteFunc(rm.Remove.Contacts, func(k store.ContactKey) bool { return s.contacts.knows(k.Owner, k.ID) })
+	rm.States = slices.DeleteFunc(rm.States, func(e store.StateEntry) bool {
+		if key, ok := strings.CutPrefix(e.Scope, budgetScope); ok {
+			return s.ledgers[key] != nil
+		}
+		if task, ok := strings.CutPrefix(e.Scope, awaitingScope); ok {
+			return s.tasks[task] != nil && s.tasks[task].saved
+		}
+		if id, ok := strings.CutPrefix(e.Scope, stuckScope); ok {
+			return s.requests[id] != nil
+		}
+		_, ok := s.state[stateKey{e.Scope, e.Key}]
+		return ok
+	})
 }
 
 // forgetDue forgets every retiree due at now, and returns what the store
@@ -286,24 +368,16 @@ func (f *forgetting) state(scope, key string) {
 // a role: the ids of a society reopened on it go on after them.
 const idsScope = "ids:"
 
-// lastIDs returns the records of the last agent and role ids. Called with
-// s.mu held.
+// lastIDs returns the records of the last agent and role ids.
 func (s *Society) lastIDs() []store.StateEntry {
 	var out []store.StateEntry
-	for key, seq := range s.sequences() {
+	for key, seq := range map[string]*ids.Sequence{"agent": s.agentIDs, "role": s.roleIDs} {
 		if last := seq.Last(); last != "" {
 			v, _ := json.Marshal(last)
 			out = append(out, store.StateEntry{Scope: idsScope, Key: key, Value: v, Writer: RootID, UpdatedAt: time.Now()})
 		}
 	}
 	return out
-}
-
-// sequences yields the society's id sequences, each with its name.
-func (s *Society) sequences() iter.Seq2[string, *ids.Sequence] {
-	return func(yield func(string, *ids.Sequence) bool) {
-		_ = yield("agent", s.agentIDs) && yield("role", s.roleIDs)
-	}
 }
 
 // restoreIDs takes back a record of lastIDs, reporting whether e is one.
@@ -314,11 +388,9 @@ func (s *Society) restoreIDs(e store.StateEntry) bool {
 	}
 	var last string
 	if json.Unmarshal(e.Value, &last) == nil {
-		for key, seq := range s.sequences() {
-			if key == e.Key {
-				seq.Observe(last)
-			}
-		}
+		// A sequence observes only its own ids.
+		s.agentIDs.Observe(last)
+		s.roleIDs.Observe(last)
 	}
 	return true
 }

@@ -559,3 +559,87 @@ func TestRetention_FailedRemovalThenItsRoleRemoved(t *testing.T) {
 		t.Fatalf("the worker, left in the store, restored as %+v, %v", a, ok)
 	}
 }
+
+// heldBudget is a store whose Apply of a change setting a budget of 999
+// model calls waits, once it has said so on held, until release is closed.
+type heldBudget struct {
+	store.Store
+	held    chan struct{}
+	release chan struct{}
+}
+
+func (h *heldBudget) Apply(ctx context.Context, c store.Change) error {
+	for _, e := range c.States {
+		if strings.HasPrefix(e.Scope, "budget:") && strings.Contains(string(e.Value), "999") {
+			h.held <- struct{}{}
+			<-h.release
+		}
+	}
+	return h.Store.Apply(ctx, c)
+}
+
+// A budget set on an ended task while the society forgets the task is
+// kept, in memory and in the store: prune's removal waits for the change
+// in flight and leaves what it wrote.
+func TestRetention_RemovalLeavesWhatAChangeInFlightWrites(t *testing.T) {
+	ctx := context.Background()
+	st := &heldBudget{Store: store.NewMemory(), held: make(chan struct{}, 1), release: make(chan struct{})}
+	s := newSociety(t, as.Config{Store: st, Retention: retention, DefaultBehavior: newInbox().behavior(), Logger: quiet})
+	lead := rootSpawn(t, s, "t", "lead", "", nil)
+	if err := s.SetBudget(ctx, "t", as.Budget{ModelCalls: 5}); err != nil {
+		t.Fatal(err)
+	}
+	set := make(chan error, 1)
+	terminateAndWait(t, s, lead.ID)
+	go func() { set <- s.SetBudget(ctx, "t", as.Budget{ModelCalls: 999}) }()
+	recv(t, st.held, "the new budget to reach the store")
+	waitFor(t, "the task to be forgotten", func() bool { _, ok := s.Usage("t"); return !ok })
+	close(st.release)
+	if err := recv(t, set, "the new budget"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the removal to be recorded", func() bool {
+		state, _ := st.Load(ctx)
+		return slices.ContainsFunc(state.States, func(e store.StateEntry) bool { return e.Scope == "ids:" })
+	})
+	if u, ok := s.Usage("t"); !ok || u.Budget.ModelCalls != 999 {
+		t.Errorf("the task's budget in memory: %+v, %v", u.Budget, ok)
+	}
+	state, _ := st.Load(ctx)
+	if !slices.ContainsFunc(state.States, func(e store.StateEntry) bool {
+		return e.Scope == "budget:task:t" && strings.Contains(string(e.Value), "999")
+	}) {
+		t.Errorf("the store lost the budget set as the task was forgotten: %+v", state.States)
+	}
+	// The task has no agents: its budget is forgotten in its turn.
+	waitFor(t, "the budget to be forgotten", func() bool {
+		state, _ := st.Load(ctx)
+		_, ok := s.Usage("t")
+		return !ok && !slices.ContainsFunc(state.States, func(e store.StateEntry) bool { return e.Scope == "budget:task:t" })
+	})
+}
+
+// Forgetting hundreds of agents at once removes them in changes of a
+// bounded size, and all of them.
+func TestRetention_ManyForgottenAtOnce(t *testing.T) {
+	ctx := context.Background()
+	st := newRecordingStore()
+	s := newSociety(t, as.Config{Store: st, Retention: 20 * time.Millisecond, DefaultBehavior: newInbox().behavior(), Logger: quiet})
+	lead, role := hostLead(t, s, "t", "worker")
+	for range 300 {
+		if _, _, err := lead.SpawnAgent(ctx, as.SpawnSpec{RoleID: role, Brief: validBrief()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark := st.mark()
+	terminateAndWait(t, s, lead.ID())
+	waitFor(t, "the lead and its workers to be removed", func() bool {
+		state, _ := st.Load(ctx)
+		return len(state.Agents) == 0
+	})
+	for _, c := range st.since(mark) {
+		if n := len(c.Remove.Agents) + len(c.Remove.Contacts) + len(c.Remove.Requests) + len(c.Remove.Roles) + len(c.States); !c.Remove.Empty() && n > 256 {
+			t.Errorf("a change removes %d records", n)
+		}
+	}
+}
