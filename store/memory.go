@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unique"
 
 	"agentsociety/internal/index"
 )
@@ -25,9 +26,11 @@ import (
 // A Memory is [Volatile]: a society records in it the messages it routes
 // only when it closes.
 //
-// A Memory keeps the raw JSON of roles, agents and contacts by reference
-// and returns those very slices from Load, as [Store] allows: they are
-// immutable. Everything else it copies.
+// A Memory keeps the raw JSON of roles and agents by reference and
+// returns those very slices from Load, as [Store] allows: they are
+// immutable. Everything else it copies; the roles, interface specs and
+// sources of contacts it keeps once each, for as long as a contact has
+// them.
 //
 // The zero value is not usable; call [NewMemory].
 type Memory struct {
@@ -42,7 +45,6 @@ type Memory struct {
 	// (root, user, or an agent whose record comes later); an agent's own
 	// registry is kept in its record, which saves a map entry per agent.
 	contacts map[string]*index.List[memContact]
-	kinds    map[kindKey]*memKind // the kinds of contacts without a spec
 
 	pending map[string]Message // accepted and not finished, by id
 
@@ -88,7 +90,6 @@ func (r memRequest) Key() string { return r.ID }
 func NewMemory() *Memory {
 	return &Memory{
 		contacts:  make(map[string]*index.List[memContact]),
-		kinds:     make(map[kindKey]*memKind),
 		pending:   make(map[string]Message),
 		artifacts: make(map[string]memArtifact),
 		histories: make(map[string]*memHistory),
@@ -192,7 +193,7 @@ func (m *Memory) Apply(ctx context.Context, c Change) error {
 		m.agents.Append(rec)
 	}
 	for _, e := range c.Contacts {
-		m.putContact(e.Owner, m.newMemContact(e.Contact))
+		m.putContact(e.Owner, newMemContact(e.Contact))
 	}
 	for _, r := range c.Requests {
 		put(&m.requests, memRequest{r})
@@ -408,20 +409,17 @@ func cloneRaw(b json.RawMessage) json.RawMessage { return cloneBytes(b) }
 // the time is Unix nanoseconds: 40 bytes, not 128.
 type memContact struct {
 	id      string
-	kind    *memKind
+	kind    unique.Handle[memKind]
 	more    *memContactMore // nil unless one of its fields is set
 	addedAt int64           // Unix nanoseconds, or farTime
 }
 
-// memKind is the contact's role and interface spec and the entry's source.
-// Kinds without a spec are shared: Memory.kinds keeps one of each.
+// memKind is the contact's role and interface spec and the entry's
+// source, held once for all the entries that have them, and only while
+// one does.
 type memKind struct {
-	role, source string
-	spec         json.RawMessage
+	role, source, spec string
 }
-
-// kindKey is a memKind without a spec, as Memory.kinds keys it.
-type kindKey struct{ role, source string }
 
 type memContactMore struct {
 	introducedBy, note string
@@ -432,14 +430,9 @@ type memContactMore struct {
 // time, years before 1678 or after 2261): it is kept in memContactMore.
 const farTime = math.MinInt64
 
-func (m *Memory) newMemContact(c Contact) memContact {
+func newMemContact(c Contact) memContact {
 	mc := memContact{id: c.ID, addedAt: farTime}
-	if len(c.InterfaceSpec) > 0 {
-		mc.kind = &memKind{role: c.Role, source: c.Source, spec: c.InterfaceSpec}
-	} else if mc.kind = m.kinds[kindKey{c.Role, c.Source}]; mc.kind == nil {
-		mc.kind = &memKind{role: c.Role, source: c.Source}
-		m.kinds[kindKey{c.Role, c.Source}] = mc.kind
-	}
+	mc.kind = unique.Make(memKind{role: c.Role, source: c.Source, spec: string(c.InterfaceSpec)})
 	far := c.AddedAt.Year() < 1678 || c.AddedAt.Year() > 2261
 	if !far {
 		mc.addedAt = c.AddedAt.UnixNano()
@@ -456,9 +449,13 @@ func (m *Memory) newMemContact(c Contact) memContact {
 // Key returns the contact's id, by which its owner's registry finds it.
 func (c memContact) Key() string { return c.id }
 
-// contact returns c as a record, its raw JSON shared (see Store).
+// contact returns c as a record.
 func (c *memContact) contact() Contact {
-	out := Contact{ID: c.id, Role: c.kind.role, Source: c.kind.source, InterfaceSpec: c.kind.spec}
+	k := c.kind.Value()
+	out := Contact{ID: c.id, Role: k.role, Source: k.source}
+	if k.spec != "" {
+		out.InterfaceSpec = json.RawMessage(k.spec)
+	}
 	if c.addedAt != farTime {
 		out.AddedAt = time.Unix(0, c.addedAt)
 	}
