@@ -57,11 +57,12 @@
 // Options.MaxBatch (at most the server's max_batch_size, 1000 by default),
 // or with a record larger than one message of the server's takes (its
 // max_payload, 1 MB by default, less 1 KB for headers), is refused whole, except a change that only finishes messages, which is
-// written one message at a time (see [store.Store]), and one whose
-// removal takes it over the limit, which is written through a journal: a
-// first batch holds the rest of the change and the journal, naming each
-// record removed with the revision removed, after which Load no longer
-// lists them; the batches that follow delete them, each deletion
+// written one message at a time (see [store.Store]), and one with a
+// removal that is over the limit, which is written through a journal: a
+// first batch holds the change's writes of values and the journal, naming
+// each record the change deletes (those removed, and any other, such as
+// the state entries of the agents removed) with the revision removed,
+// after which Load no longer lists them; the batches that follow delete them, each deletion
 // expecting that revision, and then the journal. A store that stopped in
 // between leaves the journal, which the next Load finishes. A removal's
 // deletions expect their keys' revisions as any write does, and it costs

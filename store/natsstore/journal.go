@@ -14,15 +14,18 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Removals beyond one batch. A change whose removal makes it need more
+// Removals beyond one batch. A change with a removal that needs more
 // writes than one atomic batch takes (Options.MaxBatch) is written through
-// a journal: its first batch holds the rest of the change and the journal,
-// which names each record removed with the revision removed, and the
-// messages of the histories removed. Once that batch is stored the
-// removal is recorded: Load lists no record at a revision a journal names
-// (a record written again since has another), and the records removed are
-// deleted by the batches that follow, each deletion expecting the
-// revision removed, as any; then the journal is deleted. A store that
+// a journal: its first batch holds the change's writes of values and the
+// journal, which names each record the change deletes with the revision
+// removed (those its removal names, and any other, such as the state
+// entries of the agents it removes: a society forgets those in the change
+// that removes the agents), and the messages of the histories removed.
+// Once that batch is stored the change is recorded: Load lists no record
+// at a revision a journal names (a record written again since has
+// another), and the records removed are deleted by the batches that
+// follow, each deletion expecting the revision removed, as any; then the
+// journal is deleted. A store that
 // stopped before (the process died, the connection dropped) leaves the
 // journal, which the next Load finds and finishes. So a removal of any
 // size is atomic, and costs what it removes (a journal part, one message
@@ -71,20 +74,22 @@ type journal struct {
 }
 
 // needsJournal reports whether c, planned as p, is written through a
-// journal: its removal makes it need more writes than one batch takes.
+// journal: it has a removal, and needs more writes than one batch takes.
 func (s *Store) needsJournal(c *store.Change, p *plan) bool {
 	return len(p.writes) > s.opts.MaxBatch && !c.Remove.Empty()
 }
 
-// journalOf returns the journal of p's removal and the writes of its
-// first batch: the rest of the change, and the journal's parts. rest is
-// the deletions of the messages the change's histories dropped, to make
-// after it. It refuses the change if that batch is over Options.MaxBatch
-// or a part over what the server takes in one message.
+// journalOf returns the journal of p, a change with a removal, and the
+// writes of its first batch: the change's writes of values, and the
+// journal's parts. The journal names every record the change deletes,
+// whether its removal names it or not. rest is the deletions of the
+// messages the change's histories dropped, to make after it. It refuses
+// the change if that batch is over Options.MaxBatch or a part over what
+// the server takes in one message.
 func (s *Store) journalOf(p *plan) (j *journal, ws, rest []write, err error) {
 	j = &journal{histories: p.retired}
 	for _, w := range p.writes {
-		if w.removal {
+		if w.del {
 			j.records = append(j.records, keyRev{w.key, w.expect})
 		} else {
 			ws = append(ws, w)
@@ -107,7 +112,7 @@ func (s *Store) journalOf(p *plan) (j *journal, ws, rest []write, err error) {
 		ws = append(ws, write{key: key, data: data, cas: true})
 	}
 	if len(ws) > s.opts.MaxBatch {
-		return nil, nil, nil, fmt.Errorf("natsstore: the change needs %d writes besides its removal's, over the limit of %d for one atomic batch", len(ws), s.opts.MaxBatch)
+		return nil, nil, nil, fmt.Errorf("natsstore: the change needs %d writes besides its deletions, over the limit of %d for one atomic batch", len(ws), s.opts.MaxBatch)
 	}
 	for _, w := range ws {
 		if int64(len(w.data)) > limit {

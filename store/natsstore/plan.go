@@ -29,8 +29,9 @@ type write struct {
 	// pending key for that.
 	headOf, msg string
 	skip        bool // left out: a later part of the change undid it
-	// removal marks the deletions of what the change's Removal names,
-	// and of the messages of the histories it removes.
+	// removal marks, in a plan's garbage, the deletions of the messages
+	// of the histories the change's Removal removes, which its journal
+	// names, if it has one (see journalOf).
 	removal bool
 }
 
@@ -117,14 +118,13 @@ func (p *plan) remove(revs map[string]rev, key string) {
 }
 
 // removal is remove for a record that c.Remove names, or that goes with
-// one (a registry's entry, a history's head): its deletion is marked as
-// the removal's. headOf is the agent whose head key is, if it is one.
+// one (a registry's entry, a history's head). headOf is the agent whose
+// head key is, if it is one.
 //
 //go:noinline
 func (p *plan) removal(revs map[string]rev, key, headOf string) {
 	p.remove(revs, key)
 	if i, ok := p.index(key); ok && p.writes[i].del {
-		p.writes[i].removal = true
 		p.writes[i].headOf = headOf
 	}
 }

@@ -603,3 +603,113 @@ func TestIndex_ForgetsExpiredMarkers(t *testing.T) {
 	mustApply(t, s, store.Change{Agents: []store.Agent{agentRec("a03", "busy")}})
 	checkLoad(t, s, store.State{Agents: []store.Agent{agentRec("b", "idle"), agentRec("a03", "busy")}})
 }
+
+// stateKeys returns the keys of state entries among keys.
+func stateKeys(keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		if strings.HasPrefix(k, "s.") {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// withNotes returns add with a private state entry for each of ids, and
+// the change that deletes them.
+func withNotes(add store.Change, ids []string) (store.Change, []store.StateEntry) {
+	var del []store.StateEntry
+	for _, id := range ids {
+		add.States = append(add.States, store.StateEntry{Scope: "agent:" + id, Key: "notes", Value: []byte(`"x"`), Writer: id, UpdatedAt: removeAt})
+		del = append(del, store.StateEntry{Scope: "agent:" + id, Key: "notes"})
+	}
+	return add, del
+}
+
+// The state entries a change deletes with its removal (the private state
+// of the agents it removes, say) go with the removal: a change whose
+// deletions are over one batch is written all the same, through the
+// journal, and leaves nothing of them in the bucket, whatever the rest of
+// the change writes.
+func TestRemove_WithStateDeletionsBeyondABatch(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Fence=%v", fence), func(t *testing.T) {
+			url := natstest.Server(t)
+			bucket := fmt.Sprintf("states%v", fence)
+			opts := natsstore.Options{Bucket: bucket, Fence: fence, MaxBatch: 1000}
+			s := open(t, url, opts)
+			add, ids := manyAgents(30)
+			add, del := withNotes(add, ids)
+			add.States = append(add.States, state("ids:", "agent", `"a29"`))
+			add.Accepted = []store.Message{pendingMsg("m1")}
+			mustApply(t, s, add)
+			s.SetMaxBatch(10)
+			c := store.Change{
+				States:   append(del, state("ids:", "agent", `"a30"`)),
+				Finished: []string{"m1"},
+				Remove:   removeAll(ids),
+			}
+			if err := s.Apply(t.Context(), c); err != nil {
+				t.Fatal(err)
+			}
+			want := store.State{States: []store.StateEntry{state("ids:", "agent", `"a30"`)}}
+			checkLoad(t, s, want)
+			keys := bucketKeys(t, url, bucket)
+			if got := stateKeys(keys); len(got) != 1 {
+				t.Errorf("the bucket holds state keys %q, want the one of ids:", got)
+			}
+			for _, k := range keys {
+				if strings.HasPrefix(k, "rm.") || strings.HasPrefix(k, "m.") {
+					t.Errorf("the bucket holds the key %s after the removal", k)
+				}
+			}
+			s.Close()
+			checkLoad(t, open(t, url, opts), want)
+		})
+	}
+}
+
+// A removal that stopped after its journal (the process died) leaves the
+// state entries deleted with it hidden from Load, and the next store to
+// load the bucket deletes them; an entry written again meanwhile is a new
+// one, which stays.
+func TestRemove_WithStateDeletionsStopped(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		t.Run(fmt.Sprintf("Fence=%v", fence), func(t *testing.T) {
+			url := natstest.Server(t)
+			bucket := fmt.Sprintf("statesstopped%v", fence)
+			opts := natsstore.Options{Bucket: bucket, Fence: fence}
+			first := open(t, url, opts)
+			add, ids := manyAgents(30)
+			add, del := withNotes(add, ids)
+			mustApply(t, first, add)
+			first.SetMaxBatch(10)
+			first.StopAfterJournal(true)
+			mustApply(t, first, store.Change{States: del, Remove: removeAll(ids)})
+			checkLoad(t, first, store.State{})
+			if got := stateKeys(bucketKeys(t, url, bucket)); len(got) != 30 {
+				t.Fatalf("the bucket holds %d state keys, want the 30 the journal names: the first store did not stop", len(got))
+			}
+			again := store.StateEntry{Scope: "agent:a05", Key: "notes", Value: []byte(`"y"`), Writer: "root", UpdatedAt: removeAt}
+			mustApply(t, first, store.Change{States: []store.StateEntry{again}})
+			want := store.State{States: []store.StateEntry{again}}
+			checkLoad(t, first, want)
+			first.Close()
+
+			second := open(t, url, opts)
+			checkLoad(t, second, want) // and deletes what the first left
+			keys := bucketKeys(t, url, bucket)
+			if got := stateKeys(keys); len(got) != 1 {
+				t.Errorf("the bucket holds state keys %q, want a05's written again", got)
+			}
+			for _, k := range keys {
+				if strings.HasPrefix(k, "rm.") {
+					t.Errorf("the bucket holds the journal key %s after the removal", k)
+				}
+			}
+			checkLoad(t, second, want)
+			mustApply(t, second, store.Change{States: []store.StateEntry{{Scope: "agent:a05", Key: "notes"}}})
+			checkLoad(t, second, store.State{})
+		})
+	}
+}
