@@ -67,6 +67,10 @@ type applyReq struct {
 	err     error
 	flight  *flight
 	blocker *flight
+	// journal is the journal the change was written through, if it
+	// was: the Apply deletes what it removed once it has its result
+	// (see cleanupLater).
+	journal *journal
 }
 
 // finish sets r's result; a request written in parts (see gather) keeps
@@ -76,6 +80,16 @@ func (r *applyReq) finish(err error) {
 		r.err = err
 	}
 	r.done = true
+}
+
+// applyOneFor writes c, r's change or a part of it, on its own
+// (applyOne), and finishes r. Called with s.mu held.
+func (s *Store) applyOneFor(r *applyReq, c *store.Change, p *plan) {
+	j, err := s.applyOne(r.ctx, c, p)
+	if j != nil {
+		r.journal = j
+	}
+	r.finish(err)
 }
 
 // planned is a request with the writes of its change, or of one part of
@@ -316,7 +330,7 @@ func (s *Store) gather(reqs []*applyReq) (round []planned, n int, blocker *fligh
 				return round, n, s.flights[len(s.flights)-1], true
 			}
 			r := reqs[n]
-			r.finish(s.applyOne(r.ctx, r.c, parts[0].p))
+			s.applyOneFor(r, r.c, parts[0].p)
 			continue
 		}
 		if s.replicated && len(round) > 0 && writes+w > s.opts.MaxBatch {
@@ -668,7 +682,7 @@ func (s *Store) oneByOne(later []planned, n int) {
 	}
 	for _, pl := range later {
 		if !pl.r.done || pl.r.err == nil {
-			pl.r.finish(s.applyOne(pl.r.ctx, pl.change(), nil))
+			s.applyOneFor(pl.r, pl.change(), nil)
 		}
 	}
 }
@@ -690,7 +704,7 @@ func (s *Store) commitBatch(round []planned) {
 	}
 	if len(round) == 1 {
 		// On the request's context, as a change on its own.
-		round[0].r.finish(s.applyOne(round[0].r.ctx, round[0].change(), round[0].p))
+		s.applyOneFor(round[0].r, round[0].change(), round[0].p)
 		return
 	}
 	s.round++

@@ -23,7 +23,6 @@ func (s *Store) Rounds() uint64 {
 func (s *Store) ApplyAll(ctx context.Context, cs []store.Change) []error {
 	reqs := make([]*applyReq, len(cs))
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.qmu.Lock()
 	for i := range cs {
 		reqs[i] = &applyReq{ctx: ctx, c: &cs[i]}
@@ -33,10 +32,20 @@ func (s *Store) ApplyAll(ctx context.Context, cs []store.Change) []error {
 	if s.pipelined() {
 		for _, r := range reqs {
 			s.await(r) // unlocks
+			if r.journal != nil {
+				s.cleanupLater(ctx, r.journal)
+			}
 			s.mu.Lock()
 		}
+		s.mu.Unlock()
 	} else {
 		s.commitQueue()
+		s.mu.Unlock()
+		for _, r := range reqs {
+			if r.journal != nil {
+				s.cleanupLater(ctx, r.journal)
+			}
+		}
 	}
 	errs := make([]error, len(cs))
 	for i, r := range reqs {
@@ -183,4 +192,21 @@ func (s *Store) IndexLen() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.revs)
+}
+
+// BetweenBatches makes the Apply of a removal beyond one batch call f
+// between the batches that delete what it removed.
+func (s *Store) BetweenBatches(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.testBetweenBatches = f
+}
+
+// Unlocked reports whether no one holds s.mu.
+func (s *Store) Unlocked() bool {
+	if !s.mu.TryLock() {
+		return false
+	}
+	s.mu.Unlock()
+	return true
 }

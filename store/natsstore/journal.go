@@ -25,14 +25,20 @@ import (
 // at a revision a journal names (a record written again since has
 // another), and the records removed are deleted by the batches that
 // follow, each deletion expecting the revision removed, as any; then the
-// journal is deleted. A store that
-// stopped before (the process died, the connection dropped) leaves the
-// journal, which the next Load finds and finishes. So a removal of any
-// size is atomic, and costs what it removes (a journal part, one message
-// of up to half the server's max_payload, names several thousand
-// records). Such a change is written on its own, once the changes sent
-// before it have settled (see gather): its batches each expect the
-// stream's last sequence that the one before left, with Options.Fence.
+// journal is deleted. A store that stopped before (the process died, the
+// connection dropped) leaves the journal, which the next Load finds and
+// finishes. So a removal of any size is atomic, and costs what it removes
+// (a journal part, one message of up to half the server's max_payload,
+// names several thousand records).
+//
+// Such a change's first batch is written on its own, once the changes
+// sent before it have settled (see gather). The batches that follow are
+// written by its Apply, which returns once they are (cleanupLater): one
+// at a time, each once the flights in the air have settled, as a write on
+// its own is, so that with Options.Fence each expects the stream's last
+// sequence that the writes before it left. Other changes go out in
+// between: the removal is recorded already, and the index says what each
+// deletion may take, as for any write.
 //
 // The journal names the records this store knows the removal to take. A
 // record another store wrote since this one last read it (which a batch
@@ -68,9 +74,15 @@ type histRange struct {
 
 // A journal is a removal recorded whose records the bucket still holds.
 type journal struct {
+	id        string
 	parts     []string // its keys
 	records   []keyRev
 	histories []histRange
+	// What the deletions of its records have reached (see step): the
+	// records before rec, the histories before hist, and the messages of
+	// histories[hist] before msg, if above its Lo.
+	rec, hist int
+	msg       uint64
 }
 
 // needsJournal reports whether c, planned as p, is written through a
@@ -87,7 +99,7 @@ func (s *Store) needsJournal(c *store.Change, p *plan) bool {
 // the change if that batch is over Options.MaxBatch or a part over what
 // the server takes in one message.
 func (s *Store) journalOf(p *plan) (j *journal, ws, rest []write, err error) {
-	j = &journal{histories: p.retired}
+	j = &journal{id: newID(), histories: p.retired}
 	for _, w := range p.writes {
 		if w.del {
 			j.records = append(j.records, keyRev{w.key, w.expect})
@@ -101,13 +113,12 @@ func (s *Store) journalOf(p *plan) (j *journal, ws, rest []write, err error) {
 		}
 	}
 	limit := s.nc.MaxPayload() - writeHeaders
-	id := newID()
 	for i, rec := range j.split(int(limit / 2)) {
 		data, err := json.Marshal(rec)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("natsstore: encoding a removal's journal: %w", err)
 		}
-		key := journalKey(id, i)
+		key := journalKey(j.id, i)
 		j.parts = append(j.parts, key)
 		ws = append(ws, write{key: key, data: data, cas: true})
 	}
@@ -159,27 +170,80 @@ func (s *Store) journaled(j *journal) {
 // cleanup deletes what j removed, then j, logging a failure: j is then
 // left for the next Load. Called with s.mu held and no flight in the air.
 func (s *Store) cleanup(ctx context.Context, j *journal) {
-	if s.testStopAfterJournal {
-		return
-	}
-	if err := s.deleteJournaled(ctx, j); err != nil {
-		s.log.Warn("natsstore: deleting the records of a removal recorded; the bucket keeps them until the store loads it again", "bucket", s.opts.Bucket, "records", len(j.records), "err", err)
-		return
-	}
-	s.journals = slices.DeleteFunc(s.journals, func(o *journal) bool { return o == j })
-	for _, r := range j.records {
-		if s.hidden[r.Key] == r.Rev {
-			delete(s.hidden, r.Key)
+	for !s.testStopAfterJournal {
+		done, err := s.step(ctx, j)
+		if err != nil {
+			s.cleanupFailed(j, err)
+			return
+		}
+		if done {
+			return
 		}
 	}
 }
 
-// deleteJournaled deletes the records j removed that the bucket still
-// holds at the revision removed, the messages of its histories, and then
-// j's parts.
-func (s *Store) deleteJournaled(ctx context.Context, j *journal) error {
+// cleanupLater deletes what j, which this store wrote, removed, as
+// cleanup does, one batch at a time: it takes s.mu for each batch, once
+// the flights in the air have settled, and releases it in between, so
+// that the changes applied meanwhile do not wait for a removal of any
+// size. The index says what the bucket holds, as for any write: a record
+// that a change written in between wrote again is not deleted, and the
+// journal's parts go last. It stops once j is gone from the store's
+// journals (a Load finished it; the journals it finds after reading the
+// bucket again are the bucket's, j's by its id). Called without s.mu by
+// the Apply whose change wrote j.
+func (s *Store) cleanupLater(ctx context.Context, j *journal) {
+	for {
+		s.mu.Lock()
+		s.quiesce()
+		j = s.journalByID(j.id)
+		if j == nil || s.testStopAfterJournal {
+			s.mu.Unlock()
+			return
+		}
+		done, err := s.step(ctx, j)
+		if err != nil {
+			s.cleanupFailed(j, err)
+		}
+		between := s.testBetweenBatches
+		s.mu.Unlock()
+		if done || err != nil {
+			return
+		}
+		if between != nil {
+			between()
+		}
+	}
+}
+
+// cleanupFailed logs that the deletion of what j removed failed: the
+// bucket keeps them, and j, until the store loads it again.
+func (s *Store) cleanupFailed(j *journal, err error) {
+	s.log.Warn("natsstore: deleting the records of a removal recorded; the bucket keeps them until the store loads it again", "bucket", s.opts.Bucket, "records", len(j.records), "err", err)
+}
+
+// journalByID returns the journal of the store's with the given id, or
+// nil if it has none. Called with s.mu held.
+func (s *Store) journalByID(id string) *journal {
+	for _, j := range s.journals {
+		if j.id == id {
+			return j
+		}
+	}
+	return nil
+}
+
+// step writes the next batch of the deletions of what j removed: the
+// records the bucket still holds at the revision removed, then the
+// messages of its histories, and then, in the batch that deletes the last
+// of those or one after it, j's parts. It reports whether j is done,
+// its parts deleted and j dropped from the store's journals. Called with
+// s.mu held and no flight in the air.
+func (s *Store) step(ctx context.Context, j *journal) (done bool, err error) {
 	var ws []write
-	for _, r := range j.records {
+	rec, hist, msg := j.rec, j.hist, j.msg
+	for ; rec < len(j.records) && len(ws) < s.opts.MaxBatch; rec++ {
+		r := j.records[rec]
 		if rv := s.revs[r.Key]; rv.seq == r.Rev && !rv.live {
 			w := write{key: r.Key, del: true, cas: true, expect: r.Rev}
 			if t, ok := strings.CutPrefix(r.Key, prefixHead); ok {
@@ -188,25 +252,43 @@ func (s *Store) deleteJournaled(ctx context.Context, j *journal) error {
 			ws = append(ws, w)
 		}
 	}
-	if err := s.deleteAll(ctx, ws); err != nil {
-		return err
+	for ; hist < len(j.histories) && len(ws) < s.opts.MaxBatch; hist, msg = hist+1, 0 {
+		h := j.histories[hist]
+		for msg = max(msg, h.Lo); msg < h.Hi && len(ws) < s.opts.MaxBatch; msg++ {
+			ws = append(ws, write{key: histMsgKey(h.AgentID, msg), del: true})
+		}
+		if msg < h.Hi {
+			break
+		}
 	}
-	ws = ws[:0]
-	for _, h := range j.histories {
-		for n := h.Lo; n < h.Hi; n++ {
-			ws = append(ws, write{key: histMsgKey(h.AgentID, n), del: true})
+	last := rec == len(j.records) && hist == len(j.histories)
+	if last {
+		var parts []write
+		for _, key := range j.parts {
+			if rv := s.revs[key]; rv.live {
+				parts = append(parts, write{key: key, del: true, cas: true, expect: rv.seq})
+			}
+		}
+		if len(ws) == 0 || len(ws)+len(parts) <= s.opts.MaxBatch {
+			ws = append(ws, parts...)
+		} else {
+			last = false // in a batch of their own, next
 		}
 	}
 	if err := s.deleteAll(ctx, ws); err != nil {
-		return err
+		return false, err
 	}
-	ws = ws[:0]
-	for _, key := range j.parts {
-		if rv := s.revs[key]; rv.live {
-			ws = append(ws, write{key: key, del: true, cas: true, expect: rv.seq})
+	j.rec, j.hist, j.msg = rec, hist, msg
+	if !last {
+		return false, nil
+	}
+	s.journals = slices.DeleteFunc(s.journals, func(o *journal) bool { return o == j })
+	for _, r := range j.records {
+		if s.hidden[r.Key] == r.Rev {
+			delete(s.hidden, r.Key)
 		}
 	}
-	return s.deleteAll(ctx, ws)
+	return true, nil
 }
 
 // deleteAll writes the deletions ws in batches of Options.MaxBatch. A
@@ -267,7 +349,7 @@ func readJournals(entries map[string]jetstream.KeyValueEntry) ([]*journal, map[s
 		}
 		j := byID[id]
 		if j == nil {
-			j = &journal{}
+			j = &journal{id: id}
 			byID[id] = j
 			ids = append(ids, id)
 		}

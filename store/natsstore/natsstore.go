@@ -237,9 +237,11 @@ type Store struct {
 
 	// testSettleAfter, set by a test, makes ApplyFlights wait before it
 	// settles the flights it sent; testStopAfterJournal makes a removal
-	// beyond one batch stop after its first, as if the process died.
+	// beyond one batch stop after its first, as if the process died;
+	// testBetweenBatches is called by cleanupLater between its batches.
 	testSettleAfter      time.Duration
 	testStopAfterJournal bool
+	testBetweenBatches   func()
 }
 
 // rev is what the store knows of a key: the revision (the stream sequence)
@@ -616,22 +618,26 @@ func (s *Store) Apply(ctx context.Context, c store.Change) error {
 	s.mu.Lock()
 	if s.pipelined() {
 		s.await(r) // unlocks
-		return r.err
+	} else {
+		if !r.done {
+			s.commitQueue()
+		}
+		s.mu.Unlock()
 	}
-	defer s.mu.Unlock()
-	if !r.done {
-		s.commitQueue()
+	if r.journal != nil {
+		s.cleanupLater(ctx, r.journal)
 	}
 	return r.err
 }
 
 // applyOne records c on its own, as one atomic batch, learning again the
 // revisions of its keys and trying again when another writer changed
-// them. p, if not nil, is c's plan, made against the index as it is.
-// Called with s.mu held.
-func (s *Store) applyOne(ctx context.Context, c *store.Change, p *plan) error {
+// them. p, if not nil, is c's plan, made against the index as it is. A
+// change written through a journal returns it, for the caller to delete
+// what it removed (cleanupLater). Called with s.mu held.
+func (s *Store) applyOne(ctx context.Context, c *store.Change, p *plan) (*journal, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	// Once begun, the change is written under the store's own bound, not
 	// the caller's context: one that ended mid-write would leave its
@@ -642,7 +648,7 @@ func (s *Store) applyOne(ctx context.Context, c *store.Change, p *plan) error {
 		if p == nil {
 			var err error
 			if p, err = s.prepare(ctx, c, nil); err != nil {
-				return err
+				return nil, err
 			}
 		}
 		var j *journal
@@ -654,7 +660,7 @@ func (s *Store) applyOne(ctx context.Context, c *store.Change, p *plan) error {
 			ws, rest, err = s.batchOf(p)
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 		last, err := s.publish(ctx, ws)
 		var rej *rejection
@@ -664,25 +670,24 @@ func (s *Store) applyOne(ctx context.Context, c *store.Change, p *plan) error {
 			s.collect(ctx, rest)
 			if j != nil {
 				s.journaled(j)
-				s.cleanup(ctx, j)
 			}
-			return nil
+			return j, nil
 		case errors.As(err, &rej) && rej.conflict() && try < conflictRetries:
 			// Another writer changed a key since this Store last saw it:
 			// learn the keys' revisions and plan the change again.
 			if err := s.refresh(ctx, p.writes); err != nil {
-				return err
+				return nil, err
 			}
 			p = nil
 		case errors.As(err, &rej) && rej.conflict():
-			return fmt.Errorf("%w: %w", ErrConflict, err)
+			return nil, fmt.Errorf("%w: %w", ErrConflict, err)
 		case errors.As(err, &rej):
-			return err // refused: nothing was written
+			return nil, err // refused: nothing was written
 		default:
 			// The batch may or may not have been committed: forget what
 			// this Store knows, so that the next call reads it again.
 			s.indexed = false
-			return err
+			return nil, err
 		}
 	}
 }

@@ -713,3 +713,58 @@ func TestRemove_WithStateDeletionsStopped(t *testing.T) {
 		})
 	}
 }
+
+// The batches that delete what a removal beyond one batch removed leave
+// the store to other calls in between: a change applied then that writes
+// a removed record again keeps it, and a Load lists none of the others
+// and deletes them itself.
+func TestRemove_BeyondOneBatchLetsOthersIn(t *testing.T) {
+	for _, fence := range []bool{false, true} {
+		for _, load := range []bool{false, true} {
+			t.Run(fmt.Sprintf("Fence=%v/Load=%v", fence, load), func(t *testing.T) {
+				url := natstest.Server(t)
+				bucket := fmt.Sprintf("between%v%v", fence, load)
+				s := open(t, url, natsstore.Options{Bucket: bucket, Fence: fence})
+				add, ids := manyAgents(30)
+				add, del := withNotes(add, ids)
+				mustApply(t, s, add)
+				s.SetMaxBatch(10)
+				var calls int
+				want := store.State{Agents: []store.Agent{agentRec("a29", "busy")}}
+				s.BetweenBatches(func() {
+					calls++
+					if calls > 1 {
+						return
+					}
+					if !s.Unlocked() {
+						t.Error("the store is locked between the batches of a removal")
+						return
+					}
+					mustApply(t, s, store.Change{Agents: []store.Agent{agentRec("a29", "busy")}})
+					if load {
+						checkLoad(t, s, want)
+					}
+				})
+				mustApply(t, s, store.Change{States: del, Remove: removeAll(ids)})
+				if calls == 0 || load && calls > 1 {
+					t.Errorf("called %d times between the batches", calls)
+				}
+				checkLoad(t, s, want)
+				keys := bucketKeys(t, url, bucket)
+				if got := keysOf(keys, "a29"); len(got) != 1 {
+					t.Errorf("the bucket holds keys %q of a29, want its record", got)
+				}
+				for _, id := range ids[:29] {
+					if left := keysOf(keys, id); len(left) > 0 {
+						t.Errorf("the bucket holds keys of %s, removed: %q", id, left)
+					}
+				}
+				for _, k := range keys {
+					if strings.HasPrefix(k, "rm.") || strings.HasPrefix(k, "s.") {
+						t.Errorf("the bucket holds the key %s after the removal", k)
+					}
+				}
+			})
+		}
+	}
+}
