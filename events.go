@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -95,7 +96,10 @@ const (
 type Event struct {
 	// Seq numbers the events of a society from 1, with no gaps, in the
 	// order they happened; a society reopened on a store that keeps its
-	// events goes on from the last.
+	// events goes on from the last. After a crash, or a Close that could
+	// not write the last events, it goes on past every number given
+	// before, lost events included, so that no number is given twice: a
+	// reader is told of the gap (see MissedEventsError).
 	Seq uint64 `json:"seq"`
 	// Time is when the event happened, never before the previous
 	// event's: a message_accepted's is its message's SentAt, unless that
@@ -229,7 +233,7 @@ type eventLog struct {
 	saving []Event
 	// shut is set once the writer has written the last events, as the
 	// society closes: an event after it would be numbered and never
-	// stored, and its number given again once the society reopens.
+	// stored.
 	shut bool
 	// wake is closed, and replaced, when an event is added while someone
 	// waits on it (watched).
@@ -238,7 +242,12 @@ type eventLog struct {
 
 	off   bool           // Config.EventRetention < 0: no events
 	store store.EventLog // nil when events are kept only in memory
-	log   *slog.Logger
+	// states is the society's store, in which the writer records how far
+	// the events may have been numbered (see reserve); reserved is that
+	// number, the writer's own once the society is open.
+	states   store.Store
+	reserved uint64
+	log      *slog.Logger
 	// first is the oldest seq the store keeps; the writer's own.
 	first uint64
 	// stop asks the writer to write what is left and return; it closes
@@ -601,7 +610,60 @@ func openEventLog(ctx context.Context, cfg *Config, volatile bool) (*eventLog, e
 	l := newEventLog(cfg.EventRetention, st, last+1, cfg.Logger)
 	l.first = first
 	l.stop, l.stopped = make(chan struct{}), make(chan struct{})
+	l.states = cfg.Store
 	return l, nil
+}
+
+// Events are numbered without waiting for the store, so a society that
+// stops without writing its last events (a crash, or a store that failed
+// the last batch) has given out numbers the store does not know. So that
+// a society reopened on the store never gives them out again, the store
+// keeps, as a state entry, a number the events may have been numbered up
+// to: eventReserve ahead of the last number given out while the society
+// runs, and that number itself once it has closed and written them all.
+// A society reopened on the store numbers its events from after it; the
+// events lost, if any, are then a gap that readers are told of.
+const (
+	eventsScope  = "events:"
+	eventsKey    = "reserved"
+	eventReserve = 1 << 16
+)
+
+// resume numbers the events from after reserved, the number the store
+// says the events may have been numbered up to, if that is past the last
+// event the store keeps. Called while the society opens, before any
+// event.
+func (l *eventLog) resume(reserved uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.store != nil && l.held == 0 && reserved >= l.next {
+		l.base, l.next, l.saved = reserved+1, reserved+1, reserved
+	}
+}
+
+// reserve records in the store that the events may be numbered up to n.
+// It runs in New, before the writer starts, and then in the writer's
+// goroutine, which then owns l.reserved.
+func (l *eventLog) reserve(ctx context.Context, n uint64) error {
+	err := l.states.Apply(ctx, store.Change{States: []store.StateEntry{{
+		Scope: eventsScope, Key: eventsKey, Value: strconv.AppendUint(nil, n, 10), Writer: RootID, UpdatedAt: time.Now(),
+	}}})
+	if err == nil {
+		l.reserved = n
+	}
+	return err
+}
+
+// reserveAhead records, when the events are numbered close to what the
+// store has reserved, a number eventReserve ahead.
+func (l *eventLog) reserveAhead(ctx context.Context) error {
+	l.mu.Lock()
+	next := l.next
+	l.mu.Unlock()
+	if next+eventReserve/2 < l.reserved {
+		return nil
+	}
+	return l.reserve(ctx, next+eventReserve)
 }
 
 // writeBehind writes the events to the store, in batches, until stop is
@@ -623,11 +685,24 @@ func (l *eventLog) writeBehind() {
 				continue
 			case <-l.stop:
 				if batch, _, _ = l.unsaved(512, true); len(batch) == 0 {
+					// No event is numbered after these: the next society
+					// on the store numbers from here.
+					l.mu.Lock()
+					last := l.next - 1
+					l.mu.Unlock()
+					if last != l.reserved {
+						if err := l.reserve(ctx, last); err != nil {
+							l.log.LogAttrs(ctx, slog.LevelWarn, "recording the last event number failed; the society reopened on the store numbers its events past a gap", slog.String("err", err.Error()))
+						}
+					}
 					return
 				}
 			}
 		}
 		l.save(ctx, batch)
+		if err := l.reserveAhead(ctx); err != nil {
+			l.log.LogAttrs(ctx, slog.LevelWarn, "reserving event numbers failed; after a crash, a reopened society may number events as those it lost", slog.String("err", err.Error()))
+		}
 	}
 }
 
@@ -792,4 +867,16 @@ func WithTrace(ctx context.Context, traceparent string) context.Context {
 func TraceFromContext(ctx context.Context) string {
 	t, _ := ctx.Value(traceKey{}).(string)
 	return t
+}
+
+// restoreEvents takes back how far the events may have been numbered,
+// reporting whether e says it. Called while the society opens.
+func (s *Society) restoreEvents(e store.StateEntry) bool {
+	if e.Scope != eventsScope || e.Key != eventsKey {
+		return false
+	}
+	if n, err := strconv.ParseUint(string(e.Value), 10, 64); err == nil {
+		s.events.resume(n)
+	}
+	return true
 }

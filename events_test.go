@@ -542,6 +542,73 @@ func TestEvents_FailedAppendIsTriedAgain(t *testing.T) {
 	}
 }
 
+// TestEvents_NumbersAreNotGivenTwice: events whose writing failed as the
+// society closed, or that a crash kept from the store, are not numbered
+// again by the society reopened on the store: it numbers after them, and
+// a reader is told of the gap.
+func TestEvents_NumbersAreNotGivenTwice(t *testing.T) {
+	ctx := context.Background()
+	open := func(t *testing.T, dir string) (*as.Society, *eventStore) {
+		fst, err := filestore.Open(dir, filestore.Options{Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { fst.Close() })
+		st := &eventStore{Store: fst}
+		return newSociety(t, as.Config{Store: st, Logger: quiet}), st
+	}
+	// reopened opens dir, has one event made, and checks it comes after
+	// last, with the events after stored (the last the store has) missed.
+	reopened := func(t *testing.T, dir string, stored, last uint64) {
+		t.Helper()
+		s, _ := open(t, dir)
+		s.SubmitRequirement(ctx, "") // refused: one event
+		if got := s.LastEvent(); got <= last {
+			t.Fatalf("the reopened society's first event is %d, a number given before (up to %d)", got, last)
+		}
+		evs, missed := collect(t, s, 1)
+		if missed == nil || len(evs) != int(stored)+1 || evs[stored].Seq != s.LastEvent() {
+			t.Fatalf("reading the reopened society's events: %d events, missed %v", len(evs), missed)
+		}
+	}
+
+	t.Run("closed", func(t *testing.T) {
+		dir := t.TempDir()
+		s, st := open(t, dir)
+		s.SubmitRequirement(ctx, "")
+		waitFor(t, "event 1 stored", func() bool { return storedLast(t, st) == 1 })
+		st.fail.Store(1 << 30) // every append fails from now on
+		for range 5 {
+			s.SubmitRequirement(ctx, "")
+		}
+		last := s.LastEvent()
+		if err := s.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Store.Close(); err != nil {
+			t.Fatal(err)
+		}
+		reopened(t, dir, 1, last)
+	})
+	t.Run("crashed", func(t *testing.T) {
+		dir := t.TempDir()
+		s, st := open(t, dir)
+		s.SubmitRequirement(ctx, "")
+		waitFor(t, "event 1 stored", func() bool { return storedLast(t, st) == 1 })
+		gate := make(chan struct{})
+		st.gate.Store(&gate)
+		t.Cleanup(func() { close(gate) })
+		for range 5 {
+			s.SubmitRequirement(ctx, "")
+		}
+		waitFor(t, "the writer to wait on the store", func() bool { return st.waiting.Load() > 0 })
+		last := s.LastEvent()
+		crashed := t.TempDir()
+		copyDir(t, dir, crashed)
+		reopened(t, crashed, 1, last)
+	})
+}
+
 // TestEvents_NoMissForAnEventOnItsWayToTheStore: an event the ring dropped
 // while the writer was appending it is read from the writer, not reported
 // missed.

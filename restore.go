@@ -134,7 +134,7 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 		}
 	}
 	for _, e := range st.States {
-		if !s.restoreLedger(e) && !s.restoreStuck(e) && !s.restoreAwaiting(e) && !s.restoreIDs(e) {
+		if !s.restoreLedger(e) && !s.restoreStuck(e) && !s.restoreAwaiting(e) && !s.restoreIDs(e) && !s.restoreEvents(e) {
 			s.putState(stateFromRecord(e))
 		}
 	}
