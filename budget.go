@@ -567,7 +567,9 @@ func (s *Society) AgentUsage(id string) (u Usage, ok bool) {
 // new one has not, the agents whose model calls it refused go on by
 // themselves: each is sent a short note from its parent (from user, for
 // root) saying that the budget was raised, and takes up its work where it
-// stopped.
+// stopped. A task is forgotten, its budget with it, once it has had no
+// agent and no work for Config.Retention: set the budget of a task to
+// come shortly before its first message, or with [WithBudget].
 func (s *Society) SetBudget(ctx context.Context, taskID string, b Budget) error {
 	return s.setBudget(ctx, "task:"+taskID, b, nil)
 }

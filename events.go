@@ -98,8 +98,10 @@ type Event struct {
 	// order they happened; a society reopened on a store that keeps its
 	// events goes on from the last. After a crash, or a Close that could
 	// not write the last events, it goes on past every number given
-	// before, lost events included, so that no number is given twice: a
-	// reader is told of the gap (see MissedEventsError).
+	// before, lost events included, so that no number is given twice
+	// (unless the store had stopped taking events for more than 32,768 of
+	// them before the crash): a reader is told of the gap (see
+	// MissedEventsError).
 	Seq uint64 `json:"seq"`
 	// Time is when the event happened, never before the previous
 	// event's: a message_accepted's is its message's SentAt, unless that
@@ -148,17 +150,18 @@ type Event struct {
 const ErrEventsMissed Code = "events_missed"
 
 // MissedEventsError is what [Society.Events] yields when the events from
-// From on are no longer kept, because they are older than
-// Config.EventRetention, or because a reader fell so far behind that they
-// were dropped before it read them. The iteration goes on from Oldest, the
-// oldest event still kept. errors.Is(err, ErrEventsMissed) reports true.
+// From on are not kept: because they are older than
+// Config.EventRetention, because a reader fell so far behind that they
+// were dropped before it read them, or because they were lost with a
+// crash (see Event.Seq). The iteration goes on from Oldest, the oldest
+// event kept after From. errors.Is(err, ErrEventsMissed) reports true.
 type MissedEventsError struct {
 	From, Oldest uint64
 }
 
 // Error says which events were missed.
 func (e *MissedEventsError) Error() string {
-	return fmt.Sprintf("%s: events %d to %d are no longer kept; the oldest kept is %d", ErrEventsMissed, e.From, e.Oldest-1, e.Oldest)
+	return fmt.Sprintf("%s: events %d to %d are not kept; the oldest kept is %d", ErrEventsMissed, e.From, e.Oldest-1, e.Oldest)
 }
 
 // Missed returns how many events were missed.
@@ -247,7 +250,11 @@ type eventLog struct {
 	// number, the writer's own once the society is open.
 	states   store.Store
 	reserved uint64
-	log      *slog.Logger
+	// skipped are the numbers a reopened society skipped (see resume),
+	// from skipFrom to skipTo: no event has them. Set before the writer
+	// starts, read by it.
+	skipFrom, skipTo uint64
+	log              *slog.Logger
 	// first is the oldest seq the store keeps; the writer's own.
 	first uint64
 	// stop asks the writer to write what is left and return; it closes
@@ -637,6 +644,7 @@ func (l *eventLog) resume(reserved uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.store != nil && l.held == 0 && reserved >= l.next {
+		l.skipFrom, l.skipTo = l.next, reserved
 		l.base, l.next, l.saved = reserved+1, reserved+1, reserved
 	}
 }
@@ -819,8 +827,16 @@ func (l *eventLog) trim(ctx context.Context, first, last uint64) {
 	if l.first == 0 {
 		l.first = first
 	}
-	if last-l.first+1 > l.keep+l.keep/4 { // trim in steps, not at every batch
+	kept, after := last-l.first+1, last-l.first+1 // events kept, and kept after the numbers skipped
+	if l.skipTo >= l.first {
+		kept -= l.skipTo - max(l.skipFrom, l.first) + 1
+		after = last - l.skipTo
+	}
+	if kept > l.keep+l.keep/4 { // trim in steps, not at every batch
 		before := last - l.keep + 1
+		if after < l.keep { // some of those kept are before the numbers skipped
+			before = l.skipFrom - (l.keep - after)
+		}
 		if err := l.store.TrimEvents(ctx, before); err != nil {
 			l.log.LogAttrs(ctx, slog.LevelError, "trimming the store's events failed", slog.Uint64("before", before), slog.String("err", err.Error()))
 			return

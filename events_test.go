@@ -10,8 +10,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	as "agentsociety"
 	"agentsociety/internal/demo"
@@ -747,4 +749,138 @@ func TestWatchEvents_FollowsTheHandlersCloseWaitsFor(t *testing.T) {
 		}
 	}
 	t.Fatalf("the watcher ended without the message_handled of root's turn, which Close waited for; it saw %d events, the society logged %d", len(evs), s.LastEvent())
+}
+
+// memEvents is a durable-looking store kept in memory: a store.Memory
+// that says it is not volatile, with an event log of its own, whose
+// appends fail while fail is set.
+type memEvents struct {
+	*store.Memory
+	fail          atomic.Bool
+	refuseReserve atomic.Bool // refuse to record how far events are numbered
+	mu            sync.Mutex
+	evs           []store.Event
+}
+
+func (m *memEvents) Volatile() bool { return false }
+
+func (m *memEvents) Apply(ctx context.Context, c store.Change) error {
+	if m.refuseReserve.Load() && slices.ContainsFunc(c.States, func(e store.StateEntry) bool { return e.Scope == "events:" }) {
+		// Slow, as a store may be: a society that handled messages before
+		// it reserved would have handled them by now.
+		time.Sleep(50 * time.Millisecond)
+		return errors.New("injected: the store refuses the write")
+	}
+	return m.Memory.Apply(ctx, c)
+}
+
+func (m *memEvents) AppendEvents(ctx context.Context, evs []store.Event) error {
+	if m.fail.Load() {
+		return errors.New("injected: the log is full")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.evs = append(m.evs, evs...)
+	return nil
+}
+
+func (m *memEvents) ReadEvents(ctx context.Context, from uint64, limit int) ([]store.Event, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []store.Event
+	for _, e := range m.evs {
+		if e.Seq >= from && len(out) < limit {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (m *memEvents) TrimEvents(ctx context.Context, before uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n := len(m.evs); n > 0 {
+		before = min(before, m.evs[n-1].Seq) // the newest is kept
+	}
+	m.evs = slices.DeleteFunc(m.evs, func(e store.Event) bool { return e.Seq < before })
+	return nil
+}
+
+func (m *memEvents) EventBounds(ctx context.Context) (first, last uint64, err error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.evs) == 0 {
+		return 0, 0, nil
+	}
+	return m.evs[0].Seq, m.evs[len(m.evs)-1].Seq, nil
+}
+
+// The numbers a reopened society skips, for the events lost before, do
+// not count as events kept: the store is trimmed to keep
+// Config.EventRetention events, some from before the gap.
+func TestEvents_TrimAfterTheNumbersSkipped(t *testing.T) {
+	ctx := context.Background()
+	st := &memEvents{Memory: store.NewMemory()}
+	cfg := as.Config{Store: st, EventRetention: 10, Logger: quiet}
+	s, err := as.New(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 12 {
+		s.SubmitRequirement(ctx, "") // refused: one event each
+	}
+	waitFor(t, "12 events stored", func() bool { _, last, _ := st.EventBounds(ctx); return last == 12 })
+	st.fail.Store(true)
+	for range 20 {
+		s.SubmitRequirement(ctx, "")
+	}
+	if err := s.Close(ctx); err != nil { // events 13 to 32 are lost
+		t.Fatal(err)
+	}
+	st.fail.Store(false)
+	s = newSociety(t, cfg)
+	for range 5 {
+		s.SubmitRequirement(ctx, "")
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// However the writer batched them: at least 10 events kept, the new
+	// ones and the newest of the old.
+	var seqs []uint64
+	for _, e := range st.evs {
+		seqs = append(seqs, e.Seq)
+	}
+	if n := len(seqs); n < 10 || !slices.Equal(seqs[n-5:], []uint64{33, 34, 35, 36, 37}) || seqs[n-6] != 12 {
+		t.Fatalf("the store keeps events %v, want 33 to 37 and the old ones up to 12, 10 in all or more", seqs)
+	}
+}
+
+// A society that cannot record how far its events are numbered as it
+// opens fails New before it handles any message it was left.
+func TestEvents_ReserveFailsBeforeAnyHandling(t *testing.T) {
+	ctx := context.Background()
+	st := &memEvents{Memory: store.NewMemory()}
+	release := make(chan struct{})
+	defer close(release)
+	s1 := newSociety(t, as.Config{Store: st, Logger: quiet, Root: as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		<-release // the message stays pending in the store
+		return nil
+	})})
+	if _, err := s1.SubmitRequirement(ctx, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	st.refuseReserve.Store(true)
+	var handled atomic.Int32
+	s2, err := as.New(ctx, as.Config{Store: st, Logger: quiet, Root: as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		handled.Add(1)
+		return nil
+	})})
+	if err == nil {
+		s2.Close(ctx)
+		t.Fatal("New succeeded with a store that refused the events' reservation")
+	}
+	if n := handled.Load(); n != 0 {
+		t.Fatalf("the failed New handled %d messages", n)
+	}
 }

@@ -208,17 +208,21 @@ func (s *Society) prune() {
 // a store.
 const removeBatch = 256
 
-// removeForgotten records rm, what prune forgot, in changes of at most
-// removeBatch records each, and then the last agent and role ids. A
-// change that fails is logged, and ends the removal: the store keeps the
-// rest, which a society reopened on it forgets again. Called with s.mu
-// released.
+// removeForgotten records rm, what prune forgot, with the last agent and
+// role ids first, in changes of at most removeBatch records each. A change
+// that fails is logged, and ends the removal, as the society's closing
+// does: the store keeps the rest, which a society reopened on it forgets
+// again. Called with s.mu released.
 func (s *Society) removeForgotten(rm store.Change) {
-	rm.States = append(rm.States, s.lastIDs()...) // recorded before the agents and roles go
-	for _, part := range splitChange(rm, removeBatch) {
+	rm.States = append(rm.States, s.lastIDs()...)
+	parts := splitChange(rm, removeBatch)
+	for i, part := range parts {
+		if s.closed.Load() {
+			return
+		}
 		if err := s.store.Apply(s.runCtx, part); err != nil {
 			s.log.LogAttrs(s.runCtx, slog.LevelWarn, "removing what the society forgot from the store failed; a society reopened on the store forgets it again",
-				slog.Int("agents", len(rm.Remove.Agents)), slog.Int("requests", len(rm.Remove.Requests)), slog.String("err", err.Error()))
+				slog.Int("changes_left", len(parts)-i), slog.String("err", err.Error()))
 			return
 		}
 	}
@@ -226,7 +230,9 @@ func (s *Society) removeForgotten(rm store.Change) {
 
 // splitChange splits c, which only removes records and sets state, into
 // changes of at most n records each, in c's order: the state entries,
-// then the contact entries, agents, requests and roles removed.
+// then the contact entries, requests, agents and roles removed, so that
+// what names an agent or a role goes before it (a society reopened on a
+// store that took only the first changes forgets the rest again).
 func splitChange(c store.Change, n int) []store.Change {
 	var parts []store.Change
 	room := 0
@@ -246,13 +252,13 @@ func splitChange(c store.Change, n int) []store.Change {
 		p := next()
 		p.Remove.Contacts = append(p.Remove.Contacts, k)
 	}
-	for _, id := range c.Remove.Agents {
-		p := next()
-		p.Remove.Agents = append(p.Remove.Agents, id)
-	}
 	for _, id := range c.Remove.Requests {
 		p := next()
 		p.Remove.Requests = append(p.Remove.Requests, id)
+	}
+	for _, id := range c.Remove.Agents {
+		p := next()
+		p.Remove.Agents = append(p.Remove.Agents, id)
 	}
 	for _, id := range c.Remove.Roles {
 		p := next()
@@ -276,7 +282,7 @@ func (s *Society) keepHeld(rm *store.Change) {
 			return s.tasks[task] != nil && s.tasks[task].saved
 		}
 		if id, ok := strings.CutPrefix(e.Scope, stuckScope); ok {
-			return s.requests[id] != nil
+			return s.requests[id] != nil && s.requests[id].reported
 		}
 		_, ok := s.state[stateKey{e.Scope, e.Key}]
 		return ok

@@ -24,6 +24,12 @@ func (s *Society) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("agentsociety: %w", err)
 	}
+	// Before any event is numbered, or any message handled.
+	if s.events.stop != nil {
+		if err := s.events.reserveAhead(ctx); err != nil {
+			return fmt.Errorf("agentsociety: recording how far events are numbered: %w", err)
+		}
+	}
 	// Host code runs with no lock held; no drainer runs yet.
 	if s.cfg.RestoreBehavior != nil {
 		for _, a := range restored {
@@ -54,7 +60,7 @@ func (s *Society) restore(ctx context.Context) error {
 		s.goFunc(func() { s.drain(a) })
 	}
 	for _, r := range s.requests {
-		if a := s.agents[r.from]; a != nil && a.info.Status == StatusTerminated {
+		if a := s.agents[r.from]; a == nil || a.info.Status == StatusTerminated {
 			continue // nobody is left to tell (see finishTermination)
 		}
 		s.armTimeout(r) // a deadline that passed while the society was down fires at once
@@ -120,8 +126,11 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 	for _, rec := range st.Requests {
 		r := requestFromRecord(rec)
 		s.requests[r.id] = r
-		if r.status != StatusPending {
-			s.retireRequest(r) // forgotten Config.Retention after opening
+		if r.status != StatusPending || s.agents[r.from] == nil {
+			// Forgotten Config.Retention after opening: settled, or
+			// made by an agent removed from the store before it (see
+			// prune.go), which nobody is left to tell.
+			s.retireRequest(r)
 		}
 	}
 	for _, h := range st.Histories {

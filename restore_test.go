@@ -2169,6 +2169,19 @@ func TestRestore_TerminatedAgentWithoutItsParentOrRole(t *testing.T) {
 	})
 }
 
+// A pending request whose requester the store no longer holds (removed
+// before it, when a removal stopped half way, see Config.Retention) is
+// forgotten, and removed, in its turn.
+func TestRestore_RequestWithoutItsRequester(t *testing.T) {
+	ctx := context.Background()
+	mem := twoAgentStore(t, as.StatusActive, store.Change{Requests: []store.Request{{ID: "req-x", From: "agent-9", To: "agent-2", TaskID: "t", Status: string(as.StatusPending)}}})
+	s := newSociety(t, as.Config{Store: mem, Retention: 10 * time.Millisecond, Logger: quiet})
+	waitFor(t, "req-x to be forgotten and removed", func() bool {
+		state, err := mem.Load(ctx)
+		return err == nil && len(state.Requests) == 0 && s.Held()["requests"] == 0
+	})
+}
+
 // twoAgentStore returns an in-memory store holding a lead (agent-1, root's
 // child) and its worker (agent-2) in the given status, with what extra adds.
 func twoAgentStore(t *testing.T, worker as.AgentStatus, extra store.Change) *store.Memory {

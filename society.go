@@ -433,13 +433,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 
 	s.finishing = newFinisher(s.store, s.log)
 	go s.finishing.run()
-	err = s.restore(ctx)
-	if err == nil && s.events.stop != nil {
-		if err = s.events.reserveAhead(ctx); err != nil {
-			err = fmt.Errorf("agentsociety: recording how far events are numbered: %w", err)
-		}
-	}
-	if err != nil {
+	if err := s.restore(ctx); err != nil {
 		// restore may have started drainers and timers before it failed:
 		// stop them, so that nothing outlives the failed New.
 		s.stop()
