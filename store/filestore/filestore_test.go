@@ -227,6 +227,15 @@ func crashCopy(t testing.TB, s *Store) string {
 	return dst
 }
 
+// checkCrashCopy checks that a store opened on a crash copy of s (see
+// crashCopy) holds want.
+func checkCrashCopy(t *testing.T, s *Store, want store.State) {
+	t.Helper()
+	c := open(t, crashCopy(t, s), Options{})
+	checkState(t, c, want)
+	closeStore(t, c)
+}
+
 func copyDir(t testing.TB, src, dst string) {
 	t.Helper()
 	entries, err := os.ReadDir(src)
@@ -518,9 +527,7 @@ func TestCompaction(t *testing.T) {
 	if fi.Size() != size {
 		t.Errorf("journal is %d bytes, the store counts %d", fi.Size(), size)
 	}
-	c := open(t, crashCopy(t, s), Options{})
-	checkState(t, c, memoryState(t, all))
-	closeStore(t, c)
+	checkCrashCopy(t, s, memoryState(t, all))
 
 	closeStore(t, s)
 	checkMarkerOnly(t, dir, uint64(len(all)))
@@ -1017,9 +1024,7 @@ func TestStatesAndHistories(t *testing.T) {
 		Histories: []store.History{{AgentID: "a1", Summary: "s"}, {AgentID: "a2", Summary: "later", Messages: raws(`1`, `2`)}},
 	}
 	checkState(t, s, want)
-	c := open(t, crashCopy(t, s), Options{})
-	checkState(t, c, want)
-	closeStore(t, c)
+	checkCrashCopy(t, s, want)
 	closeStore(t, s)
 	s = open(t, dir, Options{})
 	defer closeStore(t, s)
@@ -1065,9 +1070,7 @@ func TestHistoryAppends(t *testing.T) {
 	}
 	checkState(t, s, want)
 
-	c := open(t, crashCopy(t, s), Options{})
-	checkState(t, c, want) // replayed from the journal
-	closeStore(t, c)
+	checkCrashCopy(t, s, want) // replayed from the journal
 
 	closeStore(t, s) // compacts
 	checkMarkerOnly(t, dir, s.lsn)

@@ -17,9 +17,6 @@ import (
 	"agentsociety/store"
 	"agentsociety/store/natsstore"
 	"agentsociety/store/natsstore/natstest"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // commitWriters and commitSteps size the group commit tests: each writer
@@ -351,18 +348,7 @@ func TestApply_RefusedChangeBeforeAFlightInTheAir(t *testing.T) {
 			ctx := t.Context()
 			url := natstest.Server(t)
 			bucket := fmt.Sprintf("limited%v", fence)
-			nc, err := nats.Connect(url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket, History: 1, MaxValueSize: 1024}); err != nil {
-				t.Fatal(err)
-			}
+			limitedBucket(t, url, bucket)
 			log := &records{}
 			s := open(t, url, natsstore.Options{Bucket: bucket, Fence: fence, Logger: slog.New(log)})
 			// retries counts the records of changes refused and tried

@@ -74,15 +74,7 @@ func TestRemove_WithFinished(t *testing.T) {
 // connection of the test's own.
 func bucketKeys(t *testing.T, url, bucket string) []string {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, url)
 	kv, err := js.KeyValue(t.Context(), bucket)
 	if err != nil {
 		t.Fatal(err)
@@ -215,15 +207,7 @@ func TestRemove_MarkerExpired(t *testing.T) {
 // marker of its deletion has expired.
 func waitExpired(t *testing.T, url, bucket, key string) {
 	t.Helper()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := jetStream(t, url)
 	stream, err := js.Stream(t.Context(), "KV_"+bucket)
 	if err != nil {
 		t.Fatal(err)
@@ -277,18 +261,7 @@ func TestRemove_GroupCommit(t *testing.T) {
 		t.Run(fmt.Sprintf("Fence=%v", fence), func(t *testing.T) {
 			url := natstest.Server(t)
 			bucket := fmt.Sprintf("limited%v", fence)
-			nc, err := nats.Connect(url)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(nc.Close)
-			js, err := jetstream.New(nc)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: bucket, History: 1, MaxValueSize: 1024}); err != nil {
-				t.Fatal(err)
-			}
+			limitedBucket(t, url, bucket)
 			log := &records{}
 			s := open(t, url, natsstore.Options{Bucket: bucket, Fence: fence, Logger: slog.New(log)})
 			mustApply(t, s, store.Change{
@@ -766,5 +739,30 @@ func TestRemove_BeyondOneBatchLetsOthersIn(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// jetStream returns a JetStream client of the test's own on url, closed
+// when t ends.
+func jetStream(t *testing.T, url string) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return js
+}
+
+// limitedBucket makes bucket on url with its messages limited to 1 KB, so
+// that the server itself refuses a change with a larger value.
+func limitedBucket(t *testing.T, url, bucket string) {
+	t.Helper()
+	if _, err := jetStream(t, url).CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: bucket, History: 1, MaxValueSize: 1024}); err != nil {
+		t.Fatal(err)
 	}
 }
