@@ -234,9 +234,10 @@ func (s *Store) journalByID(id string) *journal {
 }
 
 // step writes the next batch of the deletions of what j removed: the
-// records the bucket still holds at the revision removed, then the
-// messages of its histories, and then, in the batch that deletes the last
-// of those or one after it, j's parts. It reports whether j is done,
+// records the bucket still holds at the revision removed, then, in the
+// batches after those, the messages of its histories that no live head
+// covers, and then, in the batch that deletes the last of those or one
+// after it, j's parts. It reports whether j is done,
 // its parts deleted and j dropped from the store's journals. Called with
 // s.mu held and no flight in the air.
 func (s *Store) step(ctx context.Context, j *journal) (done bool, err error) {
@@ -252,9 +253,16 @@ func (s *Store) step(ctx context.Context, j *journal) (done bool, err error) {
 			ws = append(ws, w)
 		}
 	}
-	for ; hist < len(j.histories) && len(ws) < s.opts.MaxBatch; hist, msg = hist+1, 0 {
+	// The messages only once every record's deletion is done: a head
+	// that another store wrote again meanwhile (its deletion refused) is
+	// then in the index, and the messages it still covers are left.
+	for ; j.rec == len(j.records) && hist < len(j.histories) && len(ws) < s.opts.MaxBatch; hist, msg = hist+1, 0 {
 		h := j.histories[hist]
+		hd, live := s.heads[h.AgentID]
 		for msg = max(msg, h.Lo); msg < h.Hi && len(ws) < s.opts.MaxBatch; msg++ {
+			if live && msg >= hd.Lo && msg < hd.Hi {
+				continue
+			}
 			ws = append(ws, write{key: histMsgKey(h.AgentID, msg), del: true})
 		}
 		if msg < h.Hi {

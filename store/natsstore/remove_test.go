@@ -766,3 +766,28 @@ func limitedBucket(t *testing.T, url, bucket string) {
 		t.Fatal(err)
 	}
 }
+
+// Two stores without Fence: a history that another store appends to while
+// this one removes its agent through a journal keeps the messages its new
+// head covers, and the bucket still loads.
+func TestRemove_JournalLeavesAHistoryWrittenAgain(t *testing.T) {
+	url := natstest.Server(t)
+	a := open(t, url, natsstore.Options{Bucket: "h"})
+	b := open(t, url, natsstore.Options{Bucket: "h"})
+	add, ids := manyAgents(30)
+	mustApply(t, a, add)
+	if _, err := b.Load(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	a.SetMaxBatch(10)
+	a.BetweenBatches(func() {
+		a.BetweenBatches(nil)
+		mustApply(t, b, store.Change{HistoryAppends: []store.HistoryAppend{{AgentID: "a05", Messages: msgs("3")}}})
+	})
+	mustApply(t, a, store.Change{Remove: removeAll(ids)})
+	for _, s := range []*natsstore.Store{a, b} {
+		if _, err := s.Load(t.Context()); err != nil {
+			t.Errorf("Load: %v", err)
+		}
+	}
+}
