@@ -15,8 +15,8 @@ import (
 // forgotten, so that nothing the society holds grows for its whole life.
 // What ends is queued, in the order it ended, on s.retired; since the
 // retention is the same for all, the queue is in the order things fall due,
-// and one timer, armed for the oldest, prunes whatever is due when it
-// fires, then arms itself for the next. Like a request's timer it is
+// and one timer, armed for the oldest (see armPrune), prunes whatever is
+// due when it fires, then arms itself for the next. Like a request's timer it is
 // counted in s.wg and stopped by Close, so it never outlives the society.
 //
 // A task ends when the society holds none of its agents and nothing of it
@@ -192,10 +192,8 @@ func (s *Society) prune() {
 		s.removeForgotten(f.record)
 		s.mu.Lock()
 		s.unclaim(c)
-		s.mu.Unlock()
 		close(done)
 		s.wg.Done()
-		s.mu.Lock()
 		break
 	}
 	s.pruneTimer = nil
