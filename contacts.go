@@ -242,6 +242,24 @@ func (r *ContactRegistry) forget(owner string, others []string) (had []string) {
 	return had
 }
 
+// children returns the ids of the contacts owner has as its children
+// (SourceChild), in the order it spawned them.
+func (r *ContactRegistry) children(owner string) []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	l := r.owners[owner]
+	if l == nil {
+		return nil
+	}
+	var out []string
+	for e := range l.All {
+		if sources[e.source] == SourceChild {
+			out = append(out, e.id)
+		}
+	}
+	return out
+}
+
 // ids returns the ids of owner's contacts.
 func (r *ContactRegistry) ids(owner string) []string {
 	r.mu.RLock()

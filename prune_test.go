@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"runtime"
 	"slices"
 	"strconv"
@@ -649,5 +650,65 @@ func TestRetention_ManyForgottenAtOnce(t *testing.T) {
 		if n := len(c.Remove.Agents) + len(c.Remove.Contacts) + len(c.Remove.Requests) + len(c.Remove.Roles) + len(c.States); !c.Remove.Empty() && n > 256 {
 			t.Errorf("a change removes %d records", n)
 		}
+	}
+}
+
+// BenchmarkForget measures forgetting a task in a society that holds
+// many idle agents besides: each op spawns a lead with a role and a
+// worker of its own, terminates the lead, and waits until the society has
+// forgotten both and removed them from its store. What a termination and
+// prune cost should follow what they end and forget, not the agents the
+// society keeps. The wait yields rather than sleeps, so that a timer's
+// granularity does not show: run it at -test.cpu 1, where the waiting
+// burns no core of its own.
+func BenchmarkForget(b *testing.B) {
+	for _, idle := range []int{1_000, 100_000} {
+		b.Run(fmt.Sprintf("idle=%d", idle), func(b *testing.B) {
+			ctx := context.Background()
+			s, err := as.New(ctx, as.Config{Logger: quiet, MaxAgents: idle + 10, Retention: time.Microsecond})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close(ctx)
+			keeper, role := hostLead(b, s, "idle", "idle")
+			for range idle {
+				if _, _, err := keeper.SpawnAgent(ctx, as.SpawnSpec{RoleID: role, Brief: validBrief(minimal)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			root := actorOf(b, s, as.RootID)
+			leadRole, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "lead"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			cpu := startCPU(b)
+			b.ResetTimer()
+			for i := range b.N {
+				task := "t" + strconv.Itoa(i)
+				lead, _, err := root.WithTask(task).SpawnAgent(ctx, as.SpawnSpec{RoleID: leadRole.ID, Brief: validBrief(minimal)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				x := actorOf(b, s, lead.ID).WithTask(task)
+				r, _, err := x.CreateRole(ctx, as.RoleSpec{Name: "worker"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, _, err := x.SpawnAgent(ctx, as.SpawnSpec{RoleID: r.ID, Brief: validBrief(minimal)}); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Terminate(ctx, lead.ID); err != nil {
+					b.Fatal(err)
+				}
+				for {
+					if _, ok := s.Agent(lead.ID); !ok && len(s.FindRoleByName("worker")) == 0 {
+						break
+					}
+					runtime.Gosched()
+				}
+			}
+			b.StopTimer()
+			cpu.report()
+		})
 	}
 }

@@ -166,18 +166,19 @@ func (s *Society) finishTermination(ctx context.Context, a *agent) *Error {
 	return nil
 }
 
-// subtree returns a and its descendants that have not ended. Called with
-// s.mu held.
+// subtree returns a and its descendants that have not ended, found
+// through each parent's registry, which names every child it spawned: a
+// termination costs what it ends, not the agents the society holds.
+// Called with s.mu held.
 func (s *Society) subtree(a *agent) []*agent {
-	children := map[string][]*agent{}
-	for _, c := range s.agents {
-		if c.info.Status != StatusTerminated {
-			children[c.info.ParentID] = append(children[c.info.ParentID], c)
-		}
-	}
 	out := []*agent{a}
 	for i := 0; i < len(out); i++ {
-		out = append(out, children[out[i].info.ID]...)
+		p := out[i].info.ID
+		for _, id := range s.contacts.children(p) {
+			if c := s.agents[id]; c != nil && c.info.ParentID == p && c.info.Status != StatusTerminated {
+				out = append(out, c)
+			}
+		}
 	}
 	return out
 }
