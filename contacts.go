@@ -134,13 +134,18 @@ var (
 // Key returns the contact's id, by which its owner's list finds it.
 func (e contactEntry) Key() string { return e.id }
 
+// from returns how the owner came to know the contact.
+func (e *contactEntry) from() ContactSource {
+	if e.source == 0 && e.more != nil {
+		return e.more.source
+	}
+	return sources[e.source]
+}
+
 func (e *contactEntry) contact() Contact {
-	c := Contact{ID: e.id, Role: e.role.Name, InterfaceSpec: e.role.InterfaceSpec.clone(), Source: sources[e.source], AddedAt: time.Unix(0, e.addedAt)}
+	c := Contact{ID: e.id, Role: e.role.Name, InterfaceSpec: e.role.InterfaceSpec.clone(), Source: e.from(), AddedAt: time.Unix(0, e.addedAt)}
 	if m := e.more; m != nil {
 		c.IntroducedBy, c.Note = m.introducedBy, m.note
-		if e.source == 0 {
-			c.Source = m.source
-		}
 		if m.far {
 			c.AddedAt = m.addedAt
 		}
@@ -242,9 +247,10 @@ func (r *ContactRegistry) forget(owner string, others []string) (had []string) {
 	return had
 }
 
-// children returns the ids of the contacts owner has as its children
-// (SourceChild), in the order it spawned them.
-func (r *ContactRegistry) children(owner string) []string {
+// ids returns the ids of owner's contacts in the order they were added,
+// only those owner knows from source unless source is empty: with
+// SourceChild, the children it spawned.
+func (r *ContactRegistry) ids(owner string, source ContactSource) []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	l := r.owners[owner]
@@ -253,24 +259,9 @@ func (r *ContactRegistry) children(owner string) []string {
 	}
 	var out []string
 	for e := range l.All {
-		if sources[e.source] == SourceChild {
+		if source == "" || e.from() == source {
 			out = append(out, e.id)
 		}
-	}
-	return out
-}
-
-// ids returns the ids of owner's contacts.
-func (r *ContactRegistry) ids(owner string) []string {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	l := r.owners[owner]
-	if l == nil {
-		return nil
-	}
-	out := make([]string, 0, l.Len())
-	for e := range l.All {
-		out = append(out, e.id)
 	}
 	return out
 }

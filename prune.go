@@ -207,12 +207,14 @@ func (s *Society) prune() {
 const removeBatch = 256
 
 // removeForgotten records rm, what prune forgot, with the last agent and
-// role ids first, in changes of at most removeBatch records each. A change
+// role ids first when it removes agents or roles, in changes of at most removeBatch records each. A change
 // that fails is logged, and ends the removal, as the society's closing
 // does: the store keeps the rest, which a society reopened on it forgets
 // again. Called with s.mu released.
 func (s *Society) removeForgotten(rm store.Change) {
-	rm.States = append(rm.States, s.lastIDs()...)
+	if len(rm.Remove.Agents)+len(rm.Remove.Roles) > 0 {
+		rm.States = append(rm.States, s.lastIDs()...)
+	}
 	parts := splitChange(rm, removeBatch)
 	for i, part := range parts {
 		if s.closed.Load() {
@@ -420,7 +422,7 @@ func (s *Society) forgetAgent(a *agent, f *forgetting) bool {
 		delete(s.roleAgents, a.info.RoleID)
 	}
 	f.agent(id)
-	knew := append(s.contacts.ids(id), a.info.ParentID, RootID, UserID)
+	knew := append(s.contacts.ids(id, ""), a.info.ParentID, RootID, UserID)
 	slices.Sort(knew)
 	for _, o := range s.contacts.forget(id, slices.Compact(knew)) {
 		f.record.Remove.Contacts = append(f.record.Remove.Contacts, store.ContactKey{Owner: o, ID: id})

@@ -174,7 +174,7 @@ func (s *Society) subtree(a *agent) []*agent {
 	out := []*agent{a}
 	for i := 0; i < len(out); i++ {
 		p := out[i].info.ID
-		for _, id := range s.contacts.children(p) {
+		for _, id := range s.contacts.ids(p, SourceChild) {
 			if c := s.agents[id]; c != nil && c.info.ParentID == p && c.info.Status != StatusTerminated {
 				out = append(out, c)
 			}
