@@ -393,7 +393,7 @@ func (x *Actor) spawn(ctx context.Context, spec SpawnSpec, given bool) (child Ag
 	s.log.LogAttrs(ctx, slog.LevelInfo, "agent spawned",
 		slog.String("agent", child.ID), slog.String("role", child.RoleID), slog.String("parent", by), slog.String("task", child.TaskID))
 	if assignment != nil {
-		s.logMessage(ctx, "message accepted", &assignment.msg)
+		s.logMessage(ctx, "message accepted", assignment.msg)
 	}
 	return child, false, nil
 }
@@ -409,13 +409,13 @@ func (s *Society) modelDriven(a *agent) bool {
 // crash cannot leave a child that was never told its task. Called with s.mu
 // held.
 func (s *Society) assign(ch *change, parent, c *agent, brief json.RawMessage) {
-	p := &pendingSend{own: true, to: c, msg: Message{
+	p := &pendingSend{own: true, to: c, msg: &Message{
 		From: parent.info.ID, To: c.info.ID, TaskID: c.info.TaskID,
 		Type: TaskAssignment, Payload: brief, SentAt: c.info.CreatedAt,
 	}}
 	s.number(p)
 	if !s.volatile {
-		ch.record.Accepted = []store.Message{messageRecord(&p.msg)}
+		ch.record.Accepted = []store.Message{messageRecord(p.msg)}
 	}
 	ch.send = p
 }

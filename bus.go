@@ -50,7 +50,7 @@ func (x *Actor) SendText(ctx context.Context, to, text string) (Message, error) 
 // opens and closes (see introductions).
 type pendingSend struct {
 	change   change
-	msg      Message
+	msg      *Message
 	from     *agent // set by prepare; nil for the society's own messages
 	to       *agent
 	contacts contactAdds
@@ -91,11 +91,11 @@ func (s *Society) sendOwn(ctx context.Context, x *Actor, out Outgoing) (Message,
 // the society's own message, exempt from Config.MaxQueued.
 func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter chan Message, own bool) (Message, error) {
 	from := x.a
-	p := &pendingSend{own: own, cause: x.turn.id()}
+	p := &pendingSend{msg: new(Message), own: own, cause: x.turn.id()}
 	if x.turn == nil {
 		p.trace = TraceFromContext(ctx)
 	}
-	f, err := compose(&p.msg, from, x.taskID, out)
+	f, err := compose(p.msg, from, x.taskID, out)
 	if err != nil {
 		return Message{}, s.refuse("send_message", from.info.ID, err)
 	}
@@ -113,8 +113,8 @@ func (s *Society) sendWith(ctx context.Context, x *Actor, out Outgoing, waiter c
 		}
 		return Message{}, s.refuse("send_message", from.info.ID, err)
 	}
-	s.logMessage(ctx, "message accepted", &p.msg)
-	return p.msg, nil
+	s.logMessage(ctx, "message accepted", p.msg)
+	return *p.msg, nil
 }
 
 // compose builds in m the message an agent's Outgoing describes and checks
@@ -179,7 +179,7 @@ func (s *Society) number(p *pendingSend) {
 // withMessage, and the contacts and requests p adds or settles.
 func (p *pendingSend) record(ch *store.Change, withMessage bool) {
 	if withMessage {
-		ch.Accepted = []store.Message{messageRecord(&p.msg)}
+		ch.Accepted = []store.Message{messageRecord(p.msg)}
 	}
 	if len(p.contacts.recs) > 0 {
 		ch.Contacts = p.contacts.recs
@@ -223,7 +223,7 @@ func (s *Society) commitSend(p *pendingSend) {
 		s.retireRequest(r)
 		s.stopTimer(r)
 		if r.waiter != nil {
-			r.waiter <- p.msg // buffered, and each request is settled once
+			r.waiter <- *p.msg // buffered, and each request is settled once
 			r.waiter = nil
 			return
 		}
@@ -240,7 +240,7 @@ func (s *Society) commitSend(p *pendingSend) {
 			}
 		}
 	}
-	p.start = s.enqueue(p.to, &p.msg)
+	p.start = s.enqueue(p.to, p.msg)
 }
 
 // emitSend adds to the event log that p's message was accepted, and the
@@ -250,7 +250,7 @@ func (s *Society) commitSend(p *pendingSend) {
 //
 //go:noinline
 func (s *Society) emitSend(p *pendingSend) {
-	m := &p.msg // not changed once committed
+	m := p.msg // not changed once committed
 	if m.From == UserID && m.To == RootID && s.tasks[m.TaskID] == nil && s.taskAgents[m.TaskID] == 0 {
 		// A task starts with the user's first message to root on it: one
 		// the society knows nothing of, neither work in flight nor agents
@@ -311,7 +311,7 @@ func (s *Society) prepare(p *pendingSend, from *agent, f fields) *Error {
 	p.contacts.reset()
 	p.request, p.answered = nil, nil
 	p.asks, p.answers = p.asks[:0], p.answers[:0]
-	m, by := &p.msg, from.info.ID
+	m, by := p.msg, from.info.ID
 	to := s.agents[m.To]
 	if to == nil {
 		return &Error{Code: ErrAgentNotFound, Message: "no agent " + strconvQuote(m.To), AgentID: m.To}
@@ -363,7 +363,7 @@ func terminatedError(from, to *agent) *Error {
 // prepareTyped does prepare's work for the message types whose acceptance
 // changes the organisation.
 func (s *Society) prepareTyped(p *pendingSend, f fields) *Error {
-	m, by := p.msg, p.msg.From
+	m, by := *p.msg, p.msg.From
 	switch m.Type {
 	case IntroductionRequest:
 		// Under the strict policy the request entitles its receiver to

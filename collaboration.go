@@ -358,7 +358,7 @@ func (s *Society) settleOr(ctx context.Context, id string, status RequestStatus,
 		}
 		payload, _ := marshal(CollaborationResponsePayload{RequestID: r.id, Status: StatusError, ErrorMessage: why})
 		p = pendingSend{
-			msg:      Message{From: r.to, To: r.from, TaskID: r.taskID, Type: CollaborationResponse, Payload: payload, SentAt: time.Now()},
+			msg:      &Message{From: r.to, To: r.from, TaskID: r.taskID, Type: CollaborationResponse, Payload: payload, SentAt: time.Now()},
 			to:       s.agents[r.from],
 			answered: r, status: status,
 		}
@@ -370,7 +370,7 @@ func (s *Society) settleOr(ctx context.Context, id string, status RequestStatus,
 			slog.String("request", id), slog.Duration("in", wait), slog.String("err", err.Error()))
 		s.retrySettle(id, status, wait)
 	case err == nil && p.answered != nil:
-		s.logMessage(ctx, "message accepted", &p.msg)
+		s.logMessage(ctx, "message accepted", p.msg)
 		s.log.LogAttrs(ctx, slog.LevelInfo, "request settled by the society",
 			slog.String("request", id), slog.String("from", p.msg.To), slog.String("to", p.msg.From), slog.String("status", string(status)))
 	}

@@ -106,7 +106,7 @@ func (s *Society) checkLoop(p *pendingSend, f fields) *Error {
 	if !s.guarded(p) {
 		return nil
 	}
-	m, l := &p.msg, &s.loops
+	m, l := p.msg, &s.loops
 	if m.Type == CollaborationResponse {
 		return nil // an outcome is progress
 	}
@@ -133,7 +133,7 @@ func loopError(agentID, msg string) *Error {
 // commitLoop counts p's accepted message in the loop guard. Called with
 // s.mu held.
 func (s *Society) commitLoop(p *pendingSend) {
-	m, l := &p.msg, &s.loops
+	m, l := p.msg, &s.loops
 	if m.Type == CollaborationResponse && p.status == StatusCompleted {
 		s.progressed(m.From) // an outcome: the work moved on
 		s.progressed(m.To)
@@ -187,7 +187,7 @@ func (s *Society) countRound(m *Message) {
 // each time the helper does not answer in time, loops with it however it
 // words what it sends. Called with s.mu held.
 func (s *Society) answerFor(p *pendingSend) bool {
-	m := &p.msg
+	m := p.msg
 	if s.cfg.LoopGuard.Off || m.To == UserID || s.agents[m.From] == nil {
 		return false
 	}

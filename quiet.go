@@ -138,7 +138,7 @@ func (s *Society) noteTurn(task, agentID string, mute bool, words string) {
 // sentToTask updates task's activity for a message accepted: one from user
 // awaits an answer, one to user gives it. Called with s.mu held.
 func (s *Society) sentToTask(p *pendingSend) {
-	m := &p.msg
+	m := p.msg
 	switch {
 	case m.From == UserID:
 		t := s.activityOf(m.TaskID)
@@ -168,7 +168,7 @@ const (
 // becomes awaited, or stops being, when it does. Called with s.mu held,
 // by a check: it changes nothing.
 func (s *Society) awaiting(c *change, p *pendingSend) {
-	m := &p.msg
+	m := p.msg
 	if m.TaskID == "" {
 		return
 	}

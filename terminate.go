@@ -64,7 +64,7 @@ func (s *Society) terminate(ctx context.Context, by *agent, id string) error {
 		}
 		rec := agentRecord(a, StatusTerminating)
 		payload, _ := marshal(map[string]any{"text": s.lang.Strings.Handoff, "handoff": true})
-		p := &pendingSend{msg: Message{From: from.info.ID, To: id, TaskID: a.info.TaskID, Type: General, Payload: payload, SentAt: time.Now()}, to: a}
+		p := &pendingSend{msg: &Message{From: from.info.ID, To: id, TaskID: a.info.TaskID, Type: General, Payload: payload, SentAt: time.Now()}, to: a}
 		c := s.accepting(p) // claims a, the receiver
 		c.record.Agents = []store.Agent{rec}
 		handoff = p.msg.ID
