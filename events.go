@@ -232,8 +232,9 @@ type eventLog struct {
 	// events after it.
 	saved uint64
 	// saving is what the writer took and the store does not have yet:
-	// readers read there the events of it the ring has dropped since.
-	saving []Event
+	// readers read there the events of it the ring has dropped since. It
+	// is taken in taken, which the writer fills again for each batch.
+	saving, taken []Event
 	// shut is set once the writer has written the last events, as the
 	// society closes: an event after it would be numbered and never
 	// stored.
@@ -789,17 +790,18 @@ func (l *eventLog) unsaved(n int, last bool) (batch []store.Event, lost uint64, 
 		lost = oldest - l.saved - 1
 		l.saved = oldest - 1
 	}
-	evs := make([]Event, 0, min(uint64(n), l.next-l.saved-1))
+	evs := l.taken[:0]
 	for seq := l.saved + 1; seq < l.next && len(evs) < n; seq++ {
 		evs = append(evs, l.slot(seq).event())
 	}
 	l.saved += uint64(len(evs))
-	l.saving = evs
+	l.saving, l.taken = evs, evs
 	l.shut = last && len(evs) == 0
 	l.watched = true
 	wake = l.wake
 	l.mu.Unlock()
 	var buf []byte // events are encoded one after the other into it, a chunk at a time
+	batch = make([]store.Event, 0, len(evs))
 	for i := range evs {
 		e := &evs[i]
 		if cap(buf)-len(buf) < eventChunk/8 {
