@@ -322,21 +322,33 @@ func attempts(n int) string {
 
 // cachedSystemPrompt returns a's system prompt, assembling it again only when
 // what it shows changed since the last time: a's contacts, which only grow,
-// and how many of its children have reported, which only grows.
+// how many of its children have reported, which only grows, and what it may
+// still spend. An agent's first prompt is assembled at once: there is
+// nothing to compare, and the society's lock is taken once, not twice.
 func (s *Society) cachedSystemPrompt(a *agent, mem *mind) (string, error) {
-	s.mu.Lock()
-	reports, budget := a.reports, s.budgetLine(a)
-	s.mu.Unlock()
-	n := s.contacts.count(a.info.ID)
-	if mem.system != "" && mem.systemContacts == n && mem.systemReports == reports && mem.systemBudget == budget {
-		return mem.system, nil
+	if mem.system != "" {
+		s.mu.Lock()
+		reports, budget := a.reports, s.budgetLine(a)
+		s.mu.Unlock()
+		if mem.systemContacts == s.contacts.count(a.info.ID) && mem.systemReports == reports && mem.systemBudget == budget {
+			return mem.system, nil
+		}
 	}
-	system, err := s.systemPrompt(a)
+	system, shown, err := s.systemPrompt(a)
 	if err != nil {
 		return "", err
 	}
-	mem.system, mem.systemContacts, mem.systemReports, mem.systemBudget = system, n, reports, budget
+	mem.system, mem.systemContacts, mem.systemReports, mem.systemBudget = system, shown.contacts, shown.reports, shown.budget
 	return system, nil
+}
+
+// promptState is what of an agent's state its system prompt shows, and
+// cachedSystemPrompt compares: its contacts (counted), how many of its
+// children have reported, and its budget line.
+type promptState struct {
+	contacts int
+	reports  int32
+	budget   string
 }
 
 // taskLeadLine returns the line that ends each message root reads on
@@ -354,11 +366,13 @@ func (s *Society) taskLeadLine(task string) string {
 	return s.lang.taskLead(task, id, role)
 }
 
-// systemPrompt assembles a's system prompt from its current state. Root's
-// leaves out its children, one per task ever submitted: each message it
-// reads names the lead of its task instead (see taskLeadLine).
-func (s *Society) systemPrompt(a *agent) (string, error) {
+// systemPrompt assembles a's system prompt from its current state, and
+// returns with it that state. Root's leaves out its children, one per task
+// ever submitted: each message it reads names the lead of its task instead
+// (see taskLeadLine).
+func (s *Society) systemPrompt(a *agent) (string, promptState, error) {
 	contacts := s.contacts.List(a.info.ID)
+	shown := promptState{contacts: len(contacts)}
 	if a.info.ID == RootID {
 		contacts = slices.DeleteFunc(contacts, func(c Contact) bool { return c.Source == SourceChild })
 	}
@@ -372,6 +386,7 @@ func (s *Society) systemPrompt(a *agent) (string, error) {
 	var roles []string // of children, in order of first appearance
 	s.mu.Lock()
 	f.Budget = s.budgetLine(a)
+	shown.reports, shown.budget = a.reports, f.Budget
 	if r := s.roles[a.info.RoleID]; r != nil {
 		rolePrompt = r.Prompt
 	}
@@ -417,7 +432,8 @@ func (s *Society) systemPrompt(a *agent) (string, error) {
 		g := children[r]
 		f.Children = append(f.Children, prompts.Children{Role: l.shownRole(r), Reported: idList(g.reported, l.Strings.ListSeparator), Waiting: idList(g.waiting, l.Strings.ListSeparator)})
 	}
-	return l.System(a.info.ID == RootID, rolePrompt, f)
+	system, err := l.System(a.info.ID == RootID, rolePrompt, f)
+	return system, shown, err
 }
 
 // maxNote is how much of a contact's note the system prompt shows, in
