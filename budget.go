@@ -242,7 +242,8 @@ func (s *Society) keep(l *ledger) *ledger {
 // task's, then a's own and each of its ancestors' that the society keeps.
 // It keeps none that it does not (see taskLedger). Called with s.mu held.
 func (s *Society) ledgersOf(a *agent, task string) []*ledger {
-	var path []*ledger
+	// Room for a task, a child, its parent and a lead: one allocation.
+	path := make([]*ledger, 0, 4)
 	if task != "" { // a message outside any task is charged to no task
 		path = append(path, s.taskLedger(task))
 	}
@@ -260,7 +261,8 @@ func (s *Society) ledgersOf(a *agent, task string) []*ledger {
 // (see Society.AgentUsage). Called with s.mu held, by a commit or by
 // charge: never by a check.
 func (s *Society) charged(a *agent, task string) []*ledger {
-	var path []*ledger
+	// Room for a task, a child, its parent and a lead: one allocation.
+	path := make([]*ledger, 0, 4)
 	if task != "" {
 		path = append(path, s.keep(s.taskLedger(task)))
 	}
