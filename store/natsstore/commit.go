@@ -97,9 +97,12 @@ func (s *Store) applyOneFor(r *applyReq, c *store.Change, p *plan) {
 type planned struct {
 	r *applyReq
 	// c is what the writes record: r's change, or, for a part that
-	// records one message's end, nil and the message is msg (see change).
+	// records one message's end, nil and the message is msg, or, for a
+	// part that records the ends of some, nil and they are msgs (see
+	// change).
 	c    *store.Change
 	msg  string
+	msgs []string
 	p    *plan
 	ws   []write // the batch
 	rest []write // dropped history messages left for later (see batchOf)
@@ -110,7 +113,10 @@ type planned struct {
 
 // change returns what pl's writes record.
 func (pl *planned) change() *store.Change {
-	if pl.c == nil {
+	switch {
+	case pl.c == nil && pl.msgs != nil:
+		return &store.Change{Finished: pl.msgs}
+	case pl.c == nil:
 		return &store.Change{Finished: []string{pl.msg}}
 	}
 	return pl.c
@@ -343,6 +349,9 @@ func (s *Store) gather(reqs []*applyReq) (round []planned, n int, blocker *fligh
 		for i := range parts {
 			for _, w := range parts[i].ws {
 				keys[w.key] = true
+				for _, e := range w.ends {
+					keys[e.Key] = true
+				}
 			}
 		}
 		round = append(round, parts...)
@@ -378,6 +387,10 @@ func (s *Store) parts(r *applyReq) ([]planned, int) {
 		}
 		return []planned{{r: r, c: r.c, p: p, ws: ws, rest: rest}}, len(ws)
 	}
+	if s.opts.Fence {
+		parts := s.endParts(r, p)
+		return parts, len(parts)
+	}
 	if len(r.c.Finished) == 1 && len(p.writes) == 1 {
 		return []planned{{r: r, c: r.c, p: p, ws: p.writes}}, 1
 	}
@@ -407,6 +420,14 @@ func (s *Store) busy(keys map[string]bool, parts []planned) (bool, *flight) {
 			if f := s.flying[w.key]; f != nil {
 				return true, f
 			}
+			for _, e := range w.ends {
+				if keys[e.Key] {
+					return true, nil
+				}
+				if f := s.flying[e.Key]; f != nil {
+					return true, f
+				}
+			}
 		}
 	}
 	return false, nil
@@ -432,6 +453,10 @@ func (s *Store) launch(round []planned) *flight {
 		for _, w := range pl.ws {
 			f.keys = append(f.keys, w.key)
 			s.flying[w.key] = f
+			for _, e := range w.ends {
+				f.keys = append(f.keys, e.Key)
+				s.flying[e.Key] = f
+			}
 		}
 	}
 	s.flights = append(s.flights, f)
@@ -648,6 +673,13 @@ func (s *Store) settle(f *flight) {
 			s.draining = true // collected once no flight is in the air
 		}
 	}
+	if s.sweepDue() {
+		if len(s.flights) == 0 {
+			s.sweep()
+		} else {
+			s.draining = true // swept once no flight is in the air
+		}
+	}
 	if len(s.flights) == 0 {
 		s.draining = false
 	}
@@ -669,6 +701,9 @@ func (s *Store) commitQueue() {
 			s.commitBatch(round)
 		}
 		reqs = reqs[n:]
+	}
+	if s.sweepDue() {
+		s.sweep()
 	}
 }
 

@@ -17,6 +17,7 @@
 //	c.<owner>.<id>    a contact      {"owner","id","role","interfaceSpec","source","introducedBy","note","addedAt","first"}
 //	q.<id>            a request      {"id","from","to","taskId","status","createdAt","deadline","first"}
 //	m.<id>            a pending message {"id","seq","from","to","taskId","type","payload","sentAt"}
+//	e.<id>            ends of handled messages, with Options.Fence {"ends":[{"key","rev"}]}
 //	s.<scope>.<key>   a state entry  {"scope","key","value","writer","updatedAt"}
 //	h.<agent>         a history's head {"agentId","summary","dropped","lo","hi"}
 //	hm.<agent>.<n>    message n of a history, the society's JSON as given
@@ -57,7 +58,8 @@
 // Options.MaxBatch (at most the server's max_batch_size, 1000 by default),
 // or with a record larger than one message of the server's takes (its
 // max_payload, 1 MB by default, less 1 KB for headers), is refused whole, except a change that only finishes messages, which is
-// written one message at a time (see [store.Store]), and one with a
+// written one message at a time (see [store.Store]) or, with
+// Options.Fence, as one record of ends (see below), and one with a
 // removal that is over the limit, which is written through a journal: a
 // first batch holds the change's writes of values and the journal, naming
 // each record the change deletes (those removed, and any other, such as
@@ -78,6 +80,16 @@
 // history's length, and a removal what it removes. Deleted keys leave
 // markers that expire after Options.MarkerTTL, when the store's index of
 // the keys forgets them too: neither grows with the keys ever deleted.
+//
+// With Options.Fence, a change that only finishes messages writes one key
+// e.<id> naming each message's pending key and the revision it ends, and
+// Load lists no message at a revision an end names. Once enough messages
+// have ended, the store purges from the bucket's stream the pending keys
+// below a revision (a message still pending below it is written again
+// first, to a later revision) and the ends that name only keys purged
+// before: the bucket holds about the messages pending, not every message
+// ever handled. A store of an earlier version takes an e.<id> key for a
+// corrupt record.
 //
 // Durability is the server's: what its stream's storage and replicas keep,
 // this store keeps. On a bucket of several replicas, New turns off direct

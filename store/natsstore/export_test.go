@@ -210,3 +210,18 @@ func (s *Store) Unlocked() bool {
 	s.mu.Unlock()
 	return true
 }
+
+// SweepAfter makes the store sweep once n messages have ended since the
+// last sweep (see ends.go).
+func (s *Store) SweepAfter(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepAfter = n
+}
+
+// Sweeps returns how many sweeps the store has made.
+func (s *Store) Sweeps() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.sweeps
+}

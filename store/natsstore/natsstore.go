@@ -204,6 +204,19 @@ type Store struct {
 	// journal.go).
 	journals []*journal
 	hidden   map[string]uint64
+	// With Options.Fence (see ends.go): ends holds the pending keys that
+	// a record of ends names, by key: the revision ended; present lists
+	// the pending keys the bucket holds, ended or not, each at the
+	// revision written, oldest first (some written again since, or
+	// forgotten); sinceSweep counts the messages ended since the last
+	// sweep, and swept is the revision that sweep purged below; sweeps
+	// counts them.
+	ends       map[string]uint64
+	present    []keyRev
+	sinceSweep int
+	sweepAfter int
+	swept      uint64
+	sweeps     int
 	// top is the highest revision the index knows of: a history started
 	// anew starts at it, past every index the agent's history had before
 	// (a message is written at a revision above its index).
@@ -404,6 +417,8 @@ func New(ctx context.Context, opts Options) (*Store, error) {
 		flying:       make(map[string]*flight),
 		roundKeys:    make(map[string]bool),
 		early:        make(map[answerKey][]byte),
+		ends:         make(map[string]uint64),
+		sweepAfter:   sweepAfter,
 	}
 	ctx, cancel := s.bound(ctx)
 	defer cancel()
@@ -748,10 +763,16 @@ func (s *Store) committed(p *plan, ws []write, last uint64) {
 		now = time.Now()
 	}
 	for i, w := range ws {
+		if w.ends != nil {
+			s.ended(w.ends)
+		}
 		if !w.cas {
 			continue
 		}
 		seq := base + uint64(i)
+		if s.opts.Fence && strings.HasPrefix(w.key, prefixPending) {
+			s.present = append(s.present, keyRev{w.key, seq})
+		}
 		switch {
 		case w.del:
 			if now.IsZero() {
@@ -892,11 +913,23 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 	if err != nil {
 		return store.State{}, err
 	}
+	ends, err := readEnds(entries)
+	if err != nil {
+		return store.State{}, err
+	}
+	var present []keyRev
 	for _, e := range entries {
 		key, seq := e.Key(), e.Revision()
 		top = max(top, seq)
+		pending := strings.HasPrefix(key, prefixPending)
+		if pending {
+			present = append(present, keyRev{key, seq})
+		}
 		switch {
-		case key == keyFence, key == keySync:
+		case key == keyFence, key == keySync, strings.HasPrefix(key, prefixEnds):
+			continue
+		case pending && ends[key] == seq && e.Operation() == jetstream.KeyValuePut:
+			revs[key] = rev{seq: seq} // ended
 			continue
 		case hidden[key] == seq && seq != 0:
 			revs[key] = rev{seq: seq} // removed: the journal's cleanup deletes it
@@ -1011,6 +1044,16 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 
 	s.revs, s.heads, s.registries, s.top, s.indexed = revs, heads, regs, top, true
 	s.journals, s.hidden = journals, hidden
+	for key, seq := range ends {
+		if revs[key].seq != seq || revs[key].live {
+			delete(ends, key) // purged, or written again since
+		}
+	}
+	slices.SortFunc(present, func(a, b keyRev) int { return cmp.Compare(a.Rev, b.Rev) })
+	if !s.opts.Fence {
+		present = nil // only a fenced store sweeps
+	}
+	s.ends, s.present, s.sinceSweep, s.swept = ends, present, len(ends), 0
 	slices.SortFunc(expiring, func(a, b expiry) int { return a.at.Compare(b.at) })
 	s.expiring, s.exp = expiring, 0
 	return st, nil
@@ -1102,6 +1145,10 @@ func (s *Store) refresh(ctx context.Context, ws []write) error {
 			continue
 		case err != nil:
 			return fmt.Errorf("natsstore: %w", err)
+		}
+		if s.ends[w.key] == m.Sequence && m.Header.Get("KV-Operation") == "" {
+			s.setRev(w.key, rev{seq: m.Sequence}) // ended
+			continue
 		}
 		if op := m.Header.Get("KV-Operation"); op != "" || s.hidden[w.key] == m.Sequence {
 			// Deleted, or removed by a journal.

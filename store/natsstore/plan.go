@@ -33,6 +33,9 @@ type write struct {
 	// of the histories the change's Removal removes, which its journal
 	// names, if it has one (see journalOf).
 	removal bool
+	// ends are, for a record of ends, the pending keys it ends (see
+	// ends.go).
+	ends []keyRev
 }
 
 // A plan is the writes that record a change.

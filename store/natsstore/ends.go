@@ -1,0 +1,254 @@
+package natsstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Ends of handled messages, with Options.Fence. A change that only
+// finishes messages (the society writes those behind, many at a time) is
+// not written as one deletion per pending key, each its own write with its
+// own answer, but as one key of its own, e.<id>, that names each message
+// ended by its pending key and the revision it ends: Load lists no pending
+// message at a revision an end names (one accepted again since has
+// another). The server so stores one message for the ends of many.
+//
+// The pending keys and the ends are then removed in bulk, by a sweep,
+// once sweepAfter messages have ended since the last: with no flight in
+// the air, it purges from the bucket's stream every pending key (ended,
+// or deleted by a change that finished it among other records) below a
+// revision, and the ends below the revision of the sweep before, which
+// name only keys that sweep purged. A message still pending below that
+// revision is first written again, to a revision above it (bumped); the
+// revision is chosen so that a sweep writes again at most one message for
+// bumpRatio it purges, so that a message that stays pending long holds up
+// no sweep, and the bucket keeps at most about bumpRatio times the
+// messages pending, besides the last sweepAfter ended.
+//
+// Only a store with Options.Fence does this: it is the bucket's one
+// writer, so what its index says is below the revision is all the bucket
+// holds there. A deposed store that sweeps once more (its writes are
+// refused, so it has no other ends to count, and a bump is refused)
+// purges only messages that are ended in the bucket, and ends that name
+// only keys purged by a sweep made before the claim that deposed it: so a
+// Load that started after that claim never sees a pending key whose end
+// it does not see. A store of an earlier version takes an end's key for a
+// corrupt record: once a node of this version has led, nodes of an earlier
+// one cannot lead the cluster.
+
+// prefixEnds starts the keys of the records of ends: e.<id>.
+const prefixEnds = "e."
+
+// sweepAfter is how many messages end, by default, between sweeps.
+const sweepAfter = 2048
+
+// bumpRatio bounds the messages a sweep writes again: at most one for
+// bumpRatio keys it purges.
+const bumpRatio = 8
+
+// endsRec is a record of ends: each pending key and the revision ended.
+type endsRec struct {
+	Ends []keyRev `json:"ends"`
+}
+
+// appendEnds appends the JSON of an endsRec of ends to b. Keys are
+// "m." and a token of tok's alphabet, which JSON strings hold unescaped;
+// another key is encoded by json.Marshal.
+func appendEnds(b []byte, ends []keyRev) []byte {
+	b = append(b, `{"ends":[`...)
+	for i, e := range ends {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"key":`...)
+		if plainKey(e.Key) {
+			b = append(b, '"')
+			b = append(b, e.Key...)
+			b = append(b, '"')
+		} else {
+			q, _ := json.Marshal(e.Key)
+			b = append(b, q...)
+		}
+		b = append(b, `,"rev":`...)
+		b = strconv.AppendUint(b, e.Rev, 10)
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// plainKey reports whether key needs no escaping in a JSON string.
+func plainKey(key string) bool {
+	for i := 0; i < len(key); i++ {
+		c := key[i]
+		if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
+}
+
+// maxEndsPerRecord bounds the ends one record names, so that it stays
+// well within a message of the server's.
+const maxEndsPerRecord = 1024
+
+// endParts returns the parts of r's change, which only finishes messages
+// and is planned as p (one deletion per message pending): one record of
+// ends for up to maxEndsPerRecord of them, and at most Options.MaxBatch,
+// so that a part refused can be written again as a batch of deletions
+// (see oneByOne). Called with s.mu held.
+func (s *Store) endParts(r *applyReq, p *plan) []planned {
+	per := min(maxEndsPerRecord, s.opts.MaxBatch)
+	var parts []planned
+	for lo := 0; lo < len(p.writes); lo += per {
+		ds := p.writes[lo:min(lo+per, len(p.writes))]
+		ends := make([]keyRev, len(ds))
+		msgs := make([]string, len(ds))
+		for i, d := range ds {
+			ends[i] = keyRev{d.key, d.expect}
+			msgs[i] = d.msg
+		}
+		w := write{key: prefixEnds + newID(), data: appendEnds(nil, ends), ends: ends}
+		pl := planned{r: r, msgs: msgs, p: &plan{writes: []write{w}}}
+		pl.ws = pl.p.writes
+		if len(ds) == len(p.writes) {
+			pl.c, pl.msgs = r.c, nil // the change whole
+		}
+		parts = append(parts, pl)
+	}
+	return parts
+}
+
+// ended records in the index that ends were written: each pending key
+// the index knows live at the revision named is ended. Called with s.mu
+// held.
+func (s *Store) ended(ends []keyRev) {
+	for _, e := range ends {
+		if r := s.revs[e.Key]; r.live && r.seq == e.Rev {
+			s.setRev(e.Key, rev{seq: e.Rev})
+			s.ends[e.Key] = e.Rev
+			s.sinceSweep++
+		}
+	}
+}
+
+// readEnds returns the pending keys that the records of ends in entries
+// name, by key: the revision ended.
+func readEnds(entries map[string]jetstream.KeyValueEntry) (map[string]uint64, error) {
+	ends := make(map[string]uint64)
+	for key, e := range entries {
+		if !strings.HasPrefix(key, prefixEnds) || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		var rec endsRec
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			return nil, fmt.Errorf("%w: key %q: %w", ErrCorrupt, key, err)
+		}
+		for _, r := range rec.Ends {
+			ends[r.Key] = max(ends[r.Key], r.Rev)
+		}
+	}
+	return ends, nil
+}
+
+// sweepDue reports whether enough messages have ended since the last
+// sweep for another. Called with s.mu held.
+func (s *Store) sweepDue() bool {
+	return s.opts.Fence && s.sinceSweep >= s.sweepAfter && !s.isFenced()
+}
+
+// sweep removes the pending keys of messages ended, and the records of
+// ends, in bulk (see the top of this file). Called with s.mu held and no
+// flight in the air. A failure is only logged: the keys stay until the
+// next sweep, and Load reads them as ended.
+func (s *Store) sweep() {
+	s.sinceSweep = 0
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+
+	// Where to cut: the place in s.present where the keys to purge
+	// before it, less bumpRatio for each to write again, are most.
+	cut, best, gain := 0, 0, 0
+	for i, k := range s.present {
+		r := s.revs[k.Key]
+		switch {
+		case r.seq != k.Rev:
+			continue // written again since, or forgotten
+		case r.live:
+			gain -= bumpRatio
+		default:
+			gain++
+		}
+		if gain > best {
+			best, cut = gain, i+1
+		}
+	}
+	if best == 0 {
+		return
+	}
+	below := s.last + 1
+	if cut < len(s.present) {
+		below = s.present[cut].Rev
+	}
+	if !s.bump(ctx, s.present[:cut]) {
+		return
+	}
+	purge := func(prefix string, below uint64) error {
+		return s.stream.Purge(ctx, jetstream.WithPurgeSubject(s.prefix+prefix+">"), jetstream.WithPurgeSequence(below))
+	}
+	if err := purge(prefixPending, below); err != nil {
+		s.log.Warn("natsstore: removing the keys of messages handled", "bucket", s.opts.Bucket, "err", err)
+		return
+	}
+	for _, k := range s.present[:cut] {
+		if r := s.revs[k.Key]; r.seq == k.Rev && !r.live {
+			s.forget(k.Key)
+		}
+		if s.ends[k.Key] == k.Rev {
+			delete(s.ends, k.Key)
+		}
+	}
+	n := copy(s.present, s.present[cut:])
+	clear(s.present[n:])
+	s.present = s.present[:n]
+	if s.swept > 1 {
+		if err := purge(prefixEnds, s.swept); err != nil {
+			s.log.Warn("natsstore: removing the records of messages handled", "bucket", s.opts.Bucket, "err", err)
+		}
+	}
+	s.swept = below
+	s.sweeps++
+}
+
+// bump writes again, each to a revision above them all, the messages of
+// keys that are still pending, so that a sweep may purge below them. It
+// reports whether it wrote them all. Called with s.mu held and no flight
+// in the air.
+func (s *Store) bump(ctx context.Context, keys []keyRev) bool {
+	var ws []write
+	for _, k := range keys {
+		if r := s.revs[k.Key]; r.live && r.seq == k.Rev {
+			m, err := s.stream.GetLastMsgForSubject(ctx, s.prefix+k.Key)
+			if err != nil || m.Sequence != k.Rev {
+				s.log.Warn("natsstore: reading a pending message to write it again", "bucket", s.opts.Bucket, "key", k.Key, "err", err)
+				return false
+			}
+			ws = append(ws, write{key: k.Key, data: m.Data, cas: true, expect: k.Rev})
+		}
+	}
+	for len(ws) > 0 {
+		n := min(len(ws), s.opts.MaxBatch)
+		last, err := s.publish(ctx, ws[:n])
+		if err != nil {
+			s.log.Warn("natsstore: writing pending messages again", "bucket", s.opts.Bucket, "err", err)
+			return false
+		}
+		s.committed(&plan{}, ws[:n], last)
+		ws = ws[n:]
+	}
+	return true
+}

@@ -1,0 +1,236 @@
+package natsstore_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"agentsociety/store"
+	"agentsociety/store/natsstore"
+	"agentsociety/store/natsstore/natstest"
+	"agentsociety/store/storetest"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// A fenced store that sweeps after every message ended passes the
+// conformance suite, on one replica and on three.
+func TestEnds_ConformanceSweepingEachEnd(t *testing.T) {
+	url := natstest.Server(t)
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s := open(t, url, natsstore.Options{Fence: true})
+		s.SweepAfter(1)
+		return s
+	})
+	urls := natstest.Cluster(t, 3)
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s := open(t, urls[0], natsstore.Options{Fence: true, Replicas: 3, Storage: jetstream.MemoryStorage})
+		s.SweepAfter(1)
+		return s
+	})
+}
+
+// endMsg returns message n of the tests of ends.
+func endMsg(n int) store.Message {
+	return store.Message{ID: fmt.Sprintf("m%d", n), Seq: uint64(n), From: "a", To: "b", Type: "text",
+		Payload: json.RawMessage(`{"text":"hi"}`), SentAt: time.Unix(int64(n), 0).UTC()}
+}
+
+// pendingIDs returns the ids of st's pending messages.
+func pendingIDs(st store.State) []string {
+	var ids []string
+	for _, m := range st.Pending {
+		ids = append(ids, m.ID)
+	}
+	return ids
+}
+
+// streamMsgs returns how many messages the bucket's stream holds, and
+// its last sequence.
+func streamMsgs(t *testing.T, url, bucket string) (msgs, last uint64) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	str, err := js.Stream(t.Context(), "KV_"+bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := str.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs, info.State.LastSeq
+}
+
+// A fenced store records the ends of the messages a change finishes as one
+// write, and sweeps the keys of the messages ended in bulk: the bucket
+// keeps a bounded number of keys however many messages pass, a message
+// that stays pending is kept (written again) and listed, and a store
+// opened on the bucket after lists exactly the messages pending.
+func TestEnds_SweepKeepsWhatIsPending(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	bucket := fmt.Sprintf("b%d", buckets.Add(1))
+	s := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	s.SweepAfter(64)
+	// Message 0 stays pending throughout; so does every tenth.
+	if err := s.Apply(ctx, store.Change{Accepted: []store.Message{endMsg(0)}}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"m0"}
+	n := 1
+	for round := range 20 {
+		var accepted []store.Message
+		var finished []string
+		for range 50 {
+			accepted = append(accepted, endMsg(n))
+			if n%10 == 0 {
+				want = append(want, endMsg(n).ID)
+			} else {
+				finished = append(finished, endMsg(n).ID)
+			}
+			n++
+		}
+		if err := s.Apply(ctx, store.Change{Accepted: accepted}); err != nil {
+			t.Fatal(err)
+		}
+		_, before := streamMsgs(t, url, bucket)
+		if err := s.Apply(ctx, store.Change{Finished: finished}); err != nil {
+			t.Fatal(err)
+		}
+		if _, after := streamMsgs(t, url, bucket); round == 0 && after != before+1 {
+			t.Fatalf("finishing %d messages wrote %d messages to the bucket, want 1", len(finished), after-before)
+		}
+	}
+	if s.Sweeps() == 0 {
+		t.Fatal("no sweep")
+	}
+	held, _ := streamMsgs(t, url, bucket)
+	// What is pending (101), the ends since the last sweeps (at most twice
+	// 64, and their records), the fence.
+	if held > 101+2*64+20+1 {
+		t.Fatalf("the bucket holds %d messages after 1,000 accepted and 900 ended", held)
+	}
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pendingIDs(st); !slices.Equal(got, want) {
+		t.Fatalf("Load lists %d pending messages, want %d:\n%v\nwant\n%v", len(got), len(want), got, want)
+	}
+	// Finishing the rest, and a message not pending, after the Load.
+	if err := s.Apply(ctx, store.Change{Finished: append(want[1:], "m1")}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	next := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	st, err = next.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pendingIDs(st); !slices.Equal(got, []string{"m0"}) {
+		t.Fatalf("a store opened after lists the pending messages %v, want [m0]", got)
+	}
+	// A message ended may be accepted again.
+	if err := next.Apply(ctx, store.Change{Accepted: []store.Message{endMsg(1)}}); err != nil {
+		t.Fatalf("accepting again a message ended: %v", err)
+	}
+	if err := next.Apply(ctx, store.Change{Accepted: []store.Message{endMsg(0)}}); err == nil {
+		t.Fatal("accepting again a message pending: no error")
+	}
+}
+
+// A fenced store of this version reads a bucket as a store of the version
+// before left it, whose finished messages' keys are deleted one by one,
+// and finishes its messages.
+func TestEnds_ReadsTheLayoutBefore(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	bucket := fmt.Sprintf("b%d", buckets.Add(1))
+	old := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	if err := old.Apply(ctx, store.Change{Accepted: []store.Message{endMsg(1), endMsg(2), endMsg(3), endMsg(4)}}); err != nil {
+		t.Fatal(err)
+	}
+	old.Close()
+	// The version before wrote the keys of messages pending as this one
+	// does, and deleted those of messages finished, with a marker.
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := func(id string) string { return base64.RawURLEncoding.EncodeToString([]byte(id)) }
+	for _, id := range []string{"m1", "m3"} {
+		if err := kv.Delete(ctx, "m."+tok(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	s.SweepAfter(1)
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pendingIDs(st); !slices.Equal(got, []string{"m2", "m4"}) {
+		t.Fatalf("Load lists %v pending, want [m2 m4]", got)
+	}
+	if err := s.Apply(ctx, store.Change{Finished: []string{"m2"}}); err != nil {
+		t.Fatal(err)
+	}
+	if s.Sweeps() == 0 {
+		t.Fatal("no sweep")
+	}
+	s.Close()
+	next := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	st, err = next.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pendingIDs(st); !slices.Equal(got, []string{"m4"}) {
+		t.Fatalf("after the sweep, Load lists %v pending, want [m4]", got)
+	}
+}
+
+// A store deposed by another's claim writes no ends, and its sweep
+// removes nothing the new store lists.
+func TestEnds_DeposedStoreEndsNothing(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	bucket := fmt.Sprintf("b%d", buckets.Add(1))
+	opts := natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage}
+	old := open(t, url, opts)
+	old.SweepAfter(1)
+	if err := old.Apply(ctx, store.Change{Accepted: []store.Message{endMsg(1), endMsg(2), endMsg(3)}}); err != nil {
+		t.Fatal(err)
+	}
+	next := open(t, url, opts)
+	if err := old.Apply(ctx, store.Change{Finished: []string{"m1", "m2"}}); err == nil {
+		t.Fatal("a deposed store recorded ends")
+	}
+	st, err := next.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pendingIDs(st); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
+		t.Fatalf("the new store lists %v pending, want [m1 m2 m3]", got)
+	}
+}
