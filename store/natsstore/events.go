@@ -110,7 +110,10 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 		chunk := events[:n]
 		events = events[n:]
 		m := s.eventMsg(chunk[0].Seq, chunk[n-1].Seq)
-		m.Data = append(make([]byte, 0, size+2), '[')
+		if c := cap(s.evBuf); c < size+2 || c > eventsBytes && c > 4*(size+2) {
+			s.evBuf = make([]byte, 0, 2*(size+2))
+		}
+		m.Data = append(s.evBuf[:0], '[')
 		for i, e := range chunk {
 			if i > 0 {
 				m.Data = append(m.Data, ',')
@@ -119,6 +122,7 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 		}
 		m.Data = append(m.Data, ']')
 		ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(s.evStream))
+		s.evBuf, m.Data = m.Data[:0], nil
 		if err != nil {
 			s.evKnown = false
 			if s.opts.Fence && overtaken(err) && s.learnEvents(ctx) == nil && s.claimedByAnother() {

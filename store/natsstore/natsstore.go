@@ -236,6 +236,9 @@ type Store struct {
 	// their sequences and the Seqs of their events, so that a trim finds
 	// where to cut without reading them back (see trimPoint).
 	evIndex []evSpan
+	// evBuf is the body of the last append, kept for the next: the
+	// client copies a message out as it publishes it.
+	evBuf []byte
 
 	// last is, with Options.Fence, the sequence of the stream's last
 	// message as this store's last write left it. Guarded by mu.
