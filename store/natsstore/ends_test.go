@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -73,6 +74,29 @@ func streamMsgs(t *testing.T, url, bucket string) (msgs, last uint64) {
 	return info.State.Msgs, info.State.LastSeq
 }
 
+// keyRevision returns the revision of the pending key of message id.
+func keyRevision(t *testing.T, url, bucket, id string) uint64 {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := js.KeyValue(t.Context(), bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(t.Context(), "m."+base64.RawURLEncoding.EncodeToString([]byte(id)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Revision()
+}
+
 // A fenced store records the ends of the messages a change finishes as one
 // write, and sweeps the keys of the messages ended in bulk: the bucket
 // keeps a bounded number of keys however many messages pass, a message
@@ -115,6 +139,10 @@ func TestEnds_SweepKeepsWhatIsPending(t *testing.T) {
 	}
 	if s.Sweeps() == 0 {
 		t.Fatal("no sweep")
+	}
+	// Message 0, accepted first, was written again past the keys purged.
+	if rev := keyRevision(t, url, bucket, "m0"); rev < 100 {
+		t.Fatalf("message 0's key is at revision %d, the one it was accepted at: no sweep wrote it again", rev)
 	}
 	held, _ := streamMsgs(t, url, bucket)
 	// What is pending (101), the ends since the last sweeps (at most twice
@@ -232,5 +260,64 @@ func TestEnds_DeposedStoreEndsNothing(t *testing.T) {
 	}
 	if got := pendingIDs(st); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
 		t.Fatalf("the new store lists %v pending, want [m1 m2 m3]", got)
+	}
+}
+
+// Sweeps made while changes are in flight, from many goroutines at once,
+// keep every message pending and no other: a store opened after lists
+// exactly those.
+func TestEnds_SweepsAmongConcurrentChanges(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	bucket := fmt.Sprintf("b%d", buckets.Add(1))
+	opts := natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage}
+	s := open(t, url, opts)
+	s.SweepAfter(16)
+	const workers, each = 8, 120
+	kept := make([][]string, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			var ended []string
+			for i := range each {
+				n := w*each + i
+				if err := s.Apply(ctx, store.Change{Accepted: []store.Message{endMsg(n)}}); err != nil {
+					t.Error(err)
+					return
+				}
+				if n%50 == 0 {
+					kept[w] = append(kept[w], endMsg(n).ID)
+					continue
+				}
+				ended = append(ended, endMsg(n).ID)
+				if len(ended) == 3 || i == each-1 {
+					if err := s.Apply(ctx, store.Change{Finished: ended}); err != nil {
+						t.Error(err)
+						return
+					}
+					ended = nil
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if s.Sweeps() == 0 {
+		t.Fatal("no sweep")
+	}
+	var want []string
+	for _, ids := range kept {
+		want = append(want, ids...)
+	}
+	s.Close()
+	next := open(t, url, opts)
+	st, err := next.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := pendingIDs(st)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("a store opened after lists %d pending messages, want %d:\n%v\nwant\n%v", len(got), len(want), got, want)
 	}
 }
