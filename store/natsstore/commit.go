@@ -673,13 +673,6 @@ func (s *Store) settle(f *flight) {
 			s.draining = true // collected once no flight is in the air
 		}
 	}
-	if s.sweepDue() {
-		if len(s.flights) == 0 {
-			s.sweep()
-		} else {
-			s.draining = true // swept once no flight is in the air
-		}
-	}
 	if len(s.flights) == 0 {
 		s.draining = false
 	}
@@ -701,9 +694,6 @@ func (s *Store) commitQueue() {
 			s.commitBatch(round)
 		}
 		reqs = reqs[n:]
-	}
-	if s.sweepDue() {
-		s.sweep()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -19,12 +20,14 @@ import (
 // another). The server so stores one message for the ends of many.
 //
 // The pending keys and the ends are then removed in bulk, by a sweep,
-// once sweepAfter messages have ended since the last: with no flight in
-// the air, it purges from the bucket's stream every pending key (ended,
-// or deleted by a change that finished it among other records) below a
-// revision, and the ends below the revision of the sweep before, which
-// name only keys that sweep purged. A message still pending below that
-// revision is first written again, to a revision above it (bumped); the
+// once sweepAfter messages have ended since the last (the Apply that
+// finds one due makes it, after its own change): it purges from the
+// bucket's stream every pending key (ended, or deleted by a change that
+// finished it among other records) below a revision, and the ends below
+// the revision of the sweep before, which name only keys that sweep
+// purged. Other changes go on meanwhile: none writes below the revision.
+// A message still pending below it is first written again, to a revision
+// above it (bumped), once the flights in the air have settled; the
 // revision is chosen so that a sweep writes again at most one message for
 // bumpRatio it purges, so that a message that stays pending long holds up
 // no sweep, and the bucket keeps at most about bumpRatio times the
@@ -134,6 +137,9 @@ func (s *Store) ended(ends []keyRev) {
 			s.sinceSweep++
 		}
 	}
+	if s.sweepDue() {
+		s.sweepWanted.Store(true)
+	}
 }
 
 // readEnds returns the pending keys that the records of ends in entries
@@ -161,18 +167,13 @@ func (s *Store) sweepDue() bool {
 	return s.opts.Fence && s.sinceSweep >= s.sweepAfter && !s.isFenced()
 }
 
-// sweep removes the pending keys of messages ended, and the records of
-// ends, in bulk (see the top of this file). Called with s.mu held and no
-// flight in the air. A failure is only logged: the keys stay until the
-// next sweep, and Load reads them as ended.
-func (s *Store) sweep() {
-	s.sinceSweep = 0
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
-	defer cancel()
-
-	// Where to cut: the place in s.present where the keys to purge
-	// before it, less bumpRatio for each to write again, are most.
-	cut, best, gain := 0, 0, 0
+// sweepPoint returns where a sweep cuts s.present: the place where the
+// keys to purge before it, less bumpRatio for each to write again, are
+// most; the revision to purge below; and how many keys before it are
+// pending, to write again. cut is 0 when nothing is worth purging.
+// Called with s.mu held.
+func (s *Store) sweepPoint() (cut int, below uint64, pending int) {
+	best, gain, live := 0, 0, 0
 	for i, k := range s.present {
 		r := s.revs[k.Key]
 		switch {
@@ -180,31 +181,78 @@ func (s *Store) sweep() {
 			continue // written again since, or forgotten
 		case r.live:
 			gain -= bumpRatio
+			live++
 		default:
 			gain++
 		}
 		if gain > best {
-			best, cut = gain, i+1
+			best, cut, pending = gain, i+1, live
 		}
 	}
-	if best == 0 {
-		return
+	if cut == 0 {
+		return 0, 0, 0
 	}
-	below := s.last + 1
+	// Every write at or below s.last is settled, and in the index; those
+	// in the air are above it.
+	below = s.last + 1
 	if cut < len(s.present) {
 		below = s.present[cut].Rev
 	}
-	if !s.bump(ctx, s.present[:cut]) {
+	return cut, below, pending
+}
+
+// sweep removes the pending keys of messages ended, and the records of
+// ends, in bulk (see the top of this file), once one is due: an Apply
+// makes it after its own change. When no message below the cut is
+// pending, the common case, the changes of others go on meanwhile: the
+// keys purged are ones that no write in the air needs (a message
+// accepted again is written at a revision of its own, above them). Else
+// it first settles the flights in the air and writes those messages
+// again, holding off other changes. A failure is only logged: the keys
+// stay until the next sweep, and Load reads them as ended.
+func (s *Store) sweep() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sweeping || !s.sweepDue() {
 		return
 	}
-	purge := func(prefix string, below uint64) error {
-		return s.stream.Purge(ctx, jetstream.WithPurgeSubject(s.prefix+prefix+">"), jetstream.WithPurgeSequence(below))
+	s.sweepWanted.Store(false)
+	s.sinceSweep = 0
+	s.sweeping = true
+	defer func() { s.sweeping = false }()
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Timeout)
+	defer cancel()
+
+	cut, below, pending := s.sweepPoint()
+	if cut == 0 {
+		return
 	}
-	if err := purge(prefixPending, below); err != nil {
+	if pending > 0 {
+		s.quiesce() // bump publishes on its own
+		if cut, below, _ = s.sweepPoint(); cut == 0 || !s.bump(ctx, s.present[:cut]) {
+			return
+		}
+	}
+	swept := slices.Clone(s.present[:cut])
+	scans, prev := s.scans, s.swept
+	s.mu.Unlock()
+	err := s.purge(ctx, prefixPending, below)
+	if err == nil && prev > 1 {
+		if perr := s.purge(ctx, prefixEnds, prev); perr != nil {
+			s.log.Warn("natsstore: removing the records of messages handled", "bucket", s.opts.Bucket, "err", perr)
+		}
+	}
+	s.mu.Lock()
+	if err != nil {
 		s.log.Warn("natsstore: removing the keys of messages handled", "bucket", s.opts.Bucket, "err", err)
 		return
 	}
-	for _, k := range s.present[:cut] {
+	s.swept = below
+	s.sweeps++
+	if s.scans != scans {
+		return // the index was read again meanwhile
+	}
+	for _, k := range swept {
 		if r := s.revs[k.Key]; r.seq == k.Rev && !r.live {
 			s.forget(k.Key)
 		}
@@ -212,16 +260,16 @@ func (s *Store) sweep() {
 			delete(s.ends, k.Key)
 		}
 	}
+	// Only appended to since, by writes above below.
 	n := copy(s.present, s.present[cut:])
 	clear(s.present[n:])
 	s.present = s.present[:n]
-	if s.swept > 1 {
-		if err := purge(prefixEnds, s.swept); err != nil {
-			s.log.Warn("natsstore: removing the records of messages handled", "bucket", s.opts.Bucket, "err", err)
-		}
-	}
-	s.swept = below
-	s.sweeps++
+}
+
+// purge removes from the bucket's stream the messages of the keys that
+// start with prefix, below revision below.
+func (s *Store) purge(ctx context.Context, prefix string, below uint64) error {
+	return s.stream.Purge(ctx, jetstream.WithPurgeSubject(s.prefix+prefix+">"), jetstream.WithPurgeSequence(below))
 }
 
 // bump writes again, each to a revision above them all, the messages of

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"agentsociety/store"
@@ -217,6 +218,12 @@ type Store struct {
 	sweepAfter int
 	swept      uint64
 	sweeps     int
+	// sweeping: a sweep is under way; scans counts the reads of the
+	// bucket, which rebuild the index. sweepWanted is set, without s.mu,
+	// once a sweep is due.
+	sweeping    bool
+	scans       uint64
+	sweepWanted atomic.Bool
 	// top is the highest revision the index knows of: a history started
 	// anew starts at it, past every index the agent's history had before
 	// (a message is written at a revision above its index).
@@ -645,6 +652,9 @@ func (s *Store) Apply(ctx context.Context, c store.Change) error {
 	if r.journal != nil {
 		s.cleanupLater(ctx, r.journal)
 	}
+	if s.sweepWanted.Load() {
+		s.sweep()
+	}
 	return r.err
 }
 
@@ -1057,6 +1067,8 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 		present = nil // only a fenced store sweeps
 	}
 	s.ends, s.present, s.sinceSweep, s.swept = ends, present, len(ends), 0
+	s.scans++
+	s.sweepWanted.Store(s.sweepDue())
 	slices.SortFunc(expiring, func(a, b expiry) int { return a.at.Compare(b.at) })
 	s.expiring, s.exp = expiring, 0
 	return st, nil
