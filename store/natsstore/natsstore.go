@@ -88,8 +88,9 @@ type Options struct {
 	// bucket (a finished message, a deleted state key, a dropped history
 	// message, a record removed), so that the bucket does not grow with
 	// every message the society handles; the store's index of the bucket
-	// forgets the key then too. Zero means DefaultMarkerTTL; at least a
-	// second.
+	// forgets the key then too. (With Fence, the messages a change that
+	// only finishes messages ends leave no marker: see the package
+	// documentation.) Zero means DefaultMarkerTTL; at least a second.
 	MarkerTTL time.Duration
 
 	// Timeout bounds each call whose context has no deadline, so that a
