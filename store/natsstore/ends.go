@@ -3,6 +3,7 @@ package natsstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -213,10 +214,13 @@ func (s *Store) sweepPoint() (cut int, below uint64, pending int) {
 func (s *Store) sweep() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sweeping || !s.sweepDue() {
-		return
+	if s.sweeping {
+		return // the next Apply sweeps, if one is still due
 	}
 	s.sweepWanted.Store(false)
+	if !s.sweepDue() {
+		return
+	}
 	s.sinceSweep = 0
 	s.sweeping = true
 	defer func() { s.sweeping = false }()
@@ -236,7 +240,10 @@ func (s *Store) sweep() {
 	swept := slices.Clone(s.present[:cut])
 	scans, prev := s.scans, s.swept
 	s.mu.Unlock()
-	err := s.purge(ctx, prefixPending, below)
+	err := s.stillClaimed(ctx)
+	if err == nil {
+		err = s.purge(ctx, prefixPending, below)
+	}
 	if err == nil && prev > 1 {
 		if perr := s.purge(ctx, prefixEnds, prev); perr != nil {
 			s.log.Warn("natsstore: removing the records of messages handled", "bucket", s.opts.Bucket, "err", perr)
@@ -264,6 +271,22 @@ func (s *Store) sweep() {
 	n := copy(s.present, s.present[cut:])
 	clear(s.present[n:])
 	s.present = s.present[:n]
+}
+
+// stillClaimed returns an error if the fence key is no longer this
+// store's claim, and then fences the store: a purge is not a write the
+// server checks against the fence, so a sweep checks it first. (A claim
+// made between the check and the purge deposes a store that purges only
+// what is ended in the bucket: see the top of this file.)
+func (s *Store) stillClaimed(ctx context.Context) error {
+	m, err := s.stream.GetLastMsgForSubject(ctx, s.fenceSubject[0])
+	switch {
+	case err != nil:
+		return err
+	case m.Sequence != s.claimed:
+		return s.fence(errors.New("another store claimed the bucket"))
+	}
+	return nil
 }
 
 // purge removes from the bucket's stream the messages of the keys that

@@ -321,3 +321,41 @@ func TestEnds_SweepsAmongConcurrentChanges(t *testing.T) {
 		t.Fatalf("a store opened after lists %d pending messages, want %d:\n%v\nwant\n%v", len(got), len(want), got, want)
 	}
 }
+
+// A store deposed by another's claim purges nothing when it sweeps: a
+// purge is not a write the server checks against the fence.
+func TestEnds_DeposedStoreSweepsNothing(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	bucket := fmt.Sprintf("b%d", buckets.Add(1))
+	opts := natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage}
+	old := open(t, url, opts)
+	old.SweepAfter(1000)
+	if err := old.Apply(ctx, store.Change{Accepted: []store.Message{endMsg(1), endMsg(2), endMsg(3)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Apply(ctx, store.Change{Finished: []string{"m1", "m2"}}); err != nil {
+		t.Fatal(err)
+	}
+	before := keyRevision(t, url, bucket, "m1")
+	next := open(t, url, opts)
+	old.SweepNow()
+	select {
+	case <-old.Fenced():
+	default:
+		t.Fatal("the deposed store's sweep did not find it deposed")
+	}
+	if old.Sweeps() != 0 {
+		t.Fatal("the deposed store swept")
+	}
+	if rev := keyRevision(t, url, bucket, "m1"); rev != before {
+		t.Fatalf("m1's key went from revision %d to %d", before, rev)
+	}
+	st, err := next.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pendingIDs(st); !slices.Equal(got, []string{"m3"}) {
+		t.Fatalf("the new store lists %v pending, want [m3]", got)
+	}
+}

@@ -225,3 +225,11 @@ func (s *Store) Sweeps() int {
 	defer s.mu.Unlock()
 	return s.sweeps
 }
+
+// SweepNow makes a sweep as if one were due.
+func (s *Store) SweepNow() {
+	s.mu.Lock()
+	s.sinceSweep = s.sweepAfter
+	s.mu.Unlock()
+	s.sweep()
+}
