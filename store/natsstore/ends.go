@@ -36,12 +36,14 @@ import (
 //
 // Only a store with Options.Fence does this: it is the bucket's one
 // writer, so what its index says is below the revision is all the bucket
-// holds there. A deposed store that sweeps once more (its writes are
-// refused, so it has no other ends to count, and a bump is refused)
-// purges only messages that are ended in the bucket, and ends that name
-// only keys purged by a sweep made before the claim that deposed it: so a
-// Load that started after that claim never sees a pending key whose end
-// it does not see. A store of an earlier version takes an end's key for a
+// holds there. A purge is not a write the server checks against the
+// fence: a sweep first reads the fence key, and stops if another store
+// has claimed the bucket. A store deposed since sweeps at most once more
+// (its writes are refused, so it has no other ends to count, and a bump
+// is refused), and purges only messages that are ended in the bucket, and
+// ends that name only keys purged by a sweep made before the claim that
+// deposed it: so a Load that started after that claim never sees a
+// pending key whose end it does not see. A store of an earlier version takes an end's key for a
 // corrupt record: once a node of this version has led, nodes of an earlier
 // one cannot lead the cluster.
 
