@@ -3,6 +3,7 @@ package agentsociety
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"agentsociety/internal/index"
@@ -75,6 +76,10 @@ func (p ContactPolicy) String() string {
 type ContactRegistry struct {
 	mu     sync.RWMutex
 	owners map[string]*index.List[contactEntry]
+	// forgotten counts the entries forget removed from other owners'
+	// registries: a registry that lost one and gained another has the
+	// size it had, and changed.
+	forgotten atomic.Uint64
 }
 
 // contactEntry is a Contact as the registry keeps it. A society of many
@@ -242,6 +247,7 @@ func (r *ContactRegistry) forget(owner string, others []string) (had []string) {
 	for _, o := range others {
 		if l := r.owners[o]; l != nil && l.Delete(owner) {
 			had = append(had, o)
+			r.forgotten.Add(1)
 		}
 	}
 	return had

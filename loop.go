@@ -54,12 +54,10 @@ type mind struct {
 	view []llm.Message
 
 	// system caches the system prompt: only the agent's contacts, its
-	// children's reports and what it may still spend change it, so these
-	// say whether it is current.
-	system         string
-	systemContacts int
-	systemReports  int32
-	systemBudget   string
+	// children's reports and what it may still spend change it, so
+	// systemShows, what of them it shows, says whether it is current.
+	system      string
+	systemShows promptState
 }
 
 // modelBehavior drives agents with the society's model.
@@ -321,16 +319,18 @@ func attempts(n int) string {
 }
 
 // cachedSystemPrompt returns a's system prompt, assembling it again only when
-// what it shows changed since the last time: a's contacts, which only grow,
-// how many of its children have reported, which only grows, and what it may
-// still spend. An agent's first prompt is assembled at once: there is
-// nothing to compare, and the society's lock is taken once, not twice.
+// what it shows changed since the last time: a's contacts, which change by
+// growing or by the society forgetting one, how many of its children have
+// reported, which only grows, and what it may still spend. An agent's
+// first prompt is assembled at once: there is nothing to compare, and the
+// society's lock is taken once, not twice.
 func (s *Society) cachedSystemPrompt(a *agent, mem *mind) (string, error) {
 	if mem.system != "" {
+		now := promptState{forgotten: s.contacts.forgotten.Load(), contacts: s.contacts.count(a.info.ID)}
 		s.mu.Lock()
-		reports, budget := a.reports, s.budgetLine(a)
+		now.reports, now.budget = a.reports, s.budgetLine(a)
 		s.mu.Unlock()
-		if mem.systemContacts == s.contacts.count(a.info.ID) && mem.systemReports == reports && mem.systemBudget == budget {
+		if now == mem.systemShows {
 			return mem.system, nil
 		}
 	}
@@ -338,17 +338,20 @@ func (s *Society) cachedSystemPrompt(a *agent, mem *mind) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	mem.system, mem.systemContacts, mem.systemReports, mem.systemBudget = system, shown.contacts, shown.reports, shown.budget
+	mem.system, mem.systemShows = system, shown
 	return system, nil
 }
 
 // promptState is what of an agent's state its system prompt shows, and
-// cachedSystemPrompt compares: its contacts (counted), how many of its
-// children have reported, and its budget line.
+// cachedSystemPrompt compares: its contacts (counted, and the registries'
+// count of entries forgotten, read first: a contact forgotten and another
+// added leave the count as it was), how many of its children have
+// reported, and its budget line.
 type promptState struct {
-	contacts int
-	reports  int32
-	budget   string
+	forgotten uint64
+	contacts  int
+	reports   int32
+	budget    string
 }
 
 // taskLeadLine returns the line that ends each message root reads on
@@ -371,8 +374,9 @@ func (s *Society) taskLeadLine(task string) string {
 // ever submitted: each message it reads names the lead of its task instead
 // (see taskLeadLine).
 func (s *Society) systemPrompt(a *agent) (string, promptState, error) {
+	shown := promptState{forgotten: s.contacts.forgotten.Load()}
 	contacts := s.contacts.List(a.info.ID)
-	shown := promptState{contacts: len(contacts)}
+	shown.contacts = len(contacts)
 	if a.info.ID == RootID {
 		contacts = slices.DeleteFunc(contacts, func(c Contact) bool { return c.Source == SourceChild })
 	}

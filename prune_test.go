@@ -15,6 +15,7 @@ import (
 
 	as "agentsociety"
 	"agentsociety/llm"
+	"agentsociety/llm/llmtest"
 	"agentsociety/store"
 
 	"github.com/google/go-cmp/cmp"
@@ -710,5 +711,50 @@ func BenchmarkForget(b *testing.B) {
 			b.StopTimer()
 			cpu.report()
 		})
+	}
+}
+
+// TestRetention_PromptForgetsAForgottenContact: an agent's system prompt
+// stops naming a contact once the society forgot it, even when a new
+// contact came meanwhile, which leaves the agent with as many contacts as
+// its last prompt showed.
+func TestRetention_PromptForgetsAForgottenContact(t *testing.T) {
+	ctx := context.Background()
+	model := llmtest.New(llmtest.Rule{Name: "quiet", Response: llmtest.Say("")})
+	s := newSociety(t, as.Config{Model: model, Retention: 50 * time.Millisecond, Logger: quiet})
+	lead := rootSpawn(t, s, "t", "lead", "", nil) // model-driven
+	x := actorOf(t, s, lead.ID)
+	role, _, err := x.CreateRole(ctx, as.RoleSpec{Name: "worker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns := 1 // the brief's
+	turn := func() string {
+		t.Helper()
+		if _, err := actorOf(t, s, as.UserID).WithTask("t").SendText(ctx, lead.ID, "next"); err != nil {
+			t.Fatal(err)
+		}
+		turns++
+		waitFor(t, "the lead's turn", func() bool { return len(model.RequestsFor(lead.ID)) == turns })
+		reqs := model.RequestsFor(lead.ID)
+		return reqs[len(reqs)-1].System
+	}
+	waitFor(t, "the lead's first turn", func() bool { return len(model.RequestsFor(lead.ID)) == turns })
+
+	gone := spawnWith(t, s, x, role.ID, newInbox().behavior())
+	if system := turn(); !strings.Contains(system, gone.ID()) {
+		t.Fatalf("the lead's prompt does not name its child %s:\n%s", gone.ID(), system)
+	}
+	if err := s.Terminate(ctx, gone.ID()); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the child to be forgotten", func() bool {
+		_, ok := s.Agent(gone.ID())
+		return !ok
+	})
+	next := spawnWith(t, s, x, role.ID, newInbox().behavior())
+	system := turn()
+	if strings.Contains(system, gone.ID()) || !strings.Contains(system, next.ID()) {
+		t.Fatalf("the lead's prompt after %s was forgotten and %s spawned:\n%s", gone.ID(), next.ID(), system)
 	}
 }
