@@ -122,7 +122,13 @@ func (s *Store) AppendEvents(ctx context.Context, events []store.Event) error {
 		}
 		m.Data = append(m.Data, ']')
 		ack, err := s.js.PublishMsg(ctx, m, jetstream.WithExpectLastSequence(s.evStream))
-		s.evBuf, m.Data = m.Data[:0], nil
+		// Answered, the message has left the client's buffers; one that
+		// failed may still be in them (a reconnect's, say): not reused.
+		s.evBuf = nil
+		if err == nil {
+			s.evBuf = m.Data[:0]
+		}
+		m.Data = nil
 		if err != nil {
 			s.evKnown = false
 			if s.opts.Fence && overtaken(err) && s.learnEvents(ctx) == nil && s.claimedByAnother() {
