@@ -145,6 +145,33 @@ func (s *Store) ended(ends []keyRev) {
 	}
 }
 
+// minCompact is the length of s.present below which it is not compacted.
+const minCompact = 1024
+
+// notePresent adds to s.present that pending key was written at revision
+// seq. Once the list has doubled since it was last compacted, it drops the
+// keys written again since or forgotten (deleted, their markers expired),
+// which hold nothing at the revision listed: the list then follows the
+// keys the index knows, even when no sweep is due, as when messages end
+// with other records (a turn's history), deleted rather than ended. Not
+// while a sweep is under way, which trims the list by place. Called with
+// s.mu held.
+func (s *Store) notePresent(key string, seq uint64) {
+	s.present = append(s.present, keyRev{key, seq})
+	if len(s.present) < max(s.compactAt, minCompact) || s.sweeping {
+		return
+	}
+	kept := s.present[:0]
+	for _, k := range s.present {
+		if s.revs[k.Key].seq == k.Rev {
+			kept = append(kept, k)
+		}
+	}
+	clear(s.present[len(kept):])
+	s.present = kept
+	s.compactAt = 2 * len(kept)
+}
+
 // readEnds returns the pending keys that the records of ends in entries
 // name, by key: the revision ended.
 func readEnds(entries map[string]jetstream.KeyValueEntry) (map[string]uint64, error) {

@@ -359,3 +359,41 @@ func TestEnds_DeposedStoreSweepsNothing(t *testing.T) {
 		t.Fatalf("the new store lists %v pending, want [m3]", got)
 	}
 }
+
+// A fenced store whose messages all end with other records (a turn's
+// history), as deletions, never sweeps: its list of the pending keys the
+// bucket holds follows the keys its index knows, not every message it
+// ever accepted.
+func TestEnds_PresentBoundedWithoutEnds(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	s := open(t, url, natsstore.Options{Fence: true, Storage: jetstream.MemoryStorage, MarkerTTL: time.Second})
+	const each, rounds = 300, 5
+	n := 0
+	for round := range rounds {
+		var accepted []store.Message
+		var finished []string
+		for range each {
+			accepted = append(accepted, endMsg(n))
+			finished = append(finished, endMsg(n).ID)
+			n++
+		}
+		if err := s.Apply(ctx, store.Change{Accepted: accepted}); err != nil {
+			t.Fatal(err)
+		}
+		// Ended with a state entry, as a turn's end is with its history.
+		turn := store.Change{Finished: finished, States: []store.StateEntry{{Scope: "s", Key: "k", Value: json.RawMessage(fmt.Sprint(round))}}}
+		if err := s.Apply(ctx, turn); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1100 * time.Millisecond) // the markers expire, and the index forgets their keys
+	}
+	if s.Sweeps() != 0 {
+		t.Fatal("a sweep without ends")
+	}
+	// What the index knows: the last round's markers, and up to as many
+	// entries again before the list is compacted.
+	if got := s.Present(); got > 3*each {
+		t.Fatalf("the store lists %d pending keys after %d messages accepted and ended, with none pending", got, n)
+	}
+}

@@ -233,3 +233,11 @@ func (s *Store) SweepNow() {
 	s.mu.Unlock()
 	s.sweep()
 }
+
+// Present returns how many pending keys the store's list of those the
+// bucket holds names (see ends.go).
+func (s *Store) Present() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.present)
+}

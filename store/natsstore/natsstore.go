@@ -219,6 +219,9 @@ type Store struct {
 	sweepAfter int
 	swept      uint64
 	sweeps     int
+	// compactAt is the length of present past which it is compacted
+	// (see notePresent).
+	compactAt int
 	// sweeping: a sweep is under way; scans counts the reads of the
 	// bucket, which rebuild the index. sweepWanted is set, without s.mu,
 	// once a sweep is due.
@@ -784,9 +787,6 @@ func (s *Store) committed(p *plan, ws []write, last uint64) {
 			continue
 		}
 		seq := base + uint64(i)
-		if s.opts.Fence && strings.HasPrefix(w.key, prefixPending) {
-			s.present = append(s.present, keyRev{w.key, seq})
-		}
 		switch {
 		case w.del:
 			if now.IsZero() {
@@ -797,6 +797,9 @@ func (s *Store) committed(p *plan, ws []write, last uint64) {
 			s.setRev(w.key, rev{seq: seq, first: w.first, live: true})
 		default:
 			s.setRev(w.key, rev{seq: seq, first: seq, live: true})
+		}
+		if s.opts.Fence && strings.HasPrefix(w.key, prefixPending) {
+			s.notePresent(w.key, seq) // after the index, which it reads
 		}
 	}
 	s.top = max(s.top, last)
@@ -1068,6 +1071,7 @@ func (s *Store) scan(ctx context.Context) (store.State, error) {
 		present = nil // only a fenced store sweeps
 	}
 	s.ends, s.present, s.sinceSweep, s.swept = ends, present, len(ends), 0
+	s.compactAt = 2 * len(present)
 	s.scans++
 	s.sweepWanted.Store(s.sweepDue())
 	slices.SortFunc(expiring, func(a, b expiry) int { return a.at.Compare(b.at) })
