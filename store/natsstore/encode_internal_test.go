@@ -57,3 +57,18 @@ func TestReadAck_Quick(t *testing.T) {
 		}
 	}
 }
+
+// A record of ends, as endParts writes it, is the JSON of an endsRec.
+func TestEndParts_AsJSONMarshal(t *testing.T) {
+	for _, key := range []string{"m.bTE", `m."<&>\` + "\x01\u00e9"} {
+		ends := []keyRev{{key, 7}, {"m.bTI", 1 << 60}}
+		b := append(appendEnd(append(appendEnd([]byte(`{"ends":[`), ends[0]), ','), ends[1]), "]}"...)
+		want, err := json.Marshal(endsRec{Ends: ends})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != string(want) {
+			t.Errorf("got %s\nwant %s", b, want)
+		}
+	}
+}

@@ -62,29 +62,22 @@ type endsRec struct {
 	Ends []keyRev `json:"ends"`
 }
 
-// appendEnds appends the JSON of an endsRec of ends to b. Keys are
-// "m." and a token of tok's alphabet, which JSON strings hold unescaped;
-// another key is encoded by json.Marshal.
-func appendEnds(b []byte, ends []keyRev) []byte {
-	b = append(b, `{"ends":[`...)
-	for i, e := range ends {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"key":`...)
-		if plainKey(e.Key) {
-			b = append(b, '"')
-			b = append(b, e.Key...)
-			b = append(b, '"')
-		} else {
-			q, _ := json.Marshal(e.Key)
-			b = append(b, q...)
-		}
-		b = append(b, `,"rev":`...)
-		b = strconv.AppendUint(b, e.Rev, 10)
-		b = append(b, '}')
+// appendEnd appends the JSON of one end to b. Keys are "m." and a token
+// of tok's alphabet, which JSON strings hold unescaped; another key is
+// encoded by json.Marshal.
+func appendEnd(b []byte, e keyRev) []byte {
+	b = append(b, `{"key":`...)
+	if plainKey(e.Key) {
+		b = append(b, '"')
+		b = append(b, e.Key...)
+		b = append(b, '"')
+	} else {
+		q, _ := json.Marshal(e.Key)
+		b = append(b, q...)
 	}
-	return append(b, "]}"...)
+	b = append(b, `,"rev":`...)
+	b = strconv.AppendUint(b, e.Rev, 10)
+	return append(b, '}')
 }
 
 // plainKey reports whether key needs no escaping in a JSON string.
@@ -98,33 +91,45 @@ func plainKey(key string) bool {
 	return true
 }
 
-// maxEndsPerRecord bounds the ends one record names, so that it stays
-// well within a message of the server's.
+// maxEndsPerRecord bounds the ends one record names.
 const maxEndsPerRecord = 1024
 
 // endParts returns the parts of r's change, which only finishes messages
 // and is planned as p (one deletion per message pending): one record of
 // ends for up to maxEndsPerRecord of them, and at most Options.MaxBatch,
 // so that a part refused can be written again as a batch of deletions
-// (see oneByOne). Called with s.mu held.
+// (see oneByOne), and no more than one message of the server's takes (as
+// batchOf bounds a record: a write refused by the client part way through
+// a batch would fence the store). Called with s.mu held.
 func (s *Store) endParts(r *applyReq, p *plan) []planned {
 	per := min(maxEndsPerRecord, s.opts.MaxBatch)
+	limit := int(s.nc.MaxPayload() - writeHeaders)
 	var parts []planned
-	for lo := 0; lo < len(p.writes); lo += per {
-		ds := p.writes[lo:min(lo+per, len(p.writes))]
-		ends := make([]keyRev, len(ds))
-		msgs := make([]string, len(ds))
-		for i, d := range ds {
-			ends[i] = keyRev{d.key, d.expect}
-			msgs[i] = d.msg
+	for lo := 0; lo < len(p.writes); {
+		data := append(make([]byte, 0, 64*min(per, len(p.writes)-lo)), `{"ends":[`...)
+		var ends []keyRev
+		var msgs []string
+		for _, d := range p.writes[lo:] {
+			e := keyRev{d.key, d.expect}
+			n := len(data)
+			if len(ends) > 0 {
+				data = append(data, ',')
+			}
+			if data = appendEnd(data, e); len(ends) > 0 && (len(ends) == per || len(data)+len("]}") > limit) {
+				data = data[:n]
+				break
+			}
+			ends, msgs = append(ends, e), append(msgs, d.msg)
 		}
-		w := write{key: prefixEnds + newID(), data: appendEnds(nil, ends), ends: ends}
+		data = append(data, "]}"...)
+		w := write{key: prefixEnds + newID(), data: data, ends: ends}
 		pl := planned{r: r, msgs: msgs, p: &plan{writes: []write{w}}}
 		pl.ws = pl.p.writes
-		if len(ds) == len(p.writes) {
+		if len(ends) == len(p.writes) {
 			pl.c, pl.msgs = r.c, nil // the change whole
 		}
 		parts = append(parts, pl)
+		lo += len(ends)
 	}
 	return parts
 }

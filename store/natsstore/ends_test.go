@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -395,5 +396,63 @@ func TestEnds_PresentBoundedWithoutEnds(t *testing.T) {
 	// entries again before the list is compacted.
 	if got := s.Present(); got > 3*each {
 		t.Fatalf("the store lists %d pending keys after %d messages accepted and ended, with none pending", got, n)
+	}
+}
+
+// A change that only finishes many messages of long ids, whose ends would
+// be more than one message of the server's in one record, is recorded,
+// alone or with other changes, on three replicas as on one, and does not
+// fence the store.
+func TestEnds_LongIDs(t *testing.T) {
+	ctx := t.Context()
+	long := func(n int) store.Message {
+		m := endMsg(n)
+		m.ID = fmt.Sprintf("%04d-%s", n, strings.Repeat("x", 1200))
+		return m
+	}
+	for _, c := range []struct {
+		name string
+		url  string
+		opts natsstore.Options
+	}{
+		{"R1", natstest.Server(t), natsstore.Options{Fence: true, Storage: jetstream.MemoryStorage}},
+		{"R3", natstest.Cluster(t, 3)[0], natsstore.Options{Fence: true, Replicas: 3, Storage: jetstream.MemoryStorage}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := open(t, c.url, c.opts)
+			var finished []string
+			for lo := 0; lo < 2000; lo += 100 {
+				var accepted []store.Message
+				for n := lo; n < lo+100; n++ {
+					accepted = append(accepted, long(n))
+					finished = append(finished, long(n).ID)
+				}
+				if err := s.Apply(ctx, store.Change{Accepted: accepted}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// With another change, as concurrent Applies go out together.
+			other := store.Change{States: []store.StateEntry{{Scope: "s", Key: "k", Value: json.RawMessage("1")}}}
+			for i, err := range s.ApplyAll(ctx, []store.Change{{Finished: finished[:1000]}, other}) {
+				if err != nil {
+					t.Fatalf("change %d, finishing 1,000 messages of long ids with another change: %v", i, err)
+				}
+			}
+			if err := s.Apply(ctx, store.Change{Finished: finished[1000:]}); err != nil {
+				t.Fatalf("finishing 1,000 messages of long ids: %v", err)
+			}
+			select {
+			case <-s.Fenced():
+				t.Fatal("fenced")
+			default:
+			}
+			st, err := s.Load(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(st.Pending) != 0 {
+				t.Fatalf("Load lists %d pending messages, want none", len(st.Pending))
+			}
+		})
 	}
 }
