@@ -57,6 +57,11 @@ const sweepAfter = 2048
 // bumpRatio keys it purges.
 const bumpRatio = 8
 
+// maxBumps bounds the messages a sweep writes again, each a read and a
+// write while the store's other changes wait: a backlog of messages
+// pending long is written again a part at each sweep.
+const maxBumps = 64
+
 // endsRec is a record of ends: each pending key and the revision ended.
 type endsRec struct {
 	Ends []keyRev `json:"ends"`
@@ -226,6 +231,21 @@ func (s *Store) sweepPoint() (cut int, below uint64, pending int) {
 	}
 	if cut == 0 {
 		return 0, 0, 0
+	}
+	if pending > maxBumps {
+		// Cut before the first pending message past maxBumps: later
+		// sweeps write the rest again.
+		live = 0
+		for i, k := range s.present[:cut] {
+			if r := s.revs[k.Key]; r.seq == k.Rev && r.live {
+				if live == maxBumps {
+					cut = i
+					break
+				}
+				live++
+			}
+		}
+		pending = maxBumps
 	}
 	// Every write at or below s.last is settled, and in the index; those
 	// in the air are above it.

@@ -456,3 +456,62 @@ func TestEnds_LongIDs(t *testing.T) {
 		})
 	}
 }
+
+// TestEnds_SweepWritesFewAgain: a sweep writes again at most maxBumps of
+// the messages pending below its cut, each a read and a write while the
+// store's other changes wait, however many of them the ends before would
+// let it purge past; the rest wait for later sweeps, and Load lists every
+// one.
+func TestEnds_SweepWritesFewAgain(t *testing.T) {
+	ctx := t.Context()
+	url := natstest.Server(t)
+	bucket := fmt.Sprintf("b%d", buckets.Add(1))
+	s := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	const pending, ended = 200, 2000 // enough ends to purge past every pending one
+	s.SweepAfter(ended)
+	var want []string
+	var accepted []store.Message
+	for n := range pending {
+		accepted = append(accepted, endMsg(n))
+		want = append(want, endMsg(n).ID)
+	}
+	if err := s.Apply(ctx, store.Change{Accepted: accepted}); err != nil {
+		t.Fatal(err)
+	}
+	revs := map[string]uint64{}
+	for _, id := range want {
+		revs[id] = keyRevision(t, url, bucket, id)
+	}
+	for n := pending; n < pending+ended; n += 500 {
+		accepted, finished := accepted[:0], []string(nil)
+		for i := n; i < n+500; i++ {
+			accepted = append(accepted, endMsg(i))
+			finished = append(finished, endMsg(i).ID)
+		}
+		if err := s.Apply(ctx, store.Change{Accepted: accepted}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Apply(ctx, store.Change{Finished: finished}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Sweeps() != 1 {
+		t.Fatalf("%d sweeps, want 1", s.Sweeps())
+	}
+	moved := 0
+	for id, rev := range revs {
+		if keyRevision(t, url, bucket, id) != rev {
+			moved++
+		}
+	}
+	if moved == 0 || moved > natsstore.MaxBumps {
+		t.Fatalf("the sweep wrote %d pending messages again, want 1 to %d", moved, natsstore.MaxBumps)
+	}
+	st, err := s.Load(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := pendingIDs(st); !slices.Equal(got, want) {
+		t.Fatalf("Load lists %d pending messages, want %d", len(got), len(want))
+	}
+}

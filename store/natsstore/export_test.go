@@ -211,6 +211,9 @@ func (s *Store) Unlocked() bool {
 	return true
 }
 
+// MaxBumps is how many pending messages a sweep writes again at most.
+const MaxBumps = maxBumps
+
 // SweepAfter makes the store sweep once n messages have ended since the
 // last sweep (see ends.go).
 func (s *Store) SweepAfter(n int) {
