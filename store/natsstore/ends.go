@@ -60,7 +60,7 @@ const bumpRatio = 8
 // maxBumps bounds the messages a sweep writes again, each a read and a
 // write while the store's other changes wait: a backlog of messages
 // pending long is written again a part at each sweep.
-const maxBumps = 64
+const maxBumps = 256
 
 // endsRec is a record of ends: each pending key and the revision ended.
 type endsRec struct {

@@ -467,7 +467,7 @@ func TestEnds_SweepWritesFewAgain(t *testing.T) {
 	url := natstest.Server(t)
 	bucket := fmt.Sprintf("b%d", buckets.Add(1))
 	s := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
-	const pending, ended = 200, 2000 // enough ends to purge past every pending one
+	const pending, ended = 400, 4000 // enough ends to purge past every pending one
 	s.SweepAfter(ended)
 	var want []string
 	var accepted []store.Message
