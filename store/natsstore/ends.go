@@ -30,8 +30,8 @@ import (
 // A message still pending below it is first written again, to a revision
 // above it (bumped), once the flights in the air have settled; the
 // revision is chosen so that a sweep writes again at most one message for
-// bumpRatio it purges, so that a message that stays pending long holds up
-// no sweep, and the bucket keeps at most about bumpRatio times the
+// bumpRatio it purges, and at most maxBumps, so that a message that stays
+// pending long holds up no sweep, and the bucket keeps at most about bumpRatio times the
 // messages pending, besides the last sweepAfter ended.
 //
 // Only a store with Options.Fence does this: it is the bucket's one
