@@ -11,13 +11,12 @@ import (
 // json.Marshal makes of e, field for field, written without reflection, as
 // the log writes three events for every message on a durable store. It
 // reports false, and buf as it was, for an event json.Marshal would refuse:
-// a time RFC 3339 cannot write, or raw JSON (a payload, tool arguments)
-// that is not valid. The raw JSON is copied as it is, not compacted.
+// a time RFC 3339 cannot write, or tool arguments that are not valid JSON.
+// The raw JSON is copied as it is, not compacted. A message's payload is
+// not checked again: the bus accepts only valid JSON, and a society opens
+// only on a store whose pending messages carry it (see restore).
 func appendEvent(buf []byte, e *Event) ([]byte, bool) {
 	if len(e.Args) > 0 && !json.Valid(e.Args) {
-		return buf, false
-	}
-	if m := e.Message; m != nil && len(m.Payload) > 0 && !json.Valid(m.Payload) {
 		return buf, false
 	}
 	var err error

@@ -2,6 +2,7 @@ package agentsociety
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -154,6 +155,11 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 		a := s.agents[r.To]
 		if a == nil {
 			return nil, nil, fmt.Errorf("pending message %s is to unknown agent %q", r.ID, r.To)
+		}
+		if !json.Valid(r.Payload) {
+			// The bus accepts only JSON, which what reads a message
+			// (an agent, the event log) counts on.
+			return nil, nil, fmt.Errorf("pending message %s has a payload that is not JSON: %.40q", r.ID, r.Payload)
 		}
 		if s.volatile {
 			s.restored[r.ID] = struct{}{}

@@ -2182,6 +2182,24 @@ func TestRestore_RequestWithoutItsRequester(t *testing.T) {
 	})
 }
 
+// A store holding a pending message whose payload is not JSON is refused,
+// with an error naming the message: every message the society hands on,
+// to an agent or to the event log, carries JSON.
+func TestRestore_PendingMessageWithoutJSONIsRefused(t *testing.T) {
+	ctx := context.Background()
+	mem := twoAgentStore(t, as.StatusActive, store.Change{Accepted: []store.Message{
+		{ID: "msg-7", Seq: 7, From: "agent-1", To: "agent-2", TaskID: "t", Type: string(as.General), Payload: json.RawMessage(`{"text":`), SentAt: time.Now()},
+	}})
+	s, err := as.New(ctx, as.Config{Store: mem, Logger: quiet})
+	if err == nil {
+		s.Close(ctx)
+		t.Fatal("New opened a store whose pending message has a payload that is not JSON")
+	}
+	if !strings.Contains(err.Error(), "msg-7") {
+		t.Fatalf("the error does not name the message: %v", err)
+	}
+}
+
 // twoAgentStore returns an in-memory store holding a lead (agent-1, root's
 // child) and its worker (agent-2) in the given status, with what extra adds.
 func twoAgentStore(t *testing.T, worker as.AgentStatus, extra store.Change) *store.Memory {
