@@ -201,3 +201,18 @@ func BenchmarkAppendEvent(b *testing.B) {
 		}
 	})
 }
+
+// TestTextIsMarshal: Text writes what marshal writes of a TextPayload,
+// byte for byte, whatever the string.
+func TestTextIsMarshal(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := drawString(t, "text")
+		want, err := marshal(TextPayload{Text: s})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := Text(s); !bytes.Equal(got, want) {
+			t.Fatalf("Text(%q) = %s, marshal %s", s, got, want)
+		}
+	})
+}

@@ -89,8 +89,8 @@ type Outgoing struct {
 
 // Text returns the payload {"text": s}.
 func Text(s string) json.RawMessage {
-	b, _ := marshal(TextPayload{Text: s}) // a string always encodes
-	return b
+	b := make([]byte, 0, len(s)+len(`{"text":""}`))
+	return append(appendQuoted(append(b, `{"text":`...), s, false), '}') // as marshal writes TextPayload{s}
 }
 
 // TextPayload is the payload of a plain text message.
