@@ -232,8 +232,8 @@ type eventLog struct {
 	// events after it.
 	saved uint64
 	// saving is what the writer took and the store does not have yet:
-	// readers read there the events of it the ring has dropped since. It
-	// is taken in taken, which the writer fills again for each batch.
+	// readers read there the events of it the ring has dropped since.
+	// taken is the buffer the writer takes each batch into.
 	saving, taken []Event
 	// shut is set once the writer has written the last events, as the
 	// society closes: an event after it would be numbered and never
