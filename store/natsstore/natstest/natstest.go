@@ -60,14 +60,54 @@ func start(dir string, jetStream bool) (*server.Server, error) {
 // 127.0.0.1, and returns their client URLs once the cluster has elected
 // the leader of its JetStream meta group, so that a stream of several
 // replicas can be made at once. The servers shut down when t ends.
+//
+// The cluster ports are picked before the servers listen on them, so
+// another process may take one meanwhile, and the cluster then never
+// forms: a cluster that makes no stream of n replicas within
+// clusterWait is shut down and started again on other ports, up to
+// clusterTries times.
 func Cluster(t testing.TB, n int) []string {
 	t.Helper()
+	var err error
+	for range clusterTries {
+		var servers []*server.Server
+		var urls []string
+		servers, urls, err = startCluster(t, n)
+		if err == nil {
+			err = ready(urls[0], n)
+		}
+		if err == nil {
+			t.Cleanup(func() {
+				for _, ns := range servers {
+					Stop(ns)
+				}
+			})
+			return urls
+		}
+		for _, ns := range servers {
+			Stop(ns)
+		}
+	}
+	t.Fatal(err)
+	return nil
+}
+
+// How long Cluster waits for a cluster to form, and how many times it
+// starts one.
+const (
+	clusterWait  = 30 * time.Second
+	clusterTries = 3
+)
+
+// startCluster starts the n servers of a cluster, on cluster ports picked
+// for them. The caller stops the servers it returns, error or not.
+func startCluster(t testing.TB, n int) ([]*server.Server, []string, error) {
 	routes := make([]string, n)
 	ports := make([]int, n)
 	for i := range n {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return nil, nil, err
 		}
 		ports[i] = l.Addr().(*net.TCPAddr).Port
 		l.Close()
@@ -83,31 +123,27 @@ func Cluster(t testing.TB, n int) []string {
 			Routes:  server.RoutesFromStr(strings.Join(routes, ",")),
 		})
 		if err != nil {
-			t.Fatal(err)
+			return servers, nil, err
 		}
 		ns.Start()
-		t.Cleanup(func() { Stop(ns) })
 		servers = append(servers, ns)
 		urls = append(urls, ns.ClientURL())
 	}
-	if err := ready(urls[0], n); err != nil {
-		t.Fatal(err)
-	}
-	return urls
+	return servers, urls, nil
 }
 
 // ready waits until the cluster at url makes a stream of n replicas, the
-// sign that its JetStream meta group has a leader and knows every server:
-// up to a minute, a hang guard.
+// sign that its JetStream meta group has a leader and knows every server,
+// for up to clusterWait.
 func ready(url string, n int) error {
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(clusterWait)
 	for {
 		err := makeStream(url, n)
 		if err == nil {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("natstest: the cluster made no stream of %d replicas within a minute: %w", n, err)
+			return fmt.Errorf("natstest: the cluster made no stream of %d replicas within %v: %w", n, clusterWait, err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
