@@ -108,6 +108,10 @@ func (n *Node) forward(ctx context.Context, req callReq) (callResp, error) {
 	}
 }
 
+// answerGrace is how long a call whose context ended still waits for an
+// answer already on its way.
+const answerGrace = 50 * time.Millisecond
+
 // request sends a user call to the leader and waits for its answer, until
 // ctx ends, the node closes, or another node has led for a lease time
 // (lost): the leader that took the call is gone, and its answer with it.
@@ -135,11 +139,16 @@ func (n *Node) request(ctx context.Context, data []byte) (m *nats.Msg, lost bool
 	for {
 		select {
 		case m := <-answer:
-			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
-				return nil, false, nats.ErrNoResponders
-			}
-			return m, false, nil
+			return answered(m)
 		case <-ctx.Done():
+			// The server says at once when no node serves calls: an
+			// answer on its way is worth a moment, so that a call that
+			// found no leader says so rather than an unknown outcome.
+			select {
+			case m := <-answer:
+				return answered(m)
+			case <-time.After(answerGrace):
+			}
 			return nil, false, ctx.Err()
 		case <-n.ctx.Done():
 			return nil, false, n.ctx.Err()
@@ -160,6 +169,15 @@ func (n *Node) request(ctx context.Context, data []byte) (m *nats.Msg, lost bool
 			}
 		}
 	}
+}
+
+// answered returns m, the answer to a call, or nats.ErrNoResponders if it
+// is the server's word that no node serves calls.
+func answered(m *nats.Msg) (*nats.Msg, bool, error) {
+	if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+		return nil, false, nats.ErrNoResponders
+	}
+	return m, false, nil
 }
 
 func (n *Node) isClosed() bool {
