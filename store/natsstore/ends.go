@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -67,33 +66,10 @@ type endsRec struct {
 	Ends []keyRev `json:"ends"`
 }
 
-// appendEnd appends the JSON of one end to b. Keys are "m." and a token
-// of tok's alphabet, which JSON strings hold unescaped; another key is
-// encoded by json.Marshal.
+// appendEnd appends the JSON of one end to b.
 func appendEnd(b []byte, e keyRev) []byte {
-	b = append(b, `{"key":`...)
-	if plainKey(e.Key) {
-		b = append(b, '"')
-		b = append(b, e.Key...)
-		b = append(b, '"')
-	} else {
-		q, _ := json.Marshal(e.Key)
-		b = append(b, q...)
-	}
-	b = append(b, `,"rev":`...)
-	b = strconv.AppendUint(b, e.Rev, 10)
-	return append(b, '}')
-}
-
-// plainKey reports whether key needs no escaping in a JSON string.
-func plainKey(key string) bool {
-	for i := 0; i < len(key); i++ {
-		c := key[i]
-		if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 || c == '<' || c == '>' || c == '&' {
-			return false
-		}
-	}
-	return true
+	data, _ := json.Marshal(e) // a string and a number: always encodes
+	return append(b, data...)
 }
 
 // maxEndsPerRecord bounds the ends one record names.
