@@ -470,29 +470,19 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 // behaviours, a behaviour must not call it (it may start it in a
 // goroutine).
 func (s *Society) Close(ctx context.Context) error {
-	if !s.stop() {
-		select {
-		case <-s.closeDone:
-			return s.closeErr
-		case <-ctx.Done():
-			select {
-			case <-s.closeDone: // both ready: closed is what counts
-				return s.closeErr
-			default:
-				return ctx.Err()
-			}
-		}
+	first := s.stop()
+	if first {
+		s.user.close()
+		go func() { // not counted in wg: it is what waits for wg
+			s.wg.Wait()
+			close(s.halted)
+			s.finishing.close()
+			s.events.close()
+			s.cancel()
+			s.closeErr = s.saveQueued(nil)
+			close(s.closeDone)
+		}()
 	}
-	s.user.close()
-	go func() { // not counted in wg: it is what waits for wg
-		s.wg.Wait()
-		close(s.halted)
-		s.finishing.close()
-		s.events.close()
-		s.cancel()
-		s.closeErr = s.saveQueued(nil)
-		close(s.closeDone)
-	}()
 	select {
 	case <-s.closeDone:
 		return s.closeErr
@@ -502,7 +492,9 @@ func (s *Society) Close(ctx context.Context) error {
 			return s.closeErr
 		default:
 		}
-		s.cancel()
+		if first { // the handlers are cut short; a second Close only waits
+			s.cancel()
+		}
 		return ctx.Err()
 	}
 }

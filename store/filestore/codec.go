@@ -368,47 +368,28 @@ func messageFromJSON(m messageJSON) store.Message {
 func changeToJSON(c *store.Change) changeJSON {
 	var j changeJSON
 	if len(c.Roles) > 0 {
-		j.Roles = make([]roleJSON, len(c.Roles))
-		for i, r := range c.Roles {
-			j.Roles[i] = roleToJSON(r)
-		}
+		j.Roles = convert(c.Roles, roleToJSON)
 	}
 	if len(c.Agents) > 0 {
-		j.Agents = make([]agentJSON, len(c.Agents))
-		for i, a := range c.Agents {
-			j.Agents[i] = agentToJSON(a)
-		}
+		j.Agents = convert(c.Agents, agentToJSON)
 	}
 	if len(c.Contacts) > 0 {
-		j.Contacts = make([]contactEntryJSON, len(c.Contacts))
-		for i, e := range c.Contacts {
-			j.Contacts[i] = contactEntryJSON{Owner: e.Owner, contactJSON: contactToJSON(e.Contact)}
-		}
+		j.Contacts = convert(c.Contacts, func(e store.ContactEntry) contactEntryJSON {
+			return contactEntryJSON{Owner: e.Owner, contactJSON: contactToJSON(e.Contact)}
+		})
 	}
 	if len(c.Requests) > 0 {
-		j.Requests = make([]requestJSON, len(c.Requests))
-		for i, r := range c.Requests {
-			j.Requests[i] = requestToJSON(r)
-		}
+		j.Requests = convert(c.Requests, requestToJSON)
 	}
 	if len(c.Accepted) > 0 {
-		j.Accepted = make([]messageJSON, len(c.Accepted))
-		for i, m := range c.Accepted {
-			j.Accepted[i] = messageToJSON(m)
-		}
+		j.Accepted = convert(c.Accepted, messageToJSON)
 	}
 	j.Finished = c.Finished
 	if len(c.States) > 0 {
-		j.States = make([]stateJSON, len(c.States))
-		for i, e := range c.States {
-			j.States[i] = stateToJSON(e)
-		}
+		j.States = convert(c.States, stateToJSON)
 	}
 	if len(c.Histories) > 0 {
-		j.Histories = make([]historyJSON, len(c.Histories))
-		for i, h := range c.Histories {
-			j.Histories[i] = historyToJSON(h)
-		}
+		j.Histories = convert(c.Histories, historyToJSON)
 	}
 	if len(c.HistoryAppends) > 0 {
 		j.HistoryAppends = convert(c.HistoryAppends, historyAppendToJSON)
@@ -466,26 +447,13 @@ func header(lsn uint64) fileHeader { return fileHeader{Version: formatVersion, J
 func orgToFile(st *store.State, lsn uint64) any {
 	f := &orgFile{
 		fileHeader:        header(lsn),
-		Roles:             make([]roleJSON, len(st.Roles)),
-		Agents:            make([]agentJSON, len(st.Agents)),
+		Roles:             convert(st.Roles, roleToJSON),
+		Agents:            convert(st.Agents, agentToJSON),
 		ContactRegistries: make(map[string][]contactJSON, len(st.Contacts)),
-		Requests:          make([]requestJSON, len(st.Requests)),
-	}
-	for i, r := range st.Roles {
-		f.Roles[i] = roleToJSON(r)
-	}
-	for i, a := range st.Agents {
-		f.Agents[i] = agentToJSON(a)
+		Requests:          convert(st.Requests, requestToJSON),
 	}
 	for owner, list := range st.Contacts {
-		out := make([]contactJSON, len(list))
-		for i, c := range list {
-			out[i] = contactToJSON(c)
-		}
-		f.ContactRegistries[owner] = out
-	}
-	for i, r := range st.Requests {
-		f.Requests[i] = requestToJSON(r)
+		f.ContactRegistries[owner] = convert(list, contactToJSON)
 	}
 	return f
 }
