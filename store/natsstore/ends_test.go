@@ -42,8 +42,13 @@ func endMsg(n int) store.Message {
 		Payload: json.RawMessage(`{"text":"hi"}`), SentAt: time.Unix(int64(n), 0).UTC()}
 }
 
-// pendingIDs returns the ids of st's pending messages.
-func pendingIDs(st store.State) []string {
+// loadPending loads s and returns the ids of its pending messages.
+func loadPending(t *testing.T, s *natsstore.Store) []string {
+	t.Helper()
+	st, err := s.Load(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ids []string
 	for _, m := range st.Pending {
 		ids = append(ids, m.ID)
@@ -151,11 +156,7 @@ func TestEnds_SweepKeepsWhatIsPending(t *testing.T) {
 	if held > 101+2*64+20+1 {
 		t.Fatalf("the bucket holds %d messages after 1,000 accepted and 900 ended", held)
 	}
-	st, err := s.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := pendingIDs(st); !slices.Equal(got, want) {
+	if got := loadPending(t, s); !slices.Equal(got, want) {
 		t.Fatalf("Load lists %d pending messages, want %d:\n%v\nwant\n%v", len(got), len(want), got, want)
 	}
 	// Finishing the rest, and a message not pending, after the Load.
@@ -164,11 +165,7 @@ func TestEnds_SweepKeepsWhatIsPending(t *testing.T) {
 	}
 	s.Close()
 	next := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
-	st, err = next.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := pendingIDs(st); !slices.Equal(got, []string{"m0"}) {
+	if got := loadPending(t, next); !slices.Equal(got, []string{"m0"}) {
 		t.Fatalf("a store opened after lists the pending messages %v, want [m0]", got)
 	}
 	// A message ended may be accepted again.
@@ -215,11 +212,7 @@ func TestEnds_ReadsTheLayoutBefore(t *testing.T) {
 	}
 	s := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
 	s.SweepAfter(1)
-	st, err := s.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := pendingIDs(st); !slices.Equal(got, []string{"m2", "m4"}) {
+	if got := loadPending(t, s); !slices.Equal(got, []string{"m2", "m4"}) {
 		t.Fatalf("Load lists %v pending, want [m2 m4]", got)
 	}
 	if err := s.Apply(ctx, store.Change{Finished: []string{"m2"}}); err != nil {
@@ -230,11 +223,7 @@ func TestEnds_ReadsTheLayoutBefore(t *testing.T) {
 	}
 	s.Close()
 	next := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
-	st, err = next.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := pendingIDs(st); !slices.Equal(got, []string{"m4"}) {
+	if got := loadPending(t, next); !slices.Equal(got, []string{"m4"}) {
 		t.Fatalf("after the sweep, Load lists %v pending, want [m4]", got)
 	}
 }
@@ -255,11 +244,7 @@ func TestEnds_DeposedStoreEndsNothing(t *testing.T) {
 	if err := old.Apply(ctx, store.Change{Finished: []string{"m1", "m2"}}); err == nil {
 		t.Fatal("a deposed store recorded ends")
 	}
-	st, err := next.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := pendingIDs(st); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
+	if got := loadPending(t, next); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
 		t.Fatalf("the new store lists %v pending, want [m1 m2 m3]", got)
 	}
 }
@@ -311,11 +296,7 @@ func TestEnds_SweepsAmongConcurrentChanges(t *testing.T) {
 	}
 	s.Close()
 	next := open(t, url, opts)
-	st, err := next.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := pendingIDs(st)
+	got := loadPending(t, next)
 	slices.Sort(got)
 	slices.Sort(want)
 	if !slices.Equal(got, want) {
@@ -352,11 +333,7 @@ func TestEnds_DeposedStoreSweepsNothing(t *testing.T) {
 	if rev := keyRevision(t, url, bucket, "m1"); rev != before {
 		t.Fatalf("m1's key went from revision %d to %d", before, rev)
 	}
-	st, err := next.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := pendingIDs(st); !slices.Equal(got, []string{"m3"}) {
+	if got := loadPending(t, next); !slices.Equal(got, []string{"m3"}) {
 		t.Fatalf("the new store lists %v pending, want [m3]", got)
 	}
 }
@@ -507,11 +484,7 @@ func TestEnds_SweepWritesFewAgain(t *testing.T) {
 	if moved == 0 || moved > natsstore.MaxBumps {
 		t.Fatalf("the sweep wrote %d pending messages again, want 1 to %d", moved, natsstore.MaxBumps)
 	}
-	st, err := s.Load(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := pendingIDs(st); !slices.Equal(got, want) {
+	if got := loadPending(t, s); !slices.Equal(got, want) {
 		t.Fatalf("Load lists %d pending messages, want %d", len(got), len(want))
 	}
 }
