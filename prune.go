@@ -206,11 +206,11 @@ func (s *Society) prune() {
 // a store.
 const removeBatch = 256
 
-// removeForgotten records rm, what prune forgot, with the last agent and
-// role ids first when it removes agents or roles, in changes of at most removeBatch records each. A change
-// that fails is logged, and ends the removal, as the society's closing
-// does: the store keeps the rest, which a society reopened on it forgets
-// again. Called with s.mu released.
+// removeForgotten records rm, what prune forgot, with the last agent and role
+// ids first when it removes agents or roles, in changes of at most removeBatch
+// records each. A change that fails is logged, and ends the removal, as the
+// society's closing does: the store keeps the rest, which a society reopened
+// on it forgets again. Called with s.mu released.
 func (s *Society) removeForgotten(rm store.Change) {
 	if len(rm.Remove.Agents)+len(rm.Remove.Roles) > 0 {
 		rm.States = append(rm.States, s.lastIDs()...)

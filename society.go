@@ -459,15 +459,15 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 // sent again.
 //
 // If ctx ends first, Close cancels the handlers' contexts and returns
-// ctx.Err() at once, whatever a handler, the model, the store or a log
-// handler is doing; the society's goroutines end as soon as those return
-// and the last events and records of handled messages are written (those
-// writes are bounded by the store, not by ctx), and a volatile store's
-// queue is recorded then (a failure is logged at Error level). A second Close waits, up to the end of its own ctx, for
-// the society to have stopped, and returns the error recording the queue,
-// if any: Close(ctx) then Close(context.Background()) gives up waiting at
-// ctx's deadline, then waits for the rest. Since Close waits for the
-// behaviours, a behaviour must not call it (it may start it in a
+// ctx.Err() at once, whatever a handler, the model, the store or a log handler
+// is doing; the society's goroutines end as soon as those return and the last
+// events and records of handled messages are written (those writes are bounded
+// by the store, not by ctx), and a volatile store's queue is recorded then (a
+// failure is logged at Error level). A second Close waits, up to the end of
+// its own ctx, for the society to have stopped, and returns the error
+// recording the queue, if any: Close(ctx) then Close(context.Background())
+// gives up waiting at ctx's deadline, then waits for the rest. Since Close
+// waits for the behaviours, a behaviour must not call it (it may start it in a
 // goroutine).
 func (s *Society) Close(ctx context.Context) error {
 	first := s.stop()

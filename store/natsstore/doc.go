@@ -48,38 +48,38 @@
 //
 // # Guarantees
 //
-// Apply writes a change as one JetStream atomic batch on the bucket's
-// stream (the server must be 2.12 or later; New enables atomic batches on
-// the stream), so the server stores all of it or none. Each record's write
-// expects the key's revision as the store last saw it, so two stores on
-// one bucket never interleave halves of their changes: the loser reads the
-// keys again and retries, and a message pending through one is refused by
-// the other with [store.ErrExists]. A change needing more writes than
-// Options.MaxBatch (at most the server's max_batch_size, 1000 by default),
-// or with a record larger than one message of the server's takes (its
-// max_payload, 1 MB by default, less 1 KB for headers), is refused whole, except a change that only finishes messages, which is
-// written one message at a time (see [store.Store]) or, with
-// Options.Fence, as one record of ends (see below), and one with a
-// removal that is over the limit, which is written through a journal: a
-// first batch holds the change's writes of values and the journal, naming
-// each record the change deletes (those removed, and any other, such as
-// the state entries of the agents removed) with the revision removed,
-// after which Load no longer lists them; the batches that follow delete them, each deletion
+// Apply writes a change as one JetStream atomic batch on the bucket's stream
+// (the server must be 2.12 or later; New enables atomic batches on the
+// stream), so the server stores all of it or none. Each record's write expects
+// the key's revision as the store last saw it, so two stores on one bucket
+// never interleave halves of their changes: the loser reads the keys again and
+// retries, and a message pending through one is refused by the other with
+// [store.ErrExists]. A change needing more writes than Options.MaxBatch (at
+// most the server's max_batch_size, 1000 by default), or with a record larger
+// than one message of the server's takes (its max_payload, 1 MB by default,
+// less 1 KB for headers), is refused whole, except a change that only finishes
+// messages, which is written one message at a time (see [store.Store]) or,
+// with Options.Fence, as one record of ends (see below), and one with a
+// removal that is over the limit, which is written through a journal: a first
+// batch holds the change's writes of values and the journal, naming each
+// record the change deletes (those removed, and any other, such as the state
+// entries of the agents removed) with the revision removed, after which Load
+// no longer lists them; the batches that follow delete them, each deletion
 // expecting that revision, and then the journal. A store that stopped in
 // between leaves the journal, which the next Load finishes. A removal's
-// deletions expect their keys' revisions as any write does, and it costs
-// what it removes: an agent's registry is found in the store's index of
-// the registries, not by reading the bucket (so, of two stores on one
-// bucket, one removes an agent's registry as it knows it: an entry the
-// other added since it last read the bucket stays, and so does, for a
-// removal through a journal, a record the other wrote since). Applies made at once
-// go out together, each its own write with its own answer, and without
-// waiting for the answers to those sent before them: a change waits for
-// about one round trip, however many are in flight. A history
-// append costs the messages it adds and the messages it drops, never the
-// history's length, and a removal what it removes. Deleted keys leave
-// markers that expire after Options.MarkerTTL, when the store's index of
-// the keys forgets them too: neither grows with the keys ever deleted.
+// deletions expect their keys' revisions as any write does, and it costs what
+// it removes: an agent's registry is found in the store's index of the
+// registries, not by reading the bucket (so, of two stores on one bucket, one
+// removes an agent's registry as it knows it: an entry the other added since
+// it last read the bucket stays, and so does, for a removal through a journal,
+// a record the other wrote since). Applies made at once go out together, each
+// its own write with its own answer, and without waiting for the answers to
+// those sent before them: a change waits for about one round trip, however
+// many are in flight. A history append costs the messages it adds and the
+// messages it drops, never the history's length, and a removal what it
+// removes. Deleted keys leave markers that expire after Options.MarkerTTL,
+// when the store's index of the keys forgets them too: neither grows with the
+// keys ever deleted.
 //
 // With Options.Fence, a change that only finishes messages writes one key
 // e.<id> naming each message's pending key and the revision it ends, and

@@ -19,32 +19,31 @@ import (
 // message at a revision an end names (one accepted again since has
 // another). The server so stores one message for the ends of many.
 //
-// The pending keys and the ends are then removed in bulk, by a sweep,
-// once sweepAfter messages have ended since the last (the Apply that
-// finds one due makes it, after its own change): it purges from the
-// bucket's stream every pending key (ended, or deleted by a change that
-// finished it among other records) below a revision, and the ends below
-// the revision of the sweep before, which name only keys that sweep
-// purged. Other changes go on meanwhile: none writes below the revision.
-// A message still pending below it is first written again, to a revision
-// above it (bumped), once the flights in the air have settled; the
-// revision is chosen so that a sweep writes again at most one message for
-// bumpRatio it purges, and at most maxBumps, so that a message that stays
-// pending long holds up no sweep, and the bucket keeps at most about bumpRatio times the
-// messages pending, besides the last sweepAfter ended.
+// The pending keys and the ends are then removed in bulk, by a sweep, once
+// sweepAfter messages have ended since the last (the Apply that finds one due
+// makes it, after its own change): it purges from the bucket's stream every
+// pending key (ended, or deleted by a change that finished it among other
+// records) below a revision, and the ends below the revision of the sweep
+// before, which name only keys that sweep purged. Other changes go on
+// meanwhile: none writes below the revision. A message still pending below it
+// is first written again, to a revision above it (bumped), once the flights in
+// the air have settled; the revision is chosen so that a sweep writes again at
+// most one message for bumpRatio it purges, and at most maxBumps, so that a
+// message that stays pending long holds up no sweep, and the bucket keeps at
+// most about bumpRatio times the messages pending, besides the last sweepAfter
+// ended.
 //
-// Only a store with Options.Fence does this: it is the bucket's one
-// writer, so what its index says is below the revision is all the bucket
-// holds there. A purge is not a write the server checks against the
-// fence: a sweep first reads the fence key, and stops if another store
-// has claimed the bucket. A store deposed since sweeps at most once more
-// (its writes are refused, so it has no other ends to count, and a bump
-// is refused), and purges only messages that are ended in the bucket, and
-// ends that name only keys purged by a sweep made before the claim that
-// deposed it: so a Load that started after that claim never sees a
-// pending key whose end it does not see. A store of an earlier version takes an end's key for a
-// corrupt record: once a node of this version has led, nodes of an earlier
-// one cannot lead the cluster.
+// Only a store with Options.Fence does this: it is the bucket's one writer, so
+// what its index says is below the revision is all the bucket holds there. A
+// purge is not a write the server checks against the fence: a sweep first
+// reads the fence key, and stops if another store has claimed the bucket. A
+// store deposed since sweeps at most once more (its writes are refused, so it
+// has no other ends to count, and a bump is refused), and purges only messages
+// that are ended in the bucket, and ends that name only keys purged by a sweep
+// made before the claim that deposed it: so a Load that started after that
+// claim never sees a pending key whose end it does not see. A store of an
+// earlier version takes an end's key for a corrupt record: once a node of this
+// version has led, nodes of an earlier one cannot lead the cluster.
 
 // prefixEnds starts the keys of the records of ends: e.<id>.
 const prefixEnds = "e."
