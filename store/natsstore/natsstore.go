@@ -1166,11 +1166,12 @@ func (s *Store) refresh(ctx context.Context, ws []write) error {
 		case err != nil:
 			return fmt.Errorf("natsstore: %w", err)
 		}
-		if s.ends[w.key] == m.Sequence && m.Header.Get("KV-Operation") == "" {
+		op := m.Header.Get("KV-Operation")
+		if op == "" && s.ends[w.key] == m.Sequence {
 			s.setRev(w.key, rev{seq: m.Sequence}) // ended
 			continue
 		}
-		if op := m.Header.Get("KV-Operation"); op != "" || s.hidden[w.key] == m.Sequence {
+		if op != "" || s.hidden[w.key] == m.Sequence {
 			// Deleted, or removed by a journal.
 			if op != "" {
 				s.deleted(w.key, m.Sequence, m.Time.Add(s.opts.MarkerTTL))
