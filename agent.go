@@ -539,9 +539,10 @@ func (s *Society) addAgent(c *agent) {
 	s.added++
 	c.order = s.added
 	s.agents[c.info.ID] = c
-	if c.info.TaskID != "" {
-		s.taskAgents[c.info.TaskID]++
+	if s.taskAgents[c.info.TaskID] == nil {
+		s.taskAgents[c.info.TaskID] = make(map[*agent]struct{})
 	}
+	s.taskAgents[c.info.TaskID][c] = struct{}{}
 	s.roleAgents[c.info.RoleID]++
 	if c.spawnKey != "" {
 		s.spawnKeys[c.spawnKey] = c.info.ID

@@ -634,7 +634,7 @@ func (s *Society) setBudget(ctx context.Context, key string, b Budget, check fun
 				if l.exhausted() == "" {
 					woken, l.stopped = l.stopped, nil
 				}
-				if task, ok := strings.CutPrefix(key, "task:"); ok && s.taskAgents[task] == 0 {
+				if task, ok := strings.CutPrefix(key, "task:"); ok && !s.hasAgents(task) {
 					s.retireTask(task) // forgotten in time unless agents come (see prune.go)
 				}
 			},

@@ -251,7 +251,7 @@ func (s *Society) commitSend(p *pendingSend) {
 //go:noinline
 func (s *Society) emitSend(p *pendingSend) {
 	m := p.msg // not changed once committed
-	if m.From == UserID && m.To == RootID && s.tasks[m.TaskID] == nil && s.taskAgents[m.TaskID] == 0 {
+	if m.From == UserID && m.To == RootID && s.tasks[m.TaskID] == nil && !s.hasAgents(m.TaskID) {
 		// A task starts with the user's first message to root on it: one
 		// the society knows nothing of, neither work in flight nor agents
 		// (after reopening, a quiet task is known by its agents only).

@@ -28,14 +28,26 @@ import (
 // queued and no drainer starts (a durable store keeps it pending; Close
 // records a volatile store's queue).
 func (s *Society) enqueue(a *agent, m *Message) (start bool) {
-	if a != s.user.self {
-		s.busier(m.TaskID)
-	}
-	if a.inbox().Push(m) && !s.closed.Load() {
+	if s.queue(a, m) && !s.closed.Load() {
 		s.wg.Add(1) // counted now, started by startDrainer once s.mu is released
 		return true
 	}
 	return false
+}
+
+// queue puts m in a's mailbox, counted as work of its task, and reports
+// whether a needs a drainer started. Called with s.mu held.
+func (s *Society) queue(a *agent, m *Message) (start bool) {
+	if a != s.user.self {
+		t := s.busier(m.TaskID)
+		if a.info.TaskID != m.TaskID {
+			if t.foreign == nil {
+				t.foreign = make(map[*agent]struct{})
+			}
+			t.foreign[a] = struct{}{}
+		}
+	}
+	return a.inbox().Push(m)
 }
 
 // startDrainer starts the drainer of a that enqueue (or goexited) counted. Called with

@@ -8,8 +8,17 @@ func (s *Society) Held() map[string]int {
 	defer s.mu.Unlock()
 	s.contacts.mu.Lock()
 	defer s.contacts.mu.Unlock()
+	indexed, foreign := 0, 0
+	for _, in := range s.taskAgents {
+		indexed += len(in)
+	}
+	for _, t := range s.tasks {
+		foreign += len(t.foreign)
+	}
 	return map[string]int{
 		"agents":    len(s.agents),
+		"indexed":   indexed, // agents in taskAgents: every one but user
+		"foreign":   foreign,
 		"roles":     len(s.roles),
 		"roleKeys":  len(s.roleKeys),
 		"roleOrder": len(s.roleOrder),
@@ -90,3 +99,15 @@ func (s *Society) StallWatched(task string) bool {
 func CompatForms() map[rune]rune { return compatForms }
 
 const CompatFrom = compatFrom
+
+// WaitingFor returns how many agents task waits for, found as the watchdog
+// finds those that hold its messages (stalled) and as the report of a
+// quiet task finds those that have not reported (unreported).
+func (s *Society) WaitingFor(task string) (stalled, unreported int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.tasks[task]; t != nil {
+		stalled = len(s.stalledAgents(task, t))
+	}
+	return stalled, len(s.unreported(task))
+}

@@ -64,12 +64,19 @@ func (s *Society) retireTask(task string) {
 	}
 }
 
+// hasAgents reports whether the society holds an agent of task, the task
+// of no id aside: root and the agents of no task are held under it, and
+// it counts as having none. Called with s.mu held.
+func (s *Society) hasAgents(task string) bool {
+	return task != "" && len(s.taskAgents[task]) > 0
+}
+
 // endTask forgets task's ledger and activity if it has ended: the society
 // holds none of its agents, nothing of it is in flight, and it went quiet
 // Retention ago or more; one that went quiet since is queued again (see
 // retireTask). Called with s.mu held.
 func (s *Society) endTask(task string, f *forgetting) {
-	if s.taskAgents[task] > 0 {
+	if s.hasAgents(task) {
 		return
 	}
 	t := s.tasks[task]
@@ -427,9 +434,11 @@ func (s *Society) forgetAgent(a *agent, f *forgetting) bool {
 	for _, o := range s.contacts.forget(id, slices.Compact(knew)) {
 		f.record.Remove.Contacts = append(f.record.Remove.Contacts, store.ContactKey{Owner: o, ID: id})
 	}
-	if task := a.info.TaskID; task != "" {
-		if s.taskAgents[task]--; s.taskAgents[task] <= 0 {
-			delete(s.taskAgents, task)
+	task := a.info.TaskID
+	delete(s.taskAgents[task], a)
+	if len(s.taskAgents[task]) == 0 {
+		delete(s.taskAgents, task)
+		if task != "" {
 			s.endTask(task, f)
 		}
 	}

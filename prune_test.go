@@ -150,6 +150,7 @@ func TestRetention_TerminatedAgentIsForgotten(t *testing.T) {
 	held := heldOnceRecorded(t, s)
 	want := base
 	want["agents"]-- // the worker
+	want["indexed"]--
 	want["contacts"]--
 	want["roleUsers"]--  // no agent is on the worker's role, which the lead made, any more
 	want["entries"] -= 2 // the worker's registry, with its parent, and the lead's entry about it

@@ -45,6 +45,13 @@ type activity struct {
 	seen    uint64      // ticks when watch was armed
 	watch   *time.Timer // fires Config.StuckAfter after it was armed; nil when none is armed
 	stalled bool        // reported stalled; until a delivery of its messages begins
+
+	// foreign are the agents of other tasks (root, or one a host's
+	// WithTask handle wrote to) that were given a message of it since it
+	// was last idle: with its own agents (Society.taskAgents), those that
+	// may hold its messages (see stalledAgents). An agent is dropped
+	// from it once seen without one of them in hand or queued.
+	foreign map[*agent]struct{}
 }
 
 // activityOf returns task's activity, starting one. Called with s.mu held.
@@ -58,13 +65,15 @@ func (s *Society) activityOf(task string) *activity {
 }
 
 // busier counts one more piece of task's work in flight, and arms the
-// watchdog if it is not. Called with s.mu held.
-func (s *Society) busier(task string) {
+// watchdog if it is not. It returns the task's activity. Called with s.mu
+// held.
+func (s *Society) busier(task string) *activity {
 	t := s.activityOf(task)
 	t.busy++
 	if t.watch == nil {
 		s.armStall(task, t)
 	}
+	return t
 }
 
 // idler counts one piece of task's work done and, if the task went quiet
@@ -77,10 +86,11 @@ func (s *Society) idler(task string) {
 	if t.busy--; t.busy > 0 {
 		return
 	}
+	t.foreign = nil // none holds a message of it
 	if l := s.ledgers["task:"+task]; l != nil {
 		l.quiet = time.Now() // kept for Retention from now, once it has no agents (see prune.go)
 	}
-	if s.taskAgents[task] == 0 {
+	if !s.hasAgents(task) {
 		s.retireTask(task) // it may have ended (see prune.go), reported or not
 	}
 	if t.awaiting && t.modelled && !s.closed.Load() {
@@ -270,8 +280,8 @@ func (s *Society) unreported(task string) []string {
 		}
 	}
 	var rest []*agent
-	for _, a := range s.agents {
-		if a.info.TaskID == task && a.info.ParentID != RootID && a.info.ID != RootID && a.info.Status == StatusActive && !a.reported {
+	for a := range s.taskAgents[task] {
+		if a.info.ParentID != RootID && a.info.ID != RootID && a.info.Status == StatusActive && !a.reported {
 			rest = append(rest, a)
 		}
 	}

@@ -63,6 +63,61 @@ func TestQuietTaskIsReportedToUser(t *testing.T) {
 	}
 }
 
+// TestQuietTaskNamesTheAgentsThatHaveNotReported: a lead that spawns a
+// worker, and a worker that ends its turn without a word, leave their task
+// quiet with the user unanswered and nobody's words to show. The report
+// names the agents of the task that have not reported, the lead first, and
+// none of another task, whose agents have not reported either.
+func TestQuietTaskNamesTheAgentsThatHaveNotReported(t *testing.T) {
+	ctx := context.Background()
+	model := llmtest.New(append(rootLeads,
+		llmtest.Rule{Name: "lead creates", SystemContains: "lead", LastContains: "task_assignment", Response: llmtest.Call("create_role", `{"name":"worker","rolePrompt":"WORKER"}`)},
+		llmtest.Rule{Name: "lead spawns", AfterTool: "create_role", Reply: func(req *llm.Request) (*llm.Response, error) {
+			var role struct{ RoleID string }
+			json.Unmarshal([]byte(lastToolResult(req)), &role)
+			brief := `{"objective":"a part","constraints":[],"inputs":"x","outputs":"y","completion_criteria":"done"}`
+			return call("s1", "spawn_agent", `{"roleId":"`+role.RoleID+`","taskBrief":`+brief+`,"end_turn":true}`), nil
+		}},
+		llmtest.Rule{Name: "worker is silent", SystemContains: "WORKER", Response: llmtest.Say("")},
+	)...)
+	s := newSociety(t, as.Config{Model: model})
+	inbox := userInbox(s)
+	// Of another task, and silent: a lead and its worker.
+	bystander := actorOf(t, s, rootSpawn(t, s, "other", "bystander", "stand by", noop).ID)
+	role, _, err := bystander.CreateRole(ctx, as.RoleSpec{Name: "helper"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := spawnWith(t, s, bystander, role.ID, noop)
+	task, err := s.SubmitRequirement(ctx, "a calculator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := recv(t, inbox, "the quiet report")
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || p.Status != as.StatusQuiet || m.TaskID != task {
+		t.Fatalf("user got %+v (%s), want a quiet report on %s", m, m.Payload, task)
+	}
+	var lead, worker string
+	for _, a := range s.Agents() {
+		switch {
+		case a.TaskID == task && a.ParentID == as.RootID:
+			lead = a.ID
+		case a.TaskID == task:
+			worker = a.ID
+		}
+	}
+	l, w := strings.Index(p.Text, lead), strings.Index(p.Text, worker)
+	if lead == "" || worker == "" || l < 0 || w < l {
+		t.Errorf("the report does not name the lead %q, then the worker %q: %s", lead, worker, p.Text)
+	}
+	for _, id := range []string{bystander.ID(), other.ID()} {
+		if strings.Contains(p.Text, id) {
+			t.Errorf("the report names %s, of another task: %s", id, p.Text)
+		}
+	}
+}
+
 // TestQuietTaskThatAnsweredIsLeftAlone: a lead that asks a helper with a
 // timeout keeps its task busy until the timeout answers; told of it, it
 // answers the user, and the task goes quiet unreported.

@@ -67,7 +67,7 @@ func (s *Society) restore(ctx context.Context) error {
 		s.armTimeout(r) // a deadline that passed while the society was down fires at once
 	}
 	for key := range s.ledgers {
-		if task, ok := strings.CutPrefix(key, "task:"); ok && s.taskAgents[task] == 0 {
+		if task, ok := strings.CutPrefix(key, "task:"); ok && !s.hasAgents(task) {
 			if t := s.tasks[task]; t == nil || t.busy == 0 {
 				s.retireTask(task) // ended before the restart (see prune.go)
 			}
@@ -168,10 +168,7 @@ func (s *Society) load(st store.State) (restored, waiting []*agent, err error) {
 		if a.info.Status == StatusTerminating && isHandoff(m) {
 			s.handoffs[a.info.ID] = m.ID // its termination goes on after it
 		}
-		if a != s.user.self {
-			s.busier(m.TaskID)
-		}
-		if a.inbox().Push(&m) {
+		if s.queue(a, &m) {
 			waiting = append(waiting, a)
 		}
 	}

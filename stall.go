@@ -77,7 +77,15 @@ func (s *Society) checkStall(task string, t *activity) {
 	}
 	var waiting []*agent
 	if t.ticks == t.seen {
-		waiting = s.stalledAgents(task)
+		waiting = s.stalledAgents(task, t)
+	} else {
+		// A task busy for good would otherwise keep every agent it ever
+		// wrote to across tasks: drop those that hold nothing now.
+		for a := range t.foreign {
+			if b := a.box.Load(); b == nil || !b.Busy() {
+				delete(t.foreign, a)
+			}
+		}
 	}
 	if len(waiting) == 0 { // it moved, or waits only for a timeout
 		s.armStall(task, t)
@@ -118,23 +126,33 @@ func (s *Society) checkStall(task string, t *activity) {
 	}
 }
 
-// stalledAgents returns the agents task waits for, in the order they were
-// made: those of it, and root, that have messages in hand or queued.
-// Called with s.mu held.
-func (s *Society) stalledAgents(task string) []*agent {
+// stalledAgents returns the agents task, whose activity is t, waits for,
+// in the order they were made: those of it, and those of other tasks it
+// gave messages to (t.foreign), that have one of its messages in hand or
+// queued. It looks at those agents only, not at the whole society. Called
+// with s.mu held.
+func (s *Society) stalledAgents(task string, t *activity) []*agent {
 	var out []*agent
 	onTask := func(m *Message) bool { return m.TaskID == task }
-	for _, a := range s.agents {
-		if a == s.user.self {
-			continue
-		}
+	// Busy on the task: handling one of its messages, or with one queued.
+	holds := func(a *agent) bool {
 		b := a.box.Load()
 		if b == nil || !b.Busy() {
-			continue
+			return false
 		}
-		// Busy on the task: handling one of its messages, or with one queued.
-		if m, ok := b.Held(); ok && onTask(m) || slices.ContainsFunc(b.Items(), onTask) {
+		m, ok := b.Held()
+		return ok && onTask(m) || slices.ContainsFunc(b.Items(), onTask)
+	}
+	for a := range s.taskAgents[task] {
+		if holds(a) {
 			out = append(out, a)
+		}
+	}
+	for a := range t.foreign {
+		if holds(a) {
+			out = append(out, a)
+		} else {
+			delete(t.foreign, a) // a new message of the task adds it again
 		}
 	}
 	slices.SortFunc(out, func(x, y *agent) int { return cmp.Compare(x.order, y.order) })

@@ -186,6 +186,37 @@ func TestWatchdog_StallOfAMessageHeldByAnotherTasksAgent(t *testing.T) {
 	}
 }
 
+// TestWatchdog_StallOnNoTask: root's handle of no task spawns a worker,
+// which is then of no task too, and writes to it; the worker hangs. The
+// watchdog finds it among the agents of no task, as it finds a task's own.
+func TestWatchdog_StallOnNoTask(t *testing.T) {
+	ctx := context.Background()
+	release := make(chan struct{})
+	defer close(release)
+	s := newSociety(t, as.Config{Language: as.English, Root: noop, StuckAfter: 100 * time.Millisecond})
+	inbox := userInbox(s)
+	root := actorOf(t, s, as.RootID)
+	role, _, err := root.CreateRole(ctx, as.RoleSpec{Name: "worker"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	worker := spawnWith(t, s, root, role.ID, as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+		if m.Text() == "hang" {
+			<-release
+		}
+		return nil
+	}))
+	if worker.TaskID() != "" {
+		t.Fatalf("the worker is of task %q", worker.TaskID())
+	}
+	sendAs(t, s, as.RootID, worker.ID(), "hang")
+	m := recv(t, inbox, "the stall report to user")
+	var p as.StatusReportPayload
+	if err := m.Decode(&p); err != nil || p.Status != as.StatusStalled || m.TaskID != "" || !strings.Contains(p.Text, worker.ID()+" (worker)") {
+		t.Fatalf("user got %+v (%s)", m, m.Payload)
+	}
+}
+
 // TestWatchdog_NoStallForATaskThatOnlyWaitsForATimeout: root hangs on
 // user's message of task y; task x has nothing in flight but a request
 // with a long timeout. Only y stalled: x waits for its timeout, not for
@@ -283,5 +314,51 @@ func TestWatchdog_AMessageToUserIsNoProgress(t *testing.T) {
 	}
 	if stalls != 1 {
 		t.Errorf("user was told %d times that the task stalled, for one worker that hung once", stalls)
+	}
+}
+
+// BenchmarkWaitingFor measures what the watchdog and the report of a quiet
+// task spend, with the society's lock held, finding the agents a task
+// waits for: a task of three agents, one of them hanging with a message in
+// hand, on a society that holds no other agent ("alone", the baseline) or
+// spawnScale idle agents of other tasks beside it.
+func BenchmarkWaitingFor(b *testing.B) {
+	for _, c := range []struct {
+		name   string
+		others int
+	}{{"alone", 0}, {"beside-100000", spawnScale}} {
+		b.Run(c.name, func(b *testing.B) {
+			s, parents, roles, err := idleSociety(c.others + spawnParents + 4)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer closeSociety(b, s)
+			if err := spawnIdle(parents, roles, idleBrief(), c.others); err != nil {
+				b.Fatal(err)
+			}
+			release, hung := make(chan struct{}), make(chan struct{})
+			defer close(release)
+			lead := actorOf(b, s, rootSpawn(b, s, "t", "lead", "lead", noop).ID)
+			role, _, err := lead.CreateRole(context.Background(), as.RoleSpec{Name: "worker"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			spawnWith(b, s, lead, role.ID, noop)
+			w := spawnWith(b, s, lead, role.ID, as.BehaviorFunc(func(context.Context, *as.Actor, as.Message) error {
+				close(hung)
+				<-release
+				return nil
+			}))
+			sendAs(b, s, lead.ID(), w.ID(), "hang")
+			recv(b, hung, "the worker to hang")
+			b.ResetTimer()
+			cpu := startCPU(b)
+			for range b.N {
+				if stalled, unreported := s.WaitingFor("t"); stalled != 1 || unreported != 3 {
+					b.Fatalf("the task waits for %d agents holding its messages and %d that have not reported; want 1 and 3", stalled, unreported)
+				}
+			}
+			cpu.report()
+		})
 	}
 }
