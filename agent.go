@@ -94,6 +94,7 @@ type agent struct {
 	spawnKey string                                // the spawn that made it (see turn), or ""
 	reported bool                                  // it has sent its parent a status_report; guarded by s.mu
 	reports  int32                                 // how many of its children have reported; guarded by s.mu
+	taskAt   int                                   // its place in Society.taskAgents; guarded by s.mu
 }
 
 // roleName returns the name of a's role.
@@ -539,10 +540,7 @@ func (s *Society) addAgent(c *agent) {
 	s.added++
 	c.order = s.added
 	s.agents[c.info.ID] = c
-	if s.taskAgents[c.info.TaskID] == nil {
-		s.taskAgents[c.info.TaskID] = make(map[*agent]struct{})
-	}
-	s.taskAgents[c.info.TaskID][c] = struct{}{}
+	s.index(c)
 	s.roleAgents[c.info.RoleID]++
 	if c.spawnKey != "" {
 		s.spawnKeys[c.spawnKey] = c.info.ID
@@ -555,6 +553,33 @@ func (s *Society) addAgent(c *agent) {
 	if c.info.ParentID == RootID {
 		s.rootKids[c.info.TaskID] = c.info.ID
 	}
+}
+
+// index adds a to the agents of its task. Called with s.mu held.
+func (s *Society) index(a *agent) {
+	all := s.taskAgents[a.info.TaskID]
+	a.taskAt = len(all)
+	s.taskAgents[a.info.TaskID] = append(all, a)
+}
+
+// unindex removes a from the agents of its task, moving the last of them
+// into its place, and returns how many are left. Called with s.mu held.
+func (s *Society) unindex(a *agent) int {
+	task := a.info.TaskID
+	all := s.taskAgents[task]
+	last := all[len(all)-1]
+	all[a.taskAt], last.taskAt = last, a.taskAt
+	all[len(all)-1] = nil
+	all = all[:len(all)-1]
+	switch {
+	case len(all) == 0:
+		delete(s.taskAgents, task)
+	case len(all) < cap(all)/4:
+		s.taskAgents[task] = slices.Clone(all) // a task that shrank does not keep its peak
+	default:
+		s.taskAgents[task] = all
+	}
+	return len(all)
 }
 
 // view returns a's description for a caller to keep, its brief still

@@ -40,7 +40,7 @@ func (s *Society) enqueue(a *agent, m *Message) (start bool) {
 func (s *Society) queue(a *agent, m *Message) (start bool) {
 	if a != s.user.self {
 		t := s.busier(m.TaskID)
-		if a.info.TaskID != m.TaskID {
+		if a.info.TaskID != m.TaskID && s.cfg.StuckAfter >= 0 { // for the watchdog only
 			if t.foreign == nil {
 				t.foreign = make(map[*agent]struct{})
 			}

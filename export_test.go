@@ -8,16 +8,22 @@ func (s *Society) Held() map[string]int {
 	defer s.mu.Unlock()
 	s.contacts.mu.Lock()
 	defer s.contacts.mu.Unlock()
-	indexed, foreign := 0, 0
+	indexed, misplaced, foreign := 0, 0, 0
 	for _, in := range s.taskAgents {
 		indexed += len(in)
+		for i, a := range in {
+			if a.taskAt != i {
+				misplaced++
+			}
+		}
 	}
 	for _, t := range s.tasks {
 		foreign += len(t.foreign)
 	}
 	return map[string]int{
 		"agents":    len(s.agents),
-		"indexed":   indexed, // agents in taskAgents: every one but user
+		"indexed":   indexed,   // agents in taskAgents: every one but user
+		"misplaced": misplaced, // agents whose taskAt is not where they are: none
 		"foreign":   foreign,
 		"roles":     len(s.roles),
 		"roleKeys":  len(s.roleKeys),

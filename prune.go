@@ -434,13 +434,8 @@ func (s *Society) forgetAgent(a *agent, f *forgetting) bool {
 	for _, o := range s.contacts.forget(id, slices.Compact(knew)) {
 		f.record.Remove.Contacts = append(f.record.Remove.Contacts, store.ContactKey{Owner: o, ID: id})
 	}
-	task := a.info.TaskID
-	delete(s.taskAgents[task], a)
-	if len(s.taskAgents[task]) == 0 {
-		delete(s.taskAgents, task)
-		if task != "" {
-			s.endTask(task, f)
-		}
+	if task := a.info.TaskID; s.unindex(a) == 0 && task != "" {
+		s.endTask(task, f)
 	}
 	return true
 }

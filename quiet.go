@@ -46,11 +46,12 @@ type activity struct {
 	watch   *time.Timer // fires Config.StuckAfter after it was armed; nil when none is armed
 	stalled bool        // reported stalled; until a delivery of its messages begins
 
-	// foreign are the agents of other tasks (root, or one a host's
-	// WithTask handle wrote to) that were given a message of it since it
-	// was last idle: with its own agents (Society.taskAgents), those that
-	// may hold its messages (see stalledAgents). An agent is dropped
-	// from it once seen without one of them in hand or queued.
+	// foreign are the agents of other tasks given a message of it since
+	// it was last idle, while the watchdog is on: root, an agent or a
+	// collaborator of another task it wrote to, one a host's WithTask
+	// handle wrote to. With its own agents (Society.taskAgents), they are
+	// those that may hold its messages (see stalledAgents). Each look of
+	// the watchdog drops those that hold none.
 	foreign map[*agent]struct{}
 }
 
@@ -280,7 +281,7 @@ func (s *Society) unreported(task string) []string {
 		}
 	}
 	var rest []*agent
-	for a := range s.taskAgents[task] {
+	for _, a := range s.taskAgents[task] {
 		if a.info.ParentID != RootID && a.info.ID != RootID && a.info.Status == StatusActive && !a.reported {
 			rest = append(rest, a)
 		}

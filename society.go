@@ -258,11 +258,12 @@ type Society struct {
 	tasks     map[string]*activity // the tasks busy or awaited (see quiet.go)
 	ledgers   map[string]*ledger   // by task and by agent (see budget.go)
 	// taskAgents holds, for each task, the agents of it the society
-	// holds, ended or not, root under the task of no id: a task none is
-	// left of has ended, and its ledger is forgotten (see hasAgents and
-	// prune.go). The watchdog and the report of a quiet task look
-	// through a task's agents here, not through all.
-	taskAgents map[string]map[*agent]struct{}
+	// holds, ended or not, in no order, root under the task of no id
+	// (see index): a task none is left of has ended, and its ledger is
+	// forgotten (see hasAgents and prune.go). The watchdog and the
+	// report of a quiet task look through a task's agents here, not
+	// through all.
+	taskAgents map[string][]*agent
 	// roleAgents counts, for each role, the agents on it the society
 	// holds: a role none is on, whose creator is gone, is forgotten.
 	roleAgents map[string]int
@@ -403,7 +404,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 		tasks:      make(map[string]*activity),
 		loops:      newLoops(),
 		ledgers:    make(map[string]*ledger),
-		taskAgents: make(map[string]map[*agent]struct{}),
+		taskAgents: make(map[string][]*agent),
 		roleAgents: make(map[string]int),
 		spawnKeys:  make(map[string]string),
 		handoffs:   make(map[string]string),
@@ -429,7 +430,7 @@ func New(ctx context.Context, cfg Config) (*Society, error) {
 	now := time.Now()
 	root := &agent{info: Agent{ID: RootID, Status: StatusActive, CreatedAt: now}, role: &Role{Name: RootID}, behavior: cfg.Root}
 	s.agents[RootID] = root
-	s.taskAgents[""] = map[*agent]struct{}{root: {}}
+	s.index(root)
 	s.user.self = &agent{info: Agent{ID: UserID, Status: StatusActive, CreatedAt: now}, role: &Role{Name: UserID}, behavior: s.user}
 	s.agents[UserID] = s.user.self
 	s.contacts.Add(RootID, Contact{ID: UserID, Role: UserID, Source: SourceSystem, AddedAt: now})

@@ -75,17 +75,17 @@ func (s *Society) checkStall(task string, t *activity) {
 		s.mu.Unlock()
 		return // armed again by its next work
 	}
+	// Those of other tasks that hold none of its messages now are
+	// dropped, so that a task busy for good does not keep every agent it
+	// ever wrote to; a new message adds them again.
+	for a := range t.foreign {
+		if !holds(a, task) {
+			delete(t.foreign, a)
+		}
+	}
 	var waiting []*agent
 	if t.ticks == t.seen {
 		waiting = s.stalledAgents(task, t)
-	} else {
-		// A task busy for good would otherwise keep every agent it ever
-		// wrote to across tasks: drop those that hold nothing now.
-		for a := range t.foreign {
-			if b := a.box.Load(); b == nil || !b.Busy() {
-				delete(t.foreign, a)
-			}
-		}
 	}
 	if len(waiting) == 0 { // it moved, or waits only for a timeout
 		s.armStall(task, t)
@@ -128,33 +128,31 @@ func (s *Society) checkStall(task string, t *activity) {
 
 // stalledAgents returns the agents task, whose activity is t, waits for,
 // in the order they were made: those of it, and those of other tasks it
-// gave messages to (t.foreign), that have one of its messages in hand or
-// queued. It looks at those agents only, not at the whole society. Called
-// with s.mu held.
+// gave messages to (t.foreign), that hold one of its messages. It looks at
+// those agents only, not at the whole society. Called with s.mu held.
 func (s *Society) stalledAgents(task string, t *activity) []*agent {
 	var out []*agent
-	onTask := func(m *Message) bool { return m.TaskID == task }
-	// Busy on the task: handling one of its messages, or with one queued.
-	holds := func(a *agent) bool {
-		b := a.box.Load()
-		if b == nil || !b.Busy() {
-			return false
-		}
-		m, ok := b.Held()
-		return ok && onTask(m) || slices.ContainsFunc(b.Items(), onTask)
-	}
-	for a := range s.taskAgents[task] {
-		if holds(a) {
+	for _, a := range s.taskAgents[task] {
+		if holds(a, task) {
 			out = append(out, a)
 		}
 	}
 	for a := range t.foreign {
-		if holds(a) {
+		if holds(a, task) {
 			out = append(out, a)
-		} else {
-			delete(t.foreign, a) // a new message of the task adds it again
 		}
 	}
 	slices.SortFunc(out, func(x, y *agent) int { return cmp.Compare(x.order, y.order) })
 	return out
+}
+
+// holds reports whether a has a message of task in hand or queued.
+func holds(a *agent, task string) bool {
+	b := a.box.Load()
+	if b == nil || !b.Busy() {
+		return false
+	}
+	onTask := func(m *Message) bool { return m.TaskID == task }
+	m, ok := b.Held()
+	return ok && onTask(m) || slices.ContainsFunc(b.Items(), onTask)
 }

@@ -217,6 +217,55 @@ func TestWatchdog_StallOnNoTask(t *testing.T) {
 	}
 }
 
+// TestWatchdog_ForgetsWhomATaskWroteTo: a task's message to an agent of
+// another task, which hangs on it, makes the watchdog keep that agent
+// among those the task may wait for; once the agent is done with it, the
+// watchdog's next look drops it while the task stays busy (a request
+// waits an hour), or the task going idle does. With the watchdog off,
+// nothing is kept.
+func TestWatchdog_ForgetsWhomATaskWroteTo(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		stuckAfter time.Duration
+		busy       bool // task t stays busy, on a request with an hour's timeout
+	}{
+		{"at the watchdog's look", 50 * time.Millisecond, true},
+		{"when the task goes idle", time.Hour, false},
+		{"watchdog off", -1, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			release := make(chan struct{})
+			s := newSociety(t, as.Config{Root: noop, StuckAfter: c.stuckAfter})
+			var from *as.Actor
+			if c.busy {
+				worker, _ := askedInVain(t, s)
+				from = worker
+			} else {
+				from = actorOf(t, s, rootSpawn(t, s, "t", "lead", "lead", noop).ID)
+			}
+			hung := make(chan struct{}, 1)
+			other := rootSpawn(t, s, "other", "lead", "lead", as.BehaviorFunc(func(ctx context.Context, self *as.Actor, m as.Message) error {
+				hung <- struct{}{}
+				<-release
+				return nil
+			}))
+			if _, err := from.SendText(context.Background(), other.ID, "hang"); err != nil {
+				t.Fatal(err)
+			}
+			recv(t, hung, "the agent of the other task to hang on the message")
+			want := 1
+			if c.stuckAfter < 0 {
+				want = 0
+			}
+			if got := s.Held()["foreign"]; got != want {
+				t.Errorf("while it hangs, the society keeps %d agents of other tasks for the watchdog; want %d", got, want)
+			}
+			close(release)
+			waitFor(t, "the agent of the other task to be dropped", func() bool { return s.Held()["foreign"] == 0 })
+		})
+	}
+}
+
 // TestWatchdog_NoStallForATaskThatOnlyWaitsForATimeout: root hangs on
 // user's message of task y; task x has nothing in flight but a request
 // with a long timeout. Only y stalled: x waits for its timeout, not for
@@ -320,8 +369,8 @@ func TestWatchdog_AMessageToUserIsNoProgress(t *testing.T) {
 // BenchmarkWaitingFor measures what the watchdog and the report of a quiet
 // task spend, with the society's lock held, finding the agents a task
 // waits for: a task of three agents, one of them hanging with a message in
-// hand, on a society that holds no other agent ("alone", the baseline) or
-// spawnScale idle agents of other tasks beside it.
+// hand, on a society that holds only the idle leads of spawnParents other
+// tasks ("alone", the baseline), or spawnScale idle agents of theirs too.
 func BenchmarkWaitingFor(b *testing.B) {
 	for _, c := range []struct {
 		name   string
