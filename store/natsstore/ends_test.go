@@ -56,6 +56,13 @@ func loadPending(t *testing.T, s *natsstore.Store) []string {
 	return ids
 }
 
+// fenced starts a NATS server of the test's own and returns its URL, with
+// the options of a fenced store in memory on a bucket of its own there.
+func fenced(t *testing.T) (string, natsstore.Options) {
+	t.Helper()
+	return natstest.Server(t), natsstore.Options{Fence: true, Bucket: fmt.Sprintf("b%d", buckets.Add(1)), Storage: jetstream.MemoryStorage}
+}
+
 // streamMsgs returns how many messages the bucket's stream holds, and
 // its last sequence.
 func streamMsgs(t *testing.T, url, bucket string) (msgs, last uint64) {
@@ -110,9 +117,8 @@ func keyRevision(t *testing.T, url, bucket, id string) uint64 {
 // opened on the bucket after lists exactly the messages pending.
 func TestEnds_SweepKeepsWhatIsPending(t *testing.T) {
 	ctx := t.Context()
-	url := natstest.Server(t)
-	bucket := fmt.Sprintf("b%d", buckets.Add(1))
-	s := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	url, opts := fenced(t)
+	s := open(t, url, opts)
 	s.SweepAfter(64)
 	// Message 0 stays pending throughout; so does every tenth.
 	if err := s.Apply(ctx, store.Change{Accepted: []store.Message{endMsg(0)}}); err != nil {
@@ -135,11 +141,11 @@ func TestEnds_SweepKeepsWhatIsPending(t *testing.T) {
 		if err := s.Apply(ctx, store.Change{Accepted: accepted}); err != nil {
 			t.Fatal(err)
 		}
-		_, before := streamMsgs(t, url, bucket)
+		_, before := streamMsgs(t, url, opts.Bucket)
 		if err := s.Apply(ctx, store.Change{Finished: finished}); err != nil {
 			t.Fatal(err)
 		}
-		if _, after := streamMsgs(t, url, bucket); round == 0 && after != before+1 {
+		if _, after := streamMsgs(t, url, opts.Bucket); round == 0 && after != before+1 {
 			t.Fatalf("finishing %d messages wrote %d messages to the bucket, want 1", len(finished), after-before)
 		}
 	}
@@ -147,10 +153,10 @@ func TestEnds_SweepKeepsWhatIsPending(t *testing.T) {
 		t.Fatal("no sweep")
 	}
 	// Message 0, accepted first, was written again past the keys purged.
-	if rev := keyRevision(t, url, bucket, "m0"); rev < 100 {
+	if rev := keyRevision(t, url, opts.Bucket, "m0"); rev < 100 {
 		t.Fatalf("message 0's key is at revision %d, the one it was accepted at: no sweep wrote it again", rev)
 	}
-	held, _ := streamMsgs(t, url, bucket)
+	held, _ := streamMsgs(t, url, opts.Bucket)
 	// What is pending (101), the ends since the last sweeps (at most twice
 	// 64, and their records), the fence.
 	if held > 101+2*64+20+1 {
@@ -164,7 +170,7 @@ func TestEnds_SweepKeepsWhatIsPending(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Close()
-	next := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	next := open(t, url, opts)
 	if got := loadPending(t, next); !slices.Equal(got, []string{"m0"}) {
 		t.Fatalf("a store opened after lists the pending messages %v, want [m0]", got)
 	}
@@ -182,9 +188,8 @@ func TestEnds_SweepKeepsWhatIsPending(t *testing.T) {
 // and finishes its messages.
 func TestEnds_ReadsTheLayoutBefore(t *testing.T) {
 	ctx := t.Context()
-	url := natstest.Server(t)
-	bucket := fmt.Sprintf("b%d", buckets.Add(1))
-	old := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	url, opts := fenced(t)
+	old := open(t, url, opts)
 	if err := old.Apply(ctx, store.Change{Accepted: []store.Message{endMsg(1), endMsg(2), endMsg(3), endMsg(4)}}); err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +205,7 @@ func TestEnds_ReadsTheLayoutBefore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := js.KeyValue(ctx, bucket)
+	kv, err := js.KeyValue(ctx, opts.Bucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +215,7 @@ func TestEnds_ReadsTheLayoutBefore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	s := open(t, url, opts)
 	s.SweepAfter(1)
 	if got := loadPending(t, s); !slices.Equal(got, []string{"m2", "m4"}) {
 		t.Fatalf("Load lists %v pending, want [m2 m4]", got)
@@ -222,7 +227,7 @@ func TestEnds_ReadsTheLayoutBefore(t *testing.T) {
 		t.Fatal("no sweep")
 	}
 	s.Close()
-	next := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	next := open(t, url, opts)
 	if got := loadPending(t, next); !slices.Equal(got, []string{"m4"}) {
 		t.Fatalf("after the sweep, Load lists %v pending, want [m4]", got)
 	}
@@ -232,9 +237,7 @@ func TestEnds_ReadsTheLayoutBefore(t *testing.T) {
 // removes nothing the new store lists.
 func TestEnds_DeposedStoreEndsNothing(t *testing.T) {
 	ctx := t.Context()
-	url := natstest.Server(t)
-	bucket := fmt.Sprintf("b%d", buckets.Add(1))
-	opts := natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage}
+	url, opts := fenced(t)
 	old := open(t, url, opts)
 	old.SweepAfter(1)
 	if err := old.Apply(ctx, store.Change{Accepted: []store.Message{endMsg(1), endMsg(2), endMsg(3)}}); err != nil {
@@ -254,9 +257,7 @@ func TestEnds_DeposedStoreEndsNothing(t *testing.T) {
 // exactly those.
 func TestEnds_SweepsAmongConcurrentChanges(t *testing.T) {
 	ctx := t.Context()
-	url := natstest.Server(t)
-	bucket := fmt.Sprintf("b%d", buckets.Add(1))
-	opts := natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage}
+	url, opts := fenced(t)
 	s := open(t, url, opts)
 	s.SweepAfter(16)
 	const workers, each = 8, 120
@@ -308,9 +309,7 @@ func TestEnds_SweepsAmongConcurrentChanges(t *testing.T) {
 // purge is not a write the server checks against the fence.
 func TestEnds_DeposedStoreSweepsNothing(t *testing.T) {
 	ctx := t.Context()
-	url := natstest.Server(t)
-	bucket := fmt.Sprintf("b%d", buckets.Add(1))
-	opts := natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage}
+	url, opts := fenced(t)
 	old := open(t, url, opts)
 	old.SweepAfter(1000)
 	if err := old.Apply(ctx, store.Change{Accepted: []store.Message{endMsg(1), endMsg(2), endMsg(3)}}); err != nil {
@@ -319,7 +318,7 @@ func TestEnds_DeposedStoreSweepsNothing(t *testing.T) {
 	if err := old.Apply(ctx, store.Change{Finished: []string{"m1", "m2"}}); err != nil {
 		t.Fatal(err)
 	}
-	before := keyRevision(t, url, bucket, "m1")
+	before := keyRevision(t, url, opts.Bucket, "m1")
 	next := open(t, url, opts)
 	old.SweepNow()
 	select {
@@ -330,7 +329,7 @@ func TestEnds_DeposedStoreSweepsNothing(t *testing.T) {
 	if old.Sweeps() != 0 {
 		t.Fatal("the deposed store swept")
 	}
-	if rev := keyRevision(t, url, bucket, "m1"); rev != before {
+	if rev := keyRevision(t, url, opts.Bucket, "m1"); rev != before {
 		t.Fatalf("m1's key went from revision %d to %d", before, rev)
 	}
 	if got := loadPending(t, next); !slices.Equal(got, []string{"m3"}) {
@@ -441,9 +440,8 @@ func TestEnds_LongIDs(t *testing.T) {
 // one.
 func TestEnds_SweepWritesFewAgain(t *testing.T) {
 	ctx := t.Context()
-	url := natstest.Server(t)
-	bucket := fmt.Sprintf("b%d", buckets.Add(1))
-	s := open(t, url, natsstore.Options{Fence: true, Bucket: bucket, Storage: jetstream.MemoryStorage})
+	url, opts := fenced(t)
+	s := open(t, url, opts)
 	const pending, ended = 400, 4000 // enough ends to purge past every pending one
 	s.SweepAfter(ended)
 	var want []string
@@ -457,7 +455,7 @@ func TestEnds_SweepWritesFewAgain(t *testing.T) {
 	}
 	revs := map[string]uint64{}
 	for _, id := range want {
-		revs[id] = keyRevision(t, url, bucket, id)
+		revs[id] = keyRevision(t, url, opts.Bucket, id)
 	}
 	for n := pending; n < pending+ended; n += 500 {
 		accepted, finished := accepted[:0], []string(nil)
@@ -477,7 +475,7 @@ func TestEnds_SweepWritesFewAgain(t *testing.T) {
 	}
 	moved := 0
 	for id, rev := range revs {
-		if keyRevision(t, url, bucket, id) != rev {
+		if keyRevision(t, url, opts.Bucket, id) != rev {
 			moved++
 		}
 	}
